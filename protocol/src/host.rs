@@ -1,0 +1,164 @@
+//! Compute-host frames (PROTOCOL Part 2): one JSON object per line over the
+//! host's stdin/stdout, tagged by `"type"`.
+//!
+//! Any program in any language can be a compute host, so these types are the
+//! whole contract; both the gateway and `tether host` use them.
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::ids::{SessionId, TraceId, TurnId};
+use crate::methods::Message;
+
+/// Gateway → host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type")]
+pub enum ToHost {
+    /// Run a turn: the current segment's transcript plus the new prompt.
+    #[serde(rename = "turn.start")]
+    TurnStart {
+        turn_id: TurnId,
+        session_id: SessionId,
+        trace_id: TraceId,
+        history: Vec<Message>,
+        prompt: String,
+        config: Map<String, Value>,
+    },
+    /// Stop a running turn.
+    #[serde(rename = "interrupt")]
+    Interrupt { turn_id: TurnId },
+    /// A side request about a session, e.g. `op: "compress"`.
+    #[serde(rename = "control")]
+    Control {
+        request_id: String,
+        op: String,
+        session_id: SessionId,
+        history: Vec<Message>,
+        args: Value,
+    },
+    #[serde(rename = "ping")]
+    Ping { nonce: u64 },
+    /// Finish and exit.
+    #[serde(rename = "shutdown")]
+    Shutdown,
+    /// The gateway's answer to a line it could not understand (either side
+    /// may send one; it is otherwise ignored).
+    #[serde(rename = "error")]
+    Error { message: String },
+}
+
+wire_enum! {
+    /// How a turn ended on the host (errors are `turn.error`).
+    pub enum TurnEndStatus {
+        Complete = "complete",
+        Interrupted = "interrupted",
+    }
+}
+
+/// Host → gateway.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type")]
+pub enum FromHost {
+    /// The first line, within 10 s of the start.
+    #[serde(rename = "hello")]
+    Hello {
+        protocol: u32,
+        pid: u32,
+        engine: String,
+        version: String,
+    },
+    /// Heartbeat: host liveness (not turn activity).
+    #[serde(rename = "hb")]
+    Hb { active_turns: u32, rss_kb: u64 },
+    /// An event of a running turn.
+    #[serde(rename = "event")]
+    Event { turn_id: TurnId, event: HostEvent },
+    #[serde(rename = "turn.end")]
+    TurnEnd {
+        turn_id: TurnId,
+        status: TurnEndStatus,
+        text: String,
+    },
+    #[serde(rename = "turn.error")]
+    TurnError {
+        turn_id: TurnId,
+        reason: String,
+        message: String,
+    },
+    #[serde(rename = "control.ack")]
+    ControlAck { request_id: String, result: Value },
+    #[serde(rename = "control.error")]
+    ControlError { request_id: String, message: String },
+    #[serde(rename = "pong")]
+    Pong { nonce: u64 },
+    #[serde(rename = "shutdown.ack")]
+    ShutdownAck,
+    /// The host's answer to a line it could not understand.
+    #[serde(rename = "error")]
+    Error { message: String },
+}
+
+/// An event inside a host `event` frame. The type stays a string: the
+/// gateway decides which types a host may send and what to do with the rest
+/// (offsets and revisions in the payload are recomputed by the gateway).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HostEvent {
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default)]
+    pub payload: Value,
+}
+
+/// Why a host line was rejected; either way the reply is
+/// `{"type":"error","message"}` and the line is otherwise ignored.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HostFrameError {
+    /// Not JSON, or a known type with wrong fields.
+    #[error("invalid host frame: {0}")]
+    Json(String),
+    /// Valid JSON with a `type` this side does not know.
+    #[error("unknown host frame type `{0}`")]
+    UnknownType(String),
+}
+
+/// Encodes a frame as one line (JSON + `'\n'`). JSON text never contains a
+/// raw newline, so the line framing is unambiguous.
+pub fn encode_host_line<T: Serialize>(frame: &T) -> String {
+    let mut s = match serde_json::to_string(frame) {
+        Ok(s) => s,
+        // Only a type serde_json cannot express gets here (a programming
+        // error); send something the other side answers sensibly.
+        Err(e) => serde_json::json!({"type": "error", "message": e.to_string()}).to_string(),
+    };
+    s.push('\n');
+    s
+}
+
+/// Decodes one line (a trailing `\r\n` or `\n` is fine).
+pub fn parse_host_line<T: DeserializeOwned>(line: &str) -> Result<T, HostFrameError> {
+    let err = match serde_json::from_str::<T>(line) {
+        Ok(frame) => return Ok(frame),
+        Err(e) => e,
+    };
+    // Tell an unknown `type` from a malformed known one by probing `T` with
+    // just the tag: a known tag then fails on a missing field (or succeeds,
+    // for field-less frames), an unknown one on "unknown variant".
+    #[derive(Deserialize)]
+    struct Tag {
+        #[serde(rename = "type")]
+        kind: String,
+    }
+    if let Ok(Tag { kind }) = serde_json::from_str::<Tag>(line) {
+        let probe = serde_json::json!({ "type": kind });
+        if let Err(e) = serde_json::from_value::<T>(probe) {
+            if e.to_string().starts_with("unknown variant") {
+                return Err(HostFrameError::UnknownType(kind));
+            }
+        }
+    }
+    Err(HostFrameError::Json(err.to_string()))
+}
+
+#[cfg(test)]
+mod tests;

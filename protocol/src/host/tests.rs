@@ -1,0 +1,225 @@
+use super::*;
+use crate::methods::MessageRole;
+use serde_json::json;
+
+/// Encodes as a line, checks the JSON, and parses the line back.
+fn round_trip<T>(frame: &T, expected: Value)
+where
+    T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug,
+{
+    let line = encode_host_line(frame);
+    assert!(line.ends_with('\n'));
+    assert_eq!(line.matches('\n').count(), 1, "one line: {line:?}");
+    let v: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(v, expected);
+    let back: T = parse_host_line(&line).unwrap();
+    assert_eq!(&back, frame);
+}
+
+fn history() -> Vec<Message> {
+    vec![Message {
+        seq: 2,
+        role: MessageRole::User,
+        text: "line one\nline two".into(),
+        turn_id: None,
+        ts: "x".into(),
+    }]
+}
+
+#[test]
+fn to_host_frames() {
+    let mut config = Map::new();
+    config.insert("model".into(), json!("m"));
+    round_trip(
+        &ToHost::TurnStart {
+            turn_id: "t_1".into(),
+            session_id: "s_1".into(),
+            trace_id: "3f9c2a1b7d4e".into(),
+            history: history(),
+            prompt: "hi".into(),
+            config,
+        },
+        json!({"type":"turn.start","turn_id":"t_1","session_id":"s_1","trace_id":"3f9c2a1b7d4e",
+               "history":[{"seq":2,"role":"user","text":"line one\nline two","ts":"x"}],
+               "prompt":"hi","config":{"model":"m"}}),
+    );
+    round_trip(
+        &ToHost::Interrupt {
+            turn_id: "t_1".into(),
+        },
+        json!({"type":"interrupt","turn_id":"t_1"}),
+    );
+    round_trip(
+        &ToHost::Control {
+            request_id: "r1".into(),
+            op: "compress".into(),
+            session_id: "s_1".into(),
+            history: vec![],
+            args: json!({"focus": null}),
+        },
+        json!({"type":"control","request_id":"r1","op":"compress","session_id":"s_1",
+               "history":[],"args":{"focus":null}}),
+    );
+    round_trip(&ToHost::Ping { nonce: 7 }, json!({"type":"ping","nonce":7}));
+    round_trip(&ToHost::Shutdown, json!({"type":"shutdown"}));
+    round_trip(
+        &ToHost::Error {
+            message: "bad line".into(),
+        },
+        json!({"type":"error","message":"bad line"}),
+    );
+}
+
+#[test]
+fn from_host_frames() {
+    round_trip(
+        &FromHost::Hello {
+            protocol: 1,
+            pid: 42,
+            engine: "echo".into(),
+            version: "0.1.0".into(),
+        },
+        json!({"type":"hello","protocol":1,"pid":42,"engine":"echo","version":"0.1.0"}),
+    );
+    round_trip(
+        &FromHost::Hb {
+            active_turns: 1,
+            rss_kb: 2048,
+        },
+        json!({"type":"hb","active_turns":1,"rss_kb":2048}),
+    );
+    round_trip(
+        &FromHost::Event {
+            turn_id: "t_1".into(),
+            event: HostEvent {
+                kind: "message.delta".into(),
+                payload: json!({"text":"hi ","offset":0}),
+            },
+        },
+        json!({"type":"event","turn_id":"t_1",
+               "event":{"type":"message.delta","payload":{"text":"hi ","offset":0}}}),
+    );
+    round_trip(
+        &FromHost::TurnEnd {
+            turn_id: "t_1".into(),
+            status: TurnEndStatus::Complete,
+            text: "hi".into(),
+        },
+        json!({"type":"turn.end","turn_id":"t_1","status":"complete","text":"hi"}),
+    );
+    round_trip(
+        &FromHost::TurnEnd {
+            turn_id: "t_1".into(),
+            status: TurnEndStatus::Interrupted,
+            text: "".into(),
+        },
+        json!({"type":"turn.end","turn_id":"t_1","status":"interrupted","text":""}),
+    );
+    round_trip(
+        &FromHost::TurnError {
+            turn_id: "t_1".into(),
+            reason: "engine_error".into(),
+            message: "boom".into(),
+        },
+        json!({"type":"turn.error","turn_id":"t_1","reason":"engine_error","message":"boom"}),
+    );
+    round_trip(
+        &FromHost::ControlAck {
+            request_id: "r1".into(),
+            result: json!({"summary":"Summary of 2 messages.","removed":2}),
+        },
+        json!({"type":"control.ack","request_id":"r1",
+               "result":{"summary":"Summary of 2 messages.","removed":2}}),
+    );
+    round_trip(
+        &FromHost::ControlError {
+            request_id: "r1".into(),
+            message: "no".into(),
+        },
+        json!({"type":"control.error","request_id":"r1","message":"no"}),
+    );
+    round_trip(
+        &FromHost::Pong { nonce: 7 },
+        json!({"type":"pong","nonce":7}),
+    );
+    round_trip(&FromHost::ShutdownAck, json!({"type":"shutdown.ack"}));
+    round_trip(
+        &FromHost::Error {
+            message: "what".into(),
+        },
+        json!({"type":"error","message":"what"}),
+    );
+}
+
+#[test]
+fn host_event_payload_defaults_to_null() {
+    let f: FromHost =
+        parse_host_line(r#"{"type":"event","turn_id":"t","event":{"type":"status.update"}}"#)
+            .unwrap();
+    assert_eq!(
+        f,
+        FromHost::Event {
+            turn_id: "t".into(),
+            event: HostEvent {
+                kind: "status.update".into(),
+                payload: Value::Null,
+            },
+        }
+    );
+}
+
+#[test]
+fn parse_errors() {
+    assert!(matches!(
+        parse_host_line::<FromHost>("not json"),
+        Err(HostFrameError::Json(_))
+    ));
+    assert!(matches!(
+        parse_host_line::<FromHost>(""),
+        Err(HostFrameError::Json(_))
+    ));
+    assert!(matches!(
+        parse_host_line::<FromHost>(r#"{"no_type":1}"#),
+        Err(HostFrameError::Json(_))
+    ));
+    assert!(matches!(
+        parse_host_line::<FromHost>(r#"{"type":5}"#),
+        Err(HostFrameError::Json(_))
+    ));
+    assert_eq!(
+        parse_host_line::<FromHost>(r#"{"type":"telemetry","x":1}"#),
+        Err(HostFrameError::UnknownType("telemetry".into()))
+    );
+    // A gateway-only type is unknown to the gateway's reader.
+    assert_eq!(
+        parse_host_line::<FromHost>(r#"{"type":"turn.start"}"#),
+        Err(HostFrameError::UnknownType("turn.start".into()))
+    );
+    assert_eq!(
+        parse_host_line::<ToHost>(r#"{"type":"hello","protocol":1}"#),
+        Err(HostFrameError::UnknownType("hello".into()))
+    );
+    // A known type with bad fields is a JSON error, even when a nested
+    // value is an unknown variant.
+    assert!(matches!(
+        parse_host_line::<FromHost>(r#"{"type":"hb","active_turns":"x","rss_kb":1}"#),
+        Err(HostFrameError::Json(_))
+    ));
+    assert!(matches!(
+        parse_host_line::<FromHost>(
+            r#"{"type":"turn.end","turn_id":"t","status":"turn.end","text":""}"#
+        ),
+        Err(HostFrameError::Json(_))
+    ));
+    assert!(matches!(
+        parse_host_line::<FromHost>(r#"{"type":"pong"}"#),
+        Err(HostFrameError::Json(_))
+    ));
+    // CRLF and extra fields are tolerated.
+    assert_eq!(
+        parse_host_line::<FromHost>("{\"type\":\"pong\",\"nonce\":1,\"extra\":true}\r\n"),
+        Ok(FromHost::Pong { nonce: 1 })
+    );
+    let e = HostFrameError::UnknownType("x".into());
+    assert_eq!(e.to_string(), "unknown host frame type `x`");
+}

@@ -1,0 +1,249 @@
+//! Results of the session methods, and the shapes they share with events
+//! and host frames (`SessionInfo`, `Message`, `TodoItem`).
+//!
+//! `Option` fields serialize as `null` (the contract lists them as
+//! `…|null`) unless the contract says the field is absent, which is marked
+//! "omitted" below.
+
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+use crate::ids::{SessionId, TraceId, TurnId};
+
+wire_enum! {
+    /// A session's lifecycle state as clients see it.
+    pub enum SessionStatus {
+        /// Live, no turn running.
+        Idle = "idle",
+        /// A turn is running.
+        Running = "running",
+        /// All state is in the store; no live actor (resume brings it back).
+        Parked = "parked",
+        /// Closed for good.
+        Closed = "closed",
+    }
+}
+
+/// A session as listed and returned by create/resume/branch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionInfo {
+    pub session_id: SessionId,
+    pub profile: String,
+    pub title: String,
+    pub status: SessionStatus,
+    pub created_at: String,
+    pub updated_at: String,
+    pub parent_session_id: Option<SessionId>,
+    /// Bumped by each compaction (a new history segment).
+    pub history_version: u64,
+    pub message_count: u64,
+    pub latest_seq: u64,
+    /// Peers attached now.
+    pub peers: u32,
+    pub close_on_disconnect: bool,
+}
+
+wire_enum! {
+    /// The role of a transcript entry.
+    pub enum MessageRole {
+        /// From `message.user`.
+        User = "user",
+        /// From `message.complete`.
+        Assistant = "assistant",
+        /// One per `tool.complete`; `text` is the result as JSON text.
+        Tool = "tool",
+        /// From `message.system` and a compaction's summary.
+        System = "system",
+    }
+}
+
+/// A transcript entry, derived from durable events.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Message {
+    /// The seq of the event it comes from.
+    pub seq: u64,
+    pub role: MessageRole,
+    pub text: String,
+    /// Omitted when the message belongs to no turn (seeds, summaries).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn_id: Option<TurnId>,
+    pub ts: String,
+}
+
+/// `session.create`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreateResult {
+    pub session: SessionInfo,
+    pub epoch: String,
+}
+
+/// The running turn in a resume, so a client attaching mid-turn can render
+/// the text so far and then apply `message.delta`s by their `offset`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActiveTurn {
+    pub turn_id: TurnId,
+    pub trace_id: TraceId,
+    /// Assistant text streamed so far.
+    pub text: String,
+    pub started_at: String,
+}
+
+/// One todo entry (in `todo.updated` and a resume's `todos`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TodoItem {
+    pub id: String,
+    pub text: String,
+    pub status: String,
+}
+
+/// The latest todo snapshot of a session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Todos {
+    pub items: Vec<TodoItem>,
+    pub revision: u64,
+}
+
+/// Compares already-encoded events by their text. `RawValue` has no
+/// `PartialEq` of its own; the text is what goes on the wire, so it is the
+/// right notion of equality here.
+fn raw_eq(a: &[Box<RawValue>], b: &[Box<RawValue>]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.get() == y.get())
+}
+
+fn opt_raw_eq(a: &Option<Vec<Box<RawValue>>>, b: &Option<Vec<Box<RawValue>>>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => raw_eq(a, b),
+        _ => false,
+    }
+}
+
+/// `session.resume`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ResumeResult {
+    pub session: SessionInfo,
+    pub epoch: String,
+    pub latest_seq: u64,
+    /// The current segment's transcript; omitted with `omit_messages`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub messages: Option<Vec<Message>>,
+    pub active_turn: Option<ActiveTurn>,
+    pub todos: Option<Todos>,
+    /// Missed durable events (the params objects of their frames), kept
+    /// pre-encoded so a replay from the ring costs no re-serialization.
+    /// Omitted when `last_seen` was not given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub events: Option<Vec<Box<RawValue>>>,
+    /// Omitted when `last_seen` was not given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub truncated: Option<bool>,
+    /// Omitted when `last_seen` was not given; `true` means "too many
+    /// missed: rebuild from `messages`".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resync: Option<bool>,
+}
+
+impl PartialEq for ResumeResult {
+    fn eq(&self, o: &Self) -> bool {
+        self.session == o.session
+            && self.epoch == o.epoch
+            && self.latest_seq == o.latest_seq
+            && self.messages == o.messages
+            && self.active_turn == o.active_turn
+            && self.todos == o.todos
+            && opt_raw_eq(&self.events, &o.events)
+            && self.truncated == o.truncated
+            && self.resync == o.resync
+    }
+}
+
+/// `session.detach`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DetachResult {
+    /// False when the caller was not attached.
+    pub detached: bool,
+}
+
+/// `session.list`, newest first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListResult {
+    pub sessions: Vec<SessionInfo>,
+    pub next_cursor: Option<String>,
+}
+
+/// `session.close`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CloseResult {
+    pub closed: bool,
+}
+
+/// `session.branch`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BranchResult {
+    pub session: SessionInfo,
+}
+
+wire_enum! {
+    /// Whether a submitted prompt started at once or waits behind a turn.
+    pub enum SubmitStatus {
+        Started = "started",
+        Queued = "queued",
+    }
+}
+
+/// `prompt.submit`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubmitResult {
+    pub status: SubmitStatus,
+    pub turn_id: TurnId,
+    pub trace_id: TraceId,
+}
+
+wire_enum! {
+    /// Whether `session.interrupt` found a turn to stop.
+    pub enum InterruptStatus {
+        Interrupted = "interrupted",
+        Idle = "idle",
+    }
+}
+
+/// `session.interrupt`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InterruptResult {
+    pub status: InterruptStatus,
+}
+
+/// `session.compress`: done within the wait, or still running on the host
+/// (the late answer is applied when it comes).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "lowercase")]
+pub enum CompressResult {
+    Compressed { history_version: u64, removed: u64 },
+    Pending { request_id: String },
+}
+
+/// `session.events.since`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SinceResult {
+    /// The params objects of the event frames, pre-encoded.
+    pub events: Vec<Box<RawValue>>,
+    pub latest_seq: u64,
+    /// Some requested events were removed by retention.
+    pub truncated: bool,
+    /// The page was cut by `limit`; ask again from the last seq.
+    pub has_more: bool,
+    pub epoch: String,
+}
+
+impl PartialEq for SinceResult {
+    fn eq(&self, o: &Self) -> bool {
+        raw_eq(&self.events, &o.events)
+            && self.latest_seq == o.latest_seq
+            && self.truncated == o.truncated
+            && self.has_more == o.has_more
+            && self.epoch == o.epoch
+    }
+}
+
+#[cfg(test)]
+mod tests;

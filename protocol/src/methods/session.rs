@@ -1,0 +1,404 @@
+//! Params of the session methods (`session.*`, `prompt.submit`).
+//!
+//! Every struct ignores unknown fields (clients may be newer than we are)
+//! and treats `null` like a missing field. Each session-naming one carries
+//! `profile`, which scopes the call when the gateway runs without tokens.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::de;
+use crate::error::RpcError;
+use crate::ids::SessionId;
+
+/// `session.create`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CreateParams {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+    /// Close the session as soon as it has no attached peer.
+    #[serde(default, deserialize_with = "de::null_default")]
+    pub close_on_disconnect: bool,
+    /// Attach the caller (it then receives every event from seq 1).
+    #[serde(default = "de::yes", deserialize_with = "de::null_true")]
+    pub attach: bool,
+    /// Seed transcript, persisted with the session in one transaction.
+    #[serde(default, deserialize_with = "de::null_default")]
+    pub messages: Vec<SeedMessage>,
+    /// A per-session engine pin, passed to the compute host as config.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<Map<String, Value>>,
+    #[serde(default, deserialize_with = "de::null_default")]
+    pub follow_profile_config: bool,
+}
+
+impl Default for CreateParams {
+    fn default() -> Self {
+        Self {
+            title: None,
+            profile: None,
+            close_on_disconnect: false,
+            attach: true,
+            messages: Vec::new(),
+            engine: None,
+            follow_profile_config: false,
+        }
+    }
+}
+
+wire_enum! {
+    /// The role of a seed message. Tool messages cannot be seeded: they only
+    /// arise from a host's `tool.complete`.
+    pub enum SeedRole {
+        User = "user",
+        Assistant = "assistant",
+        System = "system",
+    }
+}
+
+/// One entry of `session.create`'s seed transcript.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SeedMessage {
+    pub role: SeedRole,
+    pub text: String,
+}
+
+/// `session.resume`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResumeParams {
+    pub session_id: SessionId,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+    /// The client's watermark; when given, the reply carries the missed events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_seen: Option<u64>,
+    #[serde(default, deserialize_with = "de::null_default")]
+    pub omit_messages: bool,
+    #[serde(default = "de::yes", deserialize_with = "de::null_true")]
+    pub attach: bool,
+}
+
+/// `session.detach`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DetachParams {
+    pub session_id: SessionId,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+}
+
+/// `session.close`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CloseParams {
+    pub session_id: SessionId,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+}
+
+/// `session.interrupt`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InterruptParams {
+    pub session_id: SessionId,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+}
+
+/// `session.list`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListParams {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+    /// Page size, 1..=500 (default 50).
+    #[serde(default = "de::list_limit", deserialize_with = "de::null_list_limit")]
+    pub limit: u32,
+    /// Opaque cursor from a previous page's `next_cursor`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+    #[serde(default, deserialize_with = "de::null_default")]
+    pub include_closed: bool,
+}
+
+impl Default for ListParams {
+    fn default() -> Self {
+        Self {
+            profile: None,
+            limit: de::LIST_LIMIT_DEFAULT,
+            cursor: None,
+            include_closed: false,
+        }
+    }
+}
+
+impl ListParams {
+    pub(crate) fn validate(&self) -> Result<(), RpcError> {
+        check_range("limit", self.limit, de::LIST_LIMIT_MAX)
+    }
+}
+
+/// `session.branch`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BranchParams {
+    pub session_id: SessionId,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+    /// Copy events up to and including this seq (default: everything).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upto_seq: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+}
+
+/// `prompt.submit`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubmitParams {
+    pub session_id: SessionId,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+    pub text: String,
+}
+
+/// `session.compress`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompressParams {
+    pub session_id: SessionId,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+    /// What the summary should keep, passed to the host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub focus: Option<String>,
+}
+
+/// `session.events.since`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SinceParams {
+    pub session_id: SessionId,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+    /// Required: return events with `seq > last_seen`.
+    pub last_seen: u64,
+    /// Page size, 1..=10000 (default 1000).
+    #[serde(default = "de::since_limit", deserialize_with = "de::null_since_limit")]
+    pub limit: u32,
+}
+
+impl SinceParams {
+    pub(crate) fn validate(&self) -> Result<(), RpcError> {
+        check_range("limit", self.limit, de::SINCE_LIMIT_MAX)
+    }
+}
+
+/// `1..=max`, else -32602 naming `field`.
+fn check_range(field: &str, value: u32, max: u32) -> Result<(), RpcError> {
+    if (1..=max).contains(&value) {
+        Ok(())
+    } else {
+        Err(RpcError::invalid_params(
+            field,
+            format!("{value} is out of range 1..={max}"),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::de::DeserializeOwned;
+    use serde_json::json;
+
+    /// Serializes, checks the JSON, deserializes and checks equality.
+    fn round_trip<T>(v: &T, expected: Value)
+    where
+        T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug,
+    {
+        let json = serde_json::to_value(v).unwrap();
+        assert_eq!(json, expected);
+        let back: T = serde_json::from_value(json).unwrap();
+        assert_eq!(&back, v);
+        let text = serde_json::to_string(v).unwrap();
+        let back: T = serde_json::from_str(&text).unwrap();
+        assert_eq!(&back, v);
+    }
+
+    #[test]
+    fn create_defaults() {
+        let p: CreateParams = serde_json::from_value(json!({})).unwrap();
+        assert_eq!(p, CreateParams::default());
+        assert!(p.attach);
+        assert!(!p.close_on_disconnect);
+        let nulls: CreateParams = serde_json::from_value(json!({
+            "title": null, "profile": null, "close_on_disconnect": null, "attach": null,
+            "messages": null, "engine": null, "follow_profile_config": null, "extra": [1]
+        }))
+        .unwrap();
+        assert_eq!(nulls, CreateParams::default());
+    }
+
+    #[test]
+    fn create_round_trip() {
+        let mut engine = Map::new();
+        engine.insert("model".into(), json!("m1"));
+        let p = CreateParams {
+            title: Some("t".into()),
+            profile: Some("work".into()),
+            close_on_disconnect: true,
+            attach: false,
+            messages: vec![
+                SeedMessage {
+                    role: SeedRole::User,
+                    text: "hi".into(),
+                },
+                SeedMessage {
+                    role: SeedRole::Assistant,
+                    text: "hello".into(),
+                },
+                SeedMessage {
+                    role: SeedRole::System,
+                    text: "be nice".into(),
+                },
+            ],
+            engine: Some(engine),
+            follow_profile_config: true,
+        };
+        round_trip(
+            &p,
+            json!({"title":"t","profile":"work","close_on_disconnect":true,"attach":false,
+                "messages":[{"role":"user","text":"hi"},{"role":"assistant","text":"hello"},
+                            {"role":"system","text":"be nice"}],
+                "engine":{"model":"m1"},"follow_profile_config":true}),
+        );
+        round_trip(
+            &CreateParams::default(),
+            json!({"close_on_disconnect":false,"attach":true,"messages":[],"follow_profile_config":false}),
+        );
+    }
+
+    #[test]
+    fn seed_role_strings() {
+        for r in SeedRole::ALL {
+            assert_eq!(SeedRole::parse(r.as_str()), Some(*r));
+            assert_eq!(serde_json::to_value(r).unwrap(), json!(r.as_str()));
+        }
+        assert_eq!(SeedRole::parse("tool"), None);
+        assert!("bot".parse::<SeedRole>().is_err());
+    }
+
+    #[test]
+    fn resume_round_trip() {
+        let p = ResumeParams {
+            session_id: "s_1".into(),
+            profile: None,
+            last_seen: Some(7),
+            omit_messages: true,
+            attach: true,
+        };
+        round_trip(
+            &p,
+            json!({"session_id":"s_1","last_seen":7,"omit_messages":true,"attach":true}),
+        );
+        let d: ResumeParams = serde_json::from_value(json!({"session_id":"s_1"})).unwrap();
+        assert!(d.attach && !d.omit_messages && d.last_seen.is_none());
+    }
+
+    #[test]
+    fn simple_session_params_round_trip() {
+        let with_profile = json!({"session_id":"s_1","profile":"p"});
+        round_trip(
+            &DetachParams {
+                session_id: "s_1".into(),
+                profile: Some("p".into()),
+            },
+            with_profile.clone(),
+        );
+        round_trip(
+            &CloseParams {
+                session_id: "s_1".into(),
+                profile: Some("p".into()),
+            },
+            with_profile.clone(),
+        );
+        round_trip(
+            &InterruptParams {
+                session_id: "s_1".into(),
+                profile: Some("p".into()),
+            },
+            with_profile,
+        );
+        round_trip(
+            &SubmitParams {
+                session_id: "s_1".into(),
+                profile: None,
+                text: "hello".into(),
+            },
+            json!({"session_id":"s_1","text":"hello"}),
+        );
+        round_trip(
+            &CompressParams {
+                session_id: "s_1".into(),
+                profile: None,
+                focus: Some("names".into()),
+            },
+            json!({"session_id":"s_1","focus":"names"}),
+        );
+        round_trip(
+            &BranchParams {
+                session_id: "s_1".into(),
+                profile: None,
+                upto_seq: Some(3),
+                title: Some("b".into()),
+            },
+            json!({"session_id":"s_1","upto_seq":3,"title":"b"}),
+        );
+    }
+
+    #[test]
+    fn list_round_trip_and_defaults() {
+        let d: ListParams = serde_json::from_value(json!({"limit": null})).unwrap();
+        assert_eq!(d, ListParams::default());
+        assert_eq!(d.limit, 50);
+        round_trip(
+            &ListParams {
+                profile: Some("p".into()),
+                limit: 10,
+                cursor: Some("c".into()),
+                include_closed: true,
+            },
+            json!({"profile":"p","limit":10,"cursor":"c","include_closed":true}),
+        );
+        assert!(ListParams::default().validate().is_ok());
+        let zero = ListParams {
+            limit: 0,
+            ..ListParams::default()
+        };
+        assert_eq!(zero.validate().unwrap_err().field(), Some("limit"));
+        let big = ListParams {
+            limit: 501,
+            ..ListParams::default()
+        };
+        assert!(big.validate().is_err());
+        let max = ListParams {
+            limit: 500,
+            ..ListParams::default()
+        };
+        assert!(max.validate().is_ok());
+    }
+
+    #[test]
+    fn since_round_trip_and_defaults() {
+        let d: SinceParams =
+            serde_json::from_value(json!({"session_id":"s_1","last_seen":0})).unwrap();
+        assert_eq!(d.limit, 1000);
+        round_trip(
+            &SinceParams {
+                session_id: "s_1".into(),
+                profile: None,
+                last_seen: 41,
+                limit: 10000,
+            },
+            json!({"session_id":"s_1","last_seen":41,"limit":10000}),
+        );
+        assert!(d.validate().is_ok());
+        let over = SinceParams { limit: 10001, ..d };
+        assert_eq!(over.validate().unwrap_err().code, -32602);
+    }
+}
