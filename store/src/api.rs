@@ -1,0 +1,100 @@
+//! The dialect-neutral store API. SQLite implements it today; PostgreSQL will implement the same
+//! traits, so nothing outside `sqlite/` may depend on SQL specifics.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use tether_protocol::SessionId;
+
+use crate::{EventRow, SessionRow, StoreError, WriteOp};
+
+/// What the single writer connection does.
+///
+/// Owned by exactly one StoreWriter actor; `&mut self` on purpose: there is one writer, writes are
+/// serialized by its mailbox, and the type system keeps a second task from sharing it.
+#[async_trait]
+pub trait StoreWrite: Send {
+    /// Runs `ops` in ONE transaction, each op inside its own savepoint so one failing op does not
+    /// sink the others. Returns one result per op, in the same order.
+    ///
+    /// If the COMMIT itself fails nothing is written: every op that had succeeded gets the
+    /// commit's error (an op that had already failed keeps its own error).
+    async fn commit(&mut self, ops: &[WriteOp]) -> Vec<Result<(), StoreError>>;
+
+    /// Latest committed seq of a session as seen by the writer connection (0 if the session or
+    /// its events do not exist). Used as a barrier by the writer actor: it reflects every commit
+    /// made before, unlike a read-pool connection.
+    async fn latest_seq(&mut self, session_id: &SessionId) -> Result<u64, StoreError>;
+}
+
+/// Reads, over a small read pool. Shared (`Arc`) by many actors and tasks.
+#[async_trait]
+pub trait StoreRead: Send + Sync {
+    /// The store's epoch (PROTOCOL.md 1.3): 16 lowercase hex digits, fixed at creation.
+    fn epoch(&self) -> &str;
+
+    /// The session `id` if it belongs to `profile`; another profile's session is `None`
+    /// (indistinguishable from an unknown one, as the protocol requires).
+    async fn get_session(
+        &self,
+        profile: &str,
+        id: &SessionId,
+    ) -> Result<Option<SessionRow>, StoreError>;
+
+    /// A page of a profile's sessions, newest first (`created_at_ms` DESC, `id` DESC).
+    ///
+    /// `cursor` is the opaque `next_cursor` of a previous page. Returns at most `limit` rows
+    /// (`limit` must be at least 1) and a next cursor that is `Some` only if more rows exist.
+    /// Closed sessions are skipped unless `include_closed`.
+    async fn list_sessions(
+        &self,
+        profile: &str,
+        include_closed: bool,
+        cursor: Option<&str>,
+        limit: u32,
+    ) -> Result<(Vec<SessionRow>, Option<String>), StoreError>;
+
+    /// Durable events with `seq > after`, ascending, at most `limit`.
+    async fn events_since(
+        &self,
+        session_id: &SessionId,
+        after: u64,
+        limit: u32,
+    ) -> Result<Vec<EventRow>, StoreError>;
+
+    /// The transcript events of the current history segment: the latest `session.compacted`
+    /// event (if any) and every later event whose type is one of `message.user`,
+    /// `message.system`, `message.complete`, `tool.complete`, `session.compacted`; ascending seq.
+    async fn segment_events(&self, session_id: &SessionId) -> Result<Vec<EventRow>, StoreError>;
+}
+
+/// An opened store: the one writer, the shared reader, and the store's epoch.
+pub struct Opened {
+    /// The single writer; hand it to the StoreWriter actor.
+    pub writer: Box<dyn StoreWrite>,
+    /// The read side, shared.
+    pub reader: Arc<dyn StoreRead>,
+    /// The store's epoch (same as `reader.epoch()`).
+    pub epoch: String,
+}
+
+impl std::fmt::Debug for Opened {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Opened")
+            .field("epoch", &self.epoch)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The event types that make up a transcript (DESIGN.md "Store").
+pub const TRANSCRIPT_KINDS: [&str; 5] = [
+    "message.user",
+    "message.system",
+    "message.complete",
+    "tool.complete",
+    "session.compacted",
+];
+
+/// The event type that starts a new history segment.
+pub const COMPACTED_KIND: &str = "session.compacted";

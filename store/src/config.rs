@@ -1,0 +1,44 @@
+//! How to open the store.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Durability of a commit (SQLite's `PRAGMA synchronous` under WAL).
+///
+/// `Normal` (the default) survives a process crash but may lose the last commits on power loss;
+/// `Full` syncs the WAL on every commit and survives power loss, at a throughput cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Synchronous {
+    /// fsync only at checkpoints.
+    #[default]
+    Normal,
+    /// fsync the WAL at every commit.
+    Full,
+}
+
+/// Settings of an embedded (SQLite) store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreConfig {
+    /// The database file (`<data dir>/tether.db`). Its directory is created if missing.
+    pub db_path: PathBuf,
+    /// Commit durability.
+    pub synchronous: Synchronous,
+    /// How long a statement waits for a lock held by another connection before failing with
+    /// [`StoreError::Unavailable`](crate::StoreError::Unavailable).
+    pub busy_timeout: Duration,
+    /// Size of the read pool.
+    pub read_connections: u32,
+}
+
+impl StoreConfig {
+    /// The defaults of DESIGN.md for a database at `db_path`: synchronous NORMAL, 5 s busy
+    /// timeout, 4 read connections.
+    pub fn new(db_path: impl Into<PathBuf>) -> Self {
+        StoreConfig {
+            db_path: db_path.into(),
+            synchronous: Synchronous::Normal,
+            busy_timeout: Duration::from_secs(5),
+            read_connections: 4,
+        }
+    }
+}

@@ -1,0 +1,58 @@
+//! The store's one error type.
+//!
+//! Every variant maps to exactly one wire error code (PROTOCOL.md 1.6), so a caller that only
+//! wants to answer a request can do `err.code()` and never look at SQL details. The variants
+//! carry a human-readable message (already stripped of anything dialect-specific beyond the
+//! database's own text) and are `Clone` because one failed COMMIT fails every op of its batch.
+
+use tether_protocol::codes;
+
+/// What went wrong in the store. See [`StoreError::code`] for the wire mapping.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// The disk (or the database's size limit) is full: nothing of the failed write exists.
+    #[error("storage full: {0}")]
+    Full(String),
+    /// An I/O error, a read-only or corrupt database, or a file that cannot be opened for writing.
+    #[error("storage I/O error: {0}")]
+    Io(String),
+    /// The store cannot be reached right now (pool closed or exhausted, lock wait timed out,
+    /// database cannot be opened). Retrying later may work.
+    #[error("storage unavailable: {0}")]
+    Unavailable(String),
+    /// The write collides with what is already stored (e.g. a seq or session id already used).
+    #[error("storage conflict: {0}")]
+    Conflict(String),
+    /// The request or the stored data is malformed (e.g. non-contiguous seqs, a bad cursor,
+    /// an unknown status string in a row).
+    #[error("invalid store data: {0}")]
+    Invalid(String),
+}
+
+impl StoreError {
+    /// The JSON-RPC error code this error is reported as: 5070 full, 5072 unavailable, 5071 for
+    /// everything else (a write that failed without writing anything).
+    pub fn code(&self) -> i64 {
+        match self {
+            StoreError::Full(_) => codes::STORAGE_FULL,
+            StoreError::Io(_) | StoreError::Conflict(_) | StoreError::Invalid(_) => {
+                codes::STORAGE_WRITE_FAILED
+            }
+            StoreError::Unavailable(_) => codes::STORAGE_UNAVAILABLE,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_follow_the_protocol_table() {
+        assert_eq!(StoreError::Full("x".into()).code(), 5070);
+        assert_eq!(StoreError::Io("x".into()).code(), 5071);
+        assert_eq!(StoreError::Conflict("x".into()).code(), 5071);
+        assert_eq!(StoreError::Invalid("x".into()).code(), 5071);
+        assert_eq!(StoreError::Unavailable("x".into()).code(), 5072);
+    }
+}

@@ -1,0 +1,35 @@
+//! tether persistence: the Store API and its SQLite implementation.
+//!
+//! The store knows nothing of actors. It offers two halves:
+//!
+//! - [`StoreWrite`]: the one writer connection, owned by the StoreWriter actor, which
+//!   group-commits batches of [`WriteOp`]s: one transaction per batch, each op atomic and
+//!   independent of the others.
+//! - [`StoreRead`]: reads over a small pool, shared by every task that needs them.
+//!
+//! The traits are dialect-neutral: SQLite ([`open_sqlite`]) is the embedded default, and a
+//! PostgreSQL implementation will sit behind the same traits. SQL lives only in `sqlite/`.
+//!
+//! Errors are [`StoreError`]s whose [`code`](StoreError::code) is the wire code (5070/5071/5072).
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod api;
+mod config;
+mod cursor;
+mod error;
+mod model;
+mod rules;
+mod sqlite;
+
+pub use api::{Opened, StoreRead, StoreWrite, COMPACTED_KIND, TRANSCRIPT_KINDS};
+pub use config::{StoreConfig, Synchronous};
+pub use error::StoreError;
+pub use model::{EventRow, NewSession, SessionPatch, SessionRow, WriteOp};
+pub use sqlite::{open_sqlite, open_sqlite_writer};
+
+/// Hooks for tests of this crate and of its users; not part of the supported API.
+#[doc(hidden)]
+pub mod testing {
+    pub use crate::sqlite::open_sqlite_writer_with_page_headroom;
+}

@@ -1,0 +1,121 @@
+//! session.list: newest first, keyset cursor, include_closed.
+
+mod common;
+
+use std::collections::HashSet;
+
+use tether_protocol::SessionStatus;
+use tether_store::{SessionPatch, StoreError, WriteOp};
+
+use common::{create, sid};
+
+/// Seeds 23 sessions in profile `p` (with created_at ties) plus noise in profile `q`, and closes
+/// every fifth one. Returns the ids of `p` newest first.
+async fn seed(store: &mut tether_store::Opened) -> Vec<String> {
+    let mut ops = Vec::new();
+    let mut expected = Vec::new();
+    for i in 0..23u32 {
+        // Three sessions per millisecond: ties are broken by id, descending.
+        let id = format!("s_{i:02}");
+        ops.push(create(&id, "p", i64::from(i / 3), 0));
+        expected.push((i / 3, id));
+    }
+    for i in 0..5 {
+        ops.push(create(&format!("q_{i}"), "q", 100, 0));
+    }
+    common::commit_ok(store, &ops).await;
+    let closes: Vec<WriteOp> = (0..23)
+        .step_by(5)
+        .map(|i| WriteOp::Patch {
+            session_id: sid(&format!("s_{i:02}")),
+            patch: SessionPatch {
+                status: Some(SessionStatus::Closed),
+                ..Default::default()
+            },
+        })
+        .collect();
+    common::commit_ok(store, &closes).await;
+    expected.sort_by(|a, b| b.cmp(a));
+    expected.into_iter().map(|(_, id)| id).collect()
+}
+
+async fn walk(store: &tether_store::Opened, include_closed: bool, limit: u32) -> Vec<String> {
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let (page, next) = store
+            .reader
+            .list_sessions("p", include_closed, cursor.as_deref(), limit)
+            .await
+            .unwrap();
+        assert!(page.len() <= limit as usize);
+        assert!(page.iter().all(|s| s.profile == "p"));
+        seen.extend(page.iter().map(|s| s.id.as_str().to_owned()));
+        match next {
+            Some(c) => {
+                assert_eq!(
+                    page.len(),
+                    limit as usize,
+                    "a cursor only when the page is full"
+                );
+                cursor = Some(c);
+            }
+            None => break,
+        }
+    }
+    seen
+}
+
+#[tokio::test]
+async fn pages_visit_every_session_once_newest_first() {
+    let (_dir, _cfg, mut store) = common::fresh().await;
+    let all = seed(&mut store).await;
+    let open: Vec<String> = all
+        .iter()
+        .filter(|id| id[2..].parse::<u32>().unwrap() % 5 != 0)
+        .cloned()
+        .collect();
+    for limit in [1, 2, 4, 5, 22, 23, 24, 500] {
+        let with_closed = walk(&store, true, limit).await;
+        assert_eq!(with_closed, all, "limit {limit}");
+        assert_eq!(with_closed.iter().collect::<HashSet<_>>().len(), all.len());
+        assert_eq!(walk(&store, false, limit).await, open, "limit {limit}");
+    }
+}
+
+#[tokio::test]
+async fn exact_fit_has_no_next_cursor() {
+    let (_dir, _cfg, mut store) = common::fresh().await;
+    let all = seed(&mut store).await;
+    let (page, next) = store
+        .reader
+        .list_sessions("p", true, None, all.len() as u32)
+        .await
+        .unwrap();
+    assert_eq!(page.len(), all.len());
+    assert_eq!(next, None);
+    let (page, next) = store
+        .reader
+        .list_sessions("nobody", true, None, 10)
+        .await
+        .unwrap();
+    assert!(page.is_empty());
+    assert_eq!(next, None);
+}
+
+#[tokio::test]
+async fn bad_cursor_and_zero_limit_are_invalid() {
+    let (_dir, _cfg, store) = common::fresh().await;
+    let err = store
+        .reader
+        .list_sessions("p", false, Some("not a cursor"), 10)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Invalid(_)), "{err:?}");
+    let err = store
+        .reader
+        .list_sessions("p", false, None, 0)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Invalid(_)), "{err:?}");
+}

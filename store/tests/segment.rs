@@ -1,0 +1,103 @@
+//! segment_events: the transcript of the current history segment.
+
+mod common;
+
+use tether_store::{EventRow, SessionPatch, WriteOp};
+
+use common::{create, ev, sid};
+
+fn kinds(events: &[EventRow]) -> Vec<(u64, &str)> {
+    events.iter().map(|e| (e.seq, e.kind.as_str())).collect()
+}
+
+fn append(id: &str, events: Vec<EventRow>) -> WriteOp {
+    WriteOp::Append {
+        session_id: sid(id),
+        events,
+        patch: SessionPatch::default(),
+    }
+}
+
+#[tokio::test]
+async fn without_compaction_the_whole_transcript() {
+    let (_dir, _cfg, mut store) = common::fresh().await;
+    common::commit_ok(
+        &mut store,
+        &[
+            create("s_1", "default", 1, 1), // 1 session.created, 2 message.user
+            append(
+                "s_1",
+                vec![
+                    ev(3, "message.start"),
+                    ev(4, "tool.start"),
+                    ev(5, "tool.complete"),
+                    ev(6, "todo.updated"),
+                    ev(7, "message.complete"),
+                    ev(8, "message.system"),
+                    ev(9, "status.update"),
+                ],
+            ),
+        ],
+    )
+    .await;
+    let segment = store.reader.segment_events(&sid("s_1")).await.unwrap();
+    assert_eq!(
+        kinds(&segment),
+        vec![
+            (2, "message.user"),
+            (5, "tool.complete"),
+            (7, "message.complete"),
+            (8, "message.system")
+        ]
+    );
+    assert!(store
+        .reader
+        .segment_events(&sid("s_x"))
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+#[tokio::test]
+async fn after_a_compaction_only_it_and_later_transcript_events() {
+    let (_dir, _cfg, mut store) = common::fresh().await;
+    // Another session's compaction must not cut this one's segment.
+    common::commit_ok(
+        &mut store,
+        &[
+            create("s_other", "default", 1, 0),
+            append("s_other", vec![ev(2, "session.compacted")]),
+            create("s_1", "default", 1, 2), // seqs 1..=3
+            append(
+                "s_1",
+                vec![
+                    ev(4, "message.complete"),
+                    ev(5, "session.compacted"),
+                    ev(6, "message.user"),
+                    ev(7, "status.update"),
+                    ev(8, "message.complete"),
+                    ev(9, "session.compacted"),
+                    ev(10, "status.update"),
+                    ev(11, "message.user"),
+                    ev(12, "message.start"),
+                    ev(13, "tool.complete"),
+                ],
+            ),
+        ],
+    )
+    .await;
+    let segment = store.reader.segment_events(&sid("s_1")).await.unwrap();
+    assert_eq!(
+        kinds(&segment),
+        vec![
+            (9, "session.compacted"),
+            (11, "message.user"),
+            (13, "tool.complete")
+        ]
+    );
+    assert_eq!(segment[0], ev(9, "session.compacted"));
+    assert_eq!(
+        kinds(&store.reader.segment_events(&sid("s_other")).await.unwrap()),
+        vec![(2, "session.compacted")]
+    );
+}
