@@ -1,0 +1,67 @@
+//! What every actor of one gateway shares: settings, the read side of the
+//! store, and where the core actors currently live.
+//!
+//! Core actors get a new `ActorRef` when their supervisor restarts them, so
+//! nobody caches one: the root publishes the current refs on `watch`
+//! channels and callers read the latest one each time they need it.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use ractor::ActorRef;
+use tether_protocol::RpcError;
+use tether_store::StoreRead;
+use tokio::sync::watch;
+
+use crate::config::GatewayConfig;
+use crate::registry::RegistryMsg;
+use crate::store_writer::StoreWriterMsg;
+
+/// Shared, cheap-to-clone context handed to every actor.
+#[derive(Clone)]
+pub struct Ctx {
+    pub config: Arc<GatewayConfig>,
+    pub reader: Arc<dyn StoreRead>,
+    pub epoch: Arc<str>,
+    pub(crate) writer: watch::Receiver<Option<ActorRef<StoreWriterMsg>>>,
+    pub(crate) registry: watch::Receiver<Option<ActorRef<RegistryMsg>>>,
+}
+
+impl Ctx {
+    /// The current store writer, if it is up.
+    pub fn writer(&self) -> Option<ActorRef<StoreWriterMsg>> {
+        self.writer.borrow().clone()
+    }
+
+    /// The current registry, or 5072 while it is being restarted.
+    pub fn registry(&self) -> Result<ActorRef<RegistryMsg>, RpcError> {
+        self.registry.borrow().clone().ok_or_else(|| {
+            RpcError::new(
+                tether_protocol::codes::STORAGE_UNAVAILABLE,
+                "gateway is restarting its session registry",
+            )
+        })
+    }
+}
+
+/// Counters a live session publishes for listings and stats, so that those
+/// never have to wait on (or queue behind) the session's mailbox.
+#[derive(Debug, Default)]
+pub struct SessionGauges {
+    pub peers: AtomicU32,
+    pub ring_events: AtomicU64,
+    pub ring_bytes: AtomicU64,
+}
+
+impl SessionGauges {
+    pub fn peers(&self) -> u32 {
+        self.peers.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set(&self, peers: usize, ring_events: usize, ring_bytes: usize) {
+        self.peers.store(peers as u32, Ordering::Relaxed);
+        self.ring_events
+            .store(ring_events as u64, Ordering::Relaxed);
+        self.ring_bytes.store(ring_bytes as u64, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,327 @@
+//! `Gateway`: the root supervisor.
+//!
+//! It starts the core actors (StoreWriter, Registry), restarts them per
+//! their [`RestartPolicy`] and publishes each new `ActorRef` so that callers
+//! always reach the current one. When a core actor exceeds its intensity the
+//! gateway stops itself (escalation): the binary sees that and exits
+//! cleanly instead of serving with a broken core.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ractor::{
+    Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent,
+};
+use tether_protocol::PeerId;
+use tether_store::StoreRead;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::{error, info, warn};
+
+use crate::config::GatewayConfig;
+use crate::ctx::Ctx;
+use crate::outbox::{outbox, OutboxReceiver};
+use crate::peer::{Identity, Peer, PeerArgs, PeerMsg};
+use crate::registry::{Registry, RegistryMsg};
+use crate::store_writer::{StoreWriter, StoreWriterArgs, StoreWriterMsg, WriterFactory};
+use crate::supervisor::{Decision, RestartTracker};
+
+/// The core children of the root.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Child {
+    StoreWriter,
+    Registry,
+}
+
+pub enum GatewayMsg {
+    /// Start (or restart) a core child.
+    Start(Child),
+    /// Drain: flush every session and the writer, then stop everything.
+    Shutdown { reply: RpcReplyPort<()> },
+}
+
+pub struct GatewayArgs {
+    pub config: GatewayConfig,
+    pub reader: Arc<dyn StoreRead>,
+    pub epoch: String,
+    pub writer_factory: WriterFactory,
+}
+
+/// What the root actor starts from; built by [`GatewayHandle::start`].
+pub struct RootArgs {
+    ctx: Ctx,
+    writer_tx: watch::Sender<Option<ActorRef<StoreWriterMsg>>>,
+    registry_tx: watch::Sender<Option<ActorRef<RegistryMsg>>>,
+    factory: WriterFactory,
+}
+
+pub struct GatewayState {
+    ctx: Ctx,
+    writer_tx: watch::Sender<Option<ActorRef<StoreWriterMsg>>>,
+    registry_tx: watch::Sender<Option<ActorRef<RegistryMsg>>>,
+    factory: WriterFactory,
+    children: HashMap<ActorId, Child>,
+    trackers: HashMap<Child, RestartTracker>,
+    stopping: bool,
+}
+
+pub struct Gateway;
+
+impl Actor for Gateway {
+    type Msg = GatewayMsg;
+    type State = GatewayState;
+    type Arguments = RootArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        args: RootArgs,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let policy = args.ctx.config.core_policy;
+        let mut state = GatewayState {
+            ctx: args.ctx,
+            writer_tx: args.writer_tx,
+            registry_tx: args.registry_tx,
+            factory: args.factory,
+            children: HashMap::new(),
+            trackers: [Child::StoreWriter, Child::Registry]
+                .into_iter()
+                .map(|c| (c, RestartTracker::new(policy)))
+                .collect(),
+            stopping: false,
+        };
+        // Started here, not via messages, so the gateway is usable as soon
+        // as `spawn` returns.
+        state.start(&myself, Child::StoreWriter).await?;
+        state.start(&myself, Child::Registry).await?;
+        Ok(state)
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            GatewayMsg::Start(child) => {
+                if !state.stopping {
+                    if let Err(e) = state.start(&myself, child).await {
+                        error!(child = ?child, error = %e, "core actor failed to restart; shutting down");
+                        myself.stop(Some(format!("{child:?} could not restart")));
+                    }
+                }
+            }
+            GatewayMsg::Shutdown { reply } => {
+                state.drain().await;
+                state.stopping = true;
+                myself
+                    .get_cell()
+                    .stop_children_and_wait(Some("shutdown".into()), Some(Duration::from_secs(5)))
+                    .await;
+                let _ = reply.send(());
+                myself.stop(Some("shutdown".into()));
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        evt: SupervisionEvent,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let (cell, why) = match &evt {
+            SupervisionEvent::ActorTerminated(cell, _, reason) => {
+                (cell, reason.clone().unwrap_or_else(|| "stopped".into()))
+            }
+            SupervisionEvent::ActorFailed(cell, err) => (cell, format!("failed: {err}")),
+            _ => return Ok(()),
+        };
+        state.on_child_stopped(&myself, cell, &why);
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        state.stopping = true;
+        myself
+            .get_cell()
+            .stop_children_and_wait(
+                Some("gateway stopping".into()),
+                Some(Duration::from_secs(5)),
+            )
+            .await;
+        let _ = state.writer_tx.send(None);
+        let _ = state.registry_tx.send(None);
+        Ok(())
+    }
+}
+
+impl GatewayState {
+    async fn start(
+        &mut self,
+        myself: &ActorRef<GatewayMsg>,
+        child: Child,
+    ) -> Result<(), ActorProcessingErr> {
+        let supervisor = myself.get_cell();
+        let id = match child {
+            Child::StoreWriter => {
+                let args = StoreWriterArgs {
+                    factory: self.factory.clone(),
+                    max_batch_events: self.ctx.config.commit_batch_events,
+                };
+                let (actor, _) = Actor::spawn_linked(None, StoreWriter, args, supervisor).await?;
+                let id = actor.get_id();
+                let _ = self.writer_tx.send(Some(actor));
+                id
+            }
+            Child::Registry => {
+                let (actor, _) =
+                    Actor::spawn_linked(None, Registry, self.ctx.clone(), supervisor).await?;
+                let id = actor.get_id();
+                let _ = self.registry_tx.send(Some(actor));
+                id
+            }
+        };
+        self.children.insert(id, child);
+        info!(child = ?child, "core actor started");
+        Ok(())
+    }
+
+    fn on_child_stopped(&mut self, myself: &ActorRef<GatewayMsg>, cell: &ActorCell, why: &str) {
+        let Some(child) = self.children.remove(&cell.get_id()) else {
+            return;
+        };
+        match child {
+            Child::StoreWriter => {
+                let _ = self.writer_tx.send(None);
+            }
+            Child::Registry => {
+                let _ = self.registry_tx.send(None);
+            }
+        }
+        if self.stopping {
+            return;
+        }
+        warn!(child = ?child, reason = why, "core actor stopped unexpectedly");
+        let decision = match self.trackers.get_mut(&child) {
+            Some(t) => t.on_stop(Instant::now()),
+            None => Decision::Escalate,
+        };
+        match decision {
+            Decision::Restart { after, attempt } => {
+                info!(child = ?child, attempt, backoff_ms = after.as_millis() as u64, "restarting core actor");
+                let myself = myself.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(after).await;
+                    let _ = myself.cast(GatewayMsg::Start(child));
+                });
+            }
+            Decision::Ignore => {}
+            Decision::Escalate => {
+                error!(child = ?child, "restart intensity exceeded; shutting the gateway down");
+                self.stopping = true;
+                myself.stop(Some(format!("{child:?} exceeded its restart intensity")));
+            }
+        }
+    }
+
+    /// Flushes every live session, then the writer, with a deadline.
+    async fn drain(&mut self) {
+        let deadline = Duration::from_secs(8);
+        if let Ok(registry) = self.ctx.registry() {
+            let _ = registry
+                .call(|reply| RegistryMsg::FlushAll { reply }, Some(deadline))
+                .await;
+        }
+        if let Some(writer) = self.ctx.writer() {
+            let _ = writer
+                .call(|reply| StoreWriterMsg::Flush { reply }, Some(deadline))
+                .await;
+        }
+    }
+}
+
+/// A running gateway, as the binary and tests hold it.
+pub struct GatewayHandle {
+    ctx: Ctx,
+    actor: ActorRef<GatewayMsg>,
+    join: JoinHandle<()>,
+}
+
+impl GatewayHandle {
+    /// Starts the root and its core children.
+    pub async fn start(args: GatewayArgs) -> Result<Self, ractor::SpawnErr> {
+        let (writer_tx, writer_rx) = watch::channel(None);
+        let (registry_tx, registry_rx) = watch::channel(None);
+        let ctx = Ctx {
+            config: Arc::new(args.config),
+            reader: args.reader,
+            epoch: Arc::from(args.epoch),
+            writer: writer_rx,
+            registry: registry_rx,
+        };
+        let root = RootArgs {
+            ctx: ctx.clone(),
+            writer_tx,
+            registry_tx,
+            factory: args.writer_factory,
+        };
+        let (actor, join) = Actor::spawn(None, Gateway, root).await?;
+        Ok(Self { ctx, actor, join })
+    }
+
+    pub fn ctx(&self) -> &Ctx {
+        &self.ctx
+    }
+
+    pub fn actor(&self) -> &ActorRef<GatewayMsg> {
+        &self.actor
+    }
+
+    /// Starts a peer for a new connection; the transport writes what the
+    /// returned receiver yields and feeds the peer its inbound frames.
+    pub async fn spawn_peer(
+        &self,
+        identity: Identity,
+    ) -> Result<(ActorRef<PeerMsg>, OutboxReceiver), ractor::SpawnErr> {
+        spawn_peer(&self.ctx, identity).await
+    }
+
+    /// Drains and stops the gateway (SIGTERM path).
+    pub async fn shutdown(self, deadline: Duration) {
+        let _ = self
+            .actor
+            .call(|reply| GatewayMsg::Shutdown { reply }, Some(deadline))
+            .await;
+        self.actor.stop(Some("shutdown".into()));
+        let _ = tokio::time::timeout(Duration::from_secs(2), self.join).await;
+    }
+
+    /// Resolves when the gateway stopped by itself (a core actor escalated).
+    pub async fn stopped(&mut self) {
+        let _ = (&mut self.join).await;
+    }
+}
+
+/// Starts a peer actor bound to a fresh outbox.
+pub async fn spawn_peer(
+    ctx: &Ctx,
+    identity: Identity,
+) -> Result<(ActorRef<PeerMsg>, OutboxReceiver), ractor::SpawnErr> {
+    let (tx, rx) = outbox(ctx.config.outbox_frames, ctx.config.outbox_bytes);
+    let args = PeerArgs {
+        peer_id: PeerId::new(),
+        identity,
+        outbox: tx,
+        ctx: ctx.clone(),
+    };
+    let (actor, _) = Actor::spawn(None, Peer, args).await?;
+    Ok((actor, rx))
+}

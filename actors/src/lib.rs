@@ -1,0 +1,24 @@
+//! The tether actor system: a root `Gateway` supervising the `StoreWriter`
+//! and the `Registry` of live `Session`s, and the `Peer` actors that speak
+//! for client connections. Knows nothing of sockets beyond the [`outbox`].
+#![forbid(unsafe_code)]
+
+pub mod config;
+pub mod ctx;
+pub mod event;
+pub mod gateway;
+mod info;
+pub mod outbox;
+pub mod peer;
+pub mod registry;
+pub mod ring;
+pub mod session;
+pub mod store_writer;
+pub mod supervisor;
+pub mod transcript;
+
+pub use config::GatewayConfig;
+pub use ctx::Ctx;
+pub use gateway::{spawn_peer, GatewayArgs, GatewayHandle};
+pub use outbox::{Outbound, OutboxReceiver};
+pub use peer::{Identity, PeerMsg};

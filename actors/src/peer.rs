@@ -1,0 +1,244 @@
+//! `Peer`: one client connection, whatever its transport.
+//!
+//! The transport hands the peer raw text frames; the peer validates them
+//! into typed requests (protocol crate), sends each to the actor that owns
+//! it (the Registry for create/resume/list, the Session for session
+//! methods) and queues the answer in its own outbox, the same ordered queue
+//! that carries the session's live frames. A reply goes only to this peer.
+//!
+//! Requests of one peer are answered in order; a slow session method only
+//! delays this peer. When the transport ends, the peer stops and, in
+//! `post_stop`, sends `Detach` to every session it was attached to.
+
+mod dispatch;
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use serde_json::Value;
+use tether_protocol::{
+    encode_batch, encode_error, encode_event_frame, encode_event_params, format_ts, now_ms,
+    parse_frame, to_raw, EventParams, EventType, GatewayReadyPayload, Incoming, Item, Limits,
+    PeerId, RpcError, SessionId,
+};
+use tracing::debug;
+
+use crate::ctx::Ctx;
+use crate::outbox::{FrameClass, Outbox};
+use crate::registry::RegistryMsg;
+use crate::session::{PeerLink, SessionMsg};
+
+/// Who the peer is: its profile, whether a token fixed it, and whether its
+/// transport can receive live frames (a `POST /rpc` peer cannot attach).
+#[derive(Debug, Clone)]
+pub struct Identity {
+    pub profile: String,
+    pub fixed: bool,
+    pub can_attach: bool,
+}
+
+pub enum PeerMsg {
+    /// A text frame from the client. The permit, if any, bounds how many
+    /// frames the transport may have queued for this peer.
+    Text {
+        text: String,
+        permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    },
+    /// A binary frame: answered with -32700, the connection stays open.
+    Binary,
+    /// A frame over `max_frame_bytes` (but within 4×): answered with 4013.
+    TooLarge { len: usize },
+    /// The transport asks to close the connection with this code.
+    Close { code: u16, reason: String },
+}
+
+pub struct PeerArgs {
+    pub peer_id: PeerId,
+    pub identity: Identity,
+    pub outbox: Outbox,
+    pub ctx: Ctx,
+}
+
+pub struct PeerState {
+    peer_id: PeerId,
+    identity: Identity,
+    outbox: Outbox,
+    ctx: Ctx,
+    /// Sessions this peer is attached to, to detach from on disconnect.
+    attached: HashMap<(String, SessionId), ActorRef<SessionMsg>>,
+}
+
+pub struct Peer;
+
+impl Actor for Peer {
+    type Msg = PeerMsg;
+    type State = PeerState;
+    type Arguments = PeerArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        args: PeerArgs,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let state = PeerState {
+            peer_id: args.peer_id,
+            identity: args.identity,
+            outbox: args.outbox,
+            ctx: args.ctx,
+            attached: HashMap::new(),
+        };
+        state.send_ready();
+        if let Ok(registry) = state.ctx.registry() {
+            let _ = registry.cast(RegistryMsg::PeerUp {
+                profile: state.identity.profile.clone(),
+            });
+        }
+        debug!(peer_id = %state.peer_id, profile = %state.identity.profile, "peer connected");
+        Ok(state)
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            PeerMsg::Text { text, permit } => {
+                state.on_text(&text).await;
+                drop(permit);
+            }
+            PeerMsg::Close { code, reason } => state.outbox.close(code, &reason),
+            PeerMsg::Binary => state.reply_error(&RpcError::parse_error(
+                "binary frames are not JSON-RPC; send text frames",
+            )),
+            PeerMsg::TooLarge { len } => {
+                debug!(peer_id = %state.peer_id, len, "frame too large");
+                state.reply_error(&RpcError::frame_too_large(state.ctx.config.max_frame_bytes));
+            }
+        }
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        for (_, session) in state.attached.drain() {
+            let _ = session.cast(SessionMsg::Detach {
+                peer_id: state.peer_id.clone(),
+                reply: None,
+            });
+        }
+        if let Ok(registry) = state.ctx.registry() {
+            let _ = registry.cast(RegistryMsg::PeerDown {
+                profile: state.identity.profile.clone(),
+            });
+        }
+        debug!(peer_id = %state.peer_id, "peer disconnected");
+        Ok(())
+    }
+}
+
+/// Work to do once a frame's answer is queued: sessions waiting for this
+/// peer to confirm that a resume reply is in its outbox.
+#[derive(Default)]
+struct AfterReply {
+    joins: Vec<ActorRef<SessionMsg>>,
+}
+
+impl PeerState {
+    fn send_ready(&self) {
+        let payload = GatewayReadyPayload {
+            server: "tether".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            protocol: 1,
+            epoch: self.ctx.epoch.to_string(),
+            peer_id: self.peer_id.clone(),
+            profile: self.identity.profile.clone(),
+            heartbeat_s: self.ctx.config.heartbeat_s,
+            limits: Limits {
+                max_frame_bytes: self.ctx.config.max_frame_bytes as u64,
+            },
+        };
+        let payload = to_raw(&payload);
+        let ts = format_ts(now_ms());
+        let params = encode_event_params(&EventParams {
+            kind: EventType::GatewayReady,
+            session_id: None,
+            seq: None,
+            turn_id: None,
+            trace_id: None,
+            ts: &ts,
+            payload: &payload,
+        });
+        self.push_reply(encode_event_frame(&params));
+    }
+
+    fn push_reply(&self, text: String) {
+        self.outbox.push(Bytes::from(text), FrameClass::Reply);
+    }
+
+    fn reply_error(&self, err: &RpcError) {
+        self.push_reply(encode_error(&Value::Null, err));
+    }
+
+    fn link(&self) -> PeerLink {
+        PeerLink {
+            peer_id: self.peer_id.clone(),
+            outbox: self.outbox.clone(),
+        }
+    }
+
+    async fn on_text(&mut self, text: &str) {
+        let mut after = AfterReply::default();
+        match parse_frame(text) {
+            Incoming::Invalid(err) => self.reply_error(&err),
+            Incoming::Single(item) => {
+                if let Some(answer) = self.answer(item, &mut after).await {
+                    self.push_reply(answer);
+                }
+            }
+            Incoming::Batch(items) => {
+                let mut answers = Vec::with_capacity(items.len());
+                for item in items {
+                    if let Some(answer) = self.answer(item, &mut after).await {
+                        answers.push(answer);
+                    }
+                }
+                // A batch of notifications only gets no answer at all.
+                if !answers.is_empty() {
+                    self.push_reply(encode_batch(&answers));
+                }
+            }
+        }
+        for session in after.joins {
+            let _ = session.cast(SessionMsg::Joined {
+                peer_id: self.peer_id.clone(),
+            });
+        }
+    }
+
+    /// Executes one batch member; `None` for notifications.
+    async fn answer(&mut self, item: Item, after: &mut AfterReply) -> Option<String> {
+        match item {
+            Item::Error { id, error } => id.map(|id| encode_error(&id, &error)),
+            Item::Call(call) => {
+                let method = call.request.method();
+                let result = self.dispatch(call.request, after).await;
+                if let Err(e) = &result {
+                    if e.code == tether_protocol::codes::INTERNAL_ERROR {
+                        tracing::error!(peer_id = %self.peer_id, method, error = %e, "internal error");
+                    }
+                }
+                let id = call.id?;
+                Some(match result {
+                    Ok(raw) => tether_protocol::encode_result(&id, &raw),
+                    Err(e) => encode_error(&id, &e),
+                })
+            }
+        }
+    }
+}

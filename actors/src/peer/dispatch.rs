@@ -1,0 +1,301 @@
+//! Request dispatch: each method goes to the actor that owns its state.
+
+use std::time::Duration;
+
+use ractor::rpc::CallResult;
+use ractor::{ActorRef, Message, RpcReplyPort};
+use serde::Serialize;
+use serde_json::value::RawValue;
+use tether_protocol::{
+    to_raw, CloseParams, CloseResult, CreateParams, DetachParams, DetachResult, ListParams,
+    ListResult, PingResult, Request, ResumeParams, RpcError, SessionId, SinceParams,
+};
+
+use super::{AfterReply, PeerState};
+use crate::info::info_from_row;
+use crate::registry::{CreatedSession, RegistryMsg, Resolved};
+use crate::session::replay::since_from_store;
+use crate::session::SessionMsg;
+
+/// Sends a request to an actor and waits (bounded) for its answer.
+pub(crate) async fn ask<M, T, F>(
+    actor: &ActorRef<M>,
+    build: F,
+    timeout: Duration,
+) -> Result<T, RpcError>
+where
+    M: Message,
+    T: Send + 'static,
+    F: FnOnce(RpcReplyPort<T>) -> M,
+{
+    match actor.call(build, Some(timeout)).await {
+        Ok(CallResult::Success(v)) => Ok(v),
+        Ok(CallResult::Timeout) => Err(RpcError::internal(
+            "the owning actor did not answer in time",
+        )),
+        Ok(CallResult::SenderError) | Err(_) => Err(RpcError::internal(
+            "the owning actor stopped while handling the request",
+        )),
+    }
+}
+
+fn ok<T: Serialize>(v: &T) -> Result<Box<RawValue>, RpcError> {
+    Ok(to_raw(v))
+}
+
+impl PeerState {
+    pub(super) async fn dispatch(
+        &mut self,
+        req: Request,
+        after: &mut AfterReply,
+    ) -> Result<Box<RawValue>, RpcError> {
+        match req {
+            Request::Ping => ok(&PingResult { ok: true }),
+            Request::SessionCreate(p) => self.create(p).await,
+            Request::SessionResume(p) => self.resume(p, after).await,
+            Request::SessionDetach(p) => self.detach(p).await,
+            Request::SessionList(p) => self.list(p).await,
+            Request::SessionClose(p) => self.close(p).await,
+            Request::EventsSince(p) => self.since(p).await,
+            Request::EventsStats => {
+                let registry = self.ctx.registry()?;
+                let profile = self.identity.profile.clone();
+                let stats = ask(
+                    &registry,
+                    |reply| RegistryMsg::Stats { profile, reply },
+                    self.timeout(),
+                )
+                .await?;
+                ok(&stats)
+            }
+            other => Err(RpcError::new(
+                tether_protocol::codes::METHOD_NOT_FOUND,
+                format!(
+                    "method {} is not available in this build yet",
+                    other.method()
+                ),
+            )),
+        }
+    }
+
+    fn timeout(&self) -> Duration {
+        self.ctx.config.call_timeout
+    }
+
+    /// The profile a call is scoped to, or `None` when the caller named a
+    /// profile its token does not grant (then the call sees nothing).
+    fn scope(&self, requested: Option<&str>) -> Option<String> {
+        match requested {
+            Some(p) if self.identity.fixed && p != self.identity.profile => None,
+            Some(p) => Some(p.to_string()),
+            None => Some(self.identity.profile.clone()),
+        }
+    }
+
+    async fn resolve(
+        &self,
+        profile: Option<&str>,
+        session_id: &SessionId,
+        load: bool,
+    ) -> Result<(String, Resolved), RpcError> {
+        let Some(profile) = self.scope(profile) else {
+            return Err(RpcError::session_not_found());
+        };
+        let registry = self.ctx.registry()?;
+        let key = (profile.clone(), session_id.clone());
+        let found = ask(
+            &registry,
+            |reply| RegistryMsg::Resolve { key, load, reply },
+            self.timeout(),
+        )
+        .await??;
+        Ok((profile, found))
+    }
+
+    async fn create(&mut self, p: CreateParams) -> Result<Box<RawValue>, RpcError> {
+        let Some(profile) = self.scope(p.profile.as_deref()) else {
+            return Err(RpcError::session_not_found());
+        };
+        let attach = (p.attach && self.identity.can_attach).then(|| self.link());
+        let registry = self.ctx.registry()?;
+        let prof = profile.clone();
+        let CreatedSession { result, actor } = ask(
+            &registry,
+            |reply| RegistryMsg::Create {
+                profile: prof,
+                params: p,
+                attach,
+                reply,
+            },
+            self.timeout(),
+        )
+        .await??;
+        if result.session.peers > 0 {
+            self.attached
+                .insert((profile, result.session.session_id.clone()), actor);
+        }
+        ok(&result)
+    }
+
+    async fn resume(
+        &mut self,
+        p: ResumeParams,
+        after: &mut AfterReply,
+    ) -> Result<Box<RawValue>, RpcError> {
+        let (profile, found) = self
+            .resolve(p.profile.as_deref(), &p.session_id, true)
+            .await?;
+        let actor = match found {
+            Resolved::Live(actor) => actor,
+            Resolved::Closed(_) => return Err(RpcError::session_closed()),
+            Resolved::Stored(_) | Resolved::NotFound => return Err(RpcError::session_not_found()),
+        };
+        let attach = p.attach && self.identity.can_attach;
+        let peer = attach.then(|| self.link());
+        let key = (profile, p.session_id.clone());
+        let reply = ask(
+            &actor,
+            |reply| SessionMsg::Resume {
+                params: p,
+                peer,
+                reply,
+            },
+            self.timeout(),
+        )
+        .await;
+        match reply {
+            Ok(Ok(r)) => {
+                if r.joining {
+                    self.attached.insert(key, actor.clone());
+                    after.joins.push(actor);
+                }
+                ok(&r.result)
+            }
+            Ok(Err(e)) | Err(e) => {
+                if attach {
+                    // The session may have added us as joining before failing.
+                    let _ = actor.cast(SessionMsg::Detach {
+                        peer_id: self.peer_id.clone(),
+                        reply: None,
+                    });
+                }
+                Err(e)
+            }
+        }
+    }
+
+    async fn detach(&mut self, p: DetachParams) -> Result<Box<RawValue>, RpcError> {
+        let Some(profile) = self.scope(p.profile.as_deref()) else {
+            return Err(RpcError::session_not_found());
+        };
+        let detached = match self.attached.remove(&(profile, p.session_id)) {
+            Some(actor) => {
+                let peer_id = self.peer_id.clone();
+                ask(
+                    &actor,
+                    |reply| SessionMsg::Detach {
+                        peer_id,
+                        reply: Some(reply),
+                    },
+                    self.timeout(),
+                )
+                .await
+                .unwrap_or(false)
+            }
+            None => false,
+        };
+        ok(&DetachResult { detached })
+    }
+
+    async fn list(&mut self, p: ListParams) -> Result<Box<RawValue>, RpcError> {
+        let Some(profile) = self.scope(p.profile.as_deref()) else {
+            return ok(&ListResult {
+                sessions: Vec::new(),
+                next_cursor: None,
+            });
+        };
+        let (rows, next_cursor) = self
+            .ctx
+            .reader
+            .list_sessions(&profile, p.include_closed, p.cursor.as_deref(), p.limit)
+            .await
+            .map_err(|e| match e {
+                tether_store::StoreError::Invalid(detail) => {
+                    RpcError::invalid_params("cursor", detail)
+                }
+                e => RpcError::new(e.code(), e.to_string()),
+            })?;
+        let registry = self.ctx.registry()?;
+        let ids = rows.iter().map(|r| r.id.clone()).collect();
+        let counts = ask(
+            &registry,
+            |reply| RegistryMsg::PeerCounts {
+                profile,
+                ids,
+                reply,
+            },
+            self.timeout(),
+        )
+        .await?;
+        let sessions = rows
+            .iter()
+            .map(|row| info_from_row(row, counts.get(&row.id).copied().unwrap_or(0)))
+            .collect();
+        ok(&ListResult {
+            sessions,
+            next_cursor,
+        })
+    }
+
+    async fn close(&mut self, p: CloseParams) -> Result<Box<RawValue>, RpcError> {
+        let (_, found) = self
+            .resolve(p.profile.as_deref(), &p.session_id, true)
+            .await?;
+        match found {
+            Resolved::Live(actor) => {
+                ask(
+                    &actor,
+                    |reply| SessionMsg::Close {
+                        reason: "client".into(),
+                        reply: Some(reply),
+                    },
+                    self.timeout(),
+                )
+                .await??;
+            }
+            // Closing a closed session is a no-op success.
+            Resolved::Closed(_) => {}
+            Resolved::Stored(_) | Resolved::NotFound => return Err(RpcError::session_not_found()),
+        }
+        ok(&CloseResult { closed: true })
+    }
+
+    async fn since(&mut self, p: SinceParams) -> Result<Box<RawValue>, RpcError> {
+        let (_, found) = self
+            .resolve(p.profile.as_deref(), &p.session_id, false)
+            .await?;
+        let result = match found {
+            Resolved::Live(actor) => {
+                ask(
+                    &actor,
+                    |reply| SessionMsg::Since { params: p, reply },
+                    self.timeout(),
+                )
+                .await??
+            }
+            Resolved::Stored(row) | Resolved::Closed(row) => {
+                since_from_store(
+                    self.ctx.reader.as_ref(),
+                    &row.id,
+                    row.latest_seq,
+                    row.retained_from_seq,
+                    &self.ctx.epoch,
+                    &p,
+                )
+                .await?
+            }
+            Resolved::NotFound => return Err(RpcError::session_not_found()),
+        };
+        ok(&result)
+    }
+}

@@ -1,0 +1,546 @@
+//! `Session`: the one owner of a live session's state.
+//!
+//! Everything about a session (its peers, its seq counter, its ring, its
+//! pending appends) lives in this actor's state and changes only through its
+//! mailbox. Attach and detach are messages; nothing is keyed by connection.
+//!
+//! Durable events: the session assigns the next `seq`, sends the rows to the
+//! `StoreWriter` and keeps the encoded frames in `pending`. Only when the
+//! writer answers `Committed` do they enter the ring and go out to peers, in
+//! emission order; a transient frame emitted meanwhile waits behind them.
+//! Each frame is serialized once and the same `Bytes` is pushed to every
+//! peer's outbox, which never blocks the session.
+
+mod attach;
+pub(crate) mod replay;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use serde_json::value::RawValue;
+use tether_protocol::{
+    format_ts, now_ms, EventType, PeerId, ResumeParams, RpcError, SessionClosedPayload, SessionId,
+    SessionInfo, SessionStatus, SinceParams, SinceResult,
+};
+use tether_store::{EventRow, SessionPatch, SessionRow};
+use tracing::{debug, info, warn};
+
+pub use attach::ResumeReply;
+
+use crate::ctx::{Ctx, SessionGauges};
+use crate::event::{frame_of, EventRecord};
+use crate::outbox::{FrameClass, Outbox, Pushed};
+use crate::ring::{Ring, RingEntry};
+use crate::store_writer::{Barrier, StoreWriterMsg};
+use crate::transcript;
+
+/// A peer as a session sees it: an id and the outbox to push frames into.
+#[derive(Debug, Clone)]
+pub struct PeerLink {
+    pub peer_id: PeerId,
+    pub outbox: Outbox,
+}
+
+pub enum SessionMsg {
+    /// `session.resume`: fix the cut point, maybe attach, answer with the replay.
+    Resume {
+        params: ResumeParams,
+        peer: Option<PeerLink>,
+        reply: RpcReplyPort<Result<ResumeReply, RpcError>>,
+    },
+    /// Attach a peer that must see every event from seq 1 (`session.create`).
+    AttachFromStart { peer: PeerLink },
+    /// The peer has queued the resume reply: release the frames held for it.
+    Joined { peer_id: PeerId },
+    /// Internal: events read from the store for a peer attached from the start.
+    Backfill {
+        peer_id: PeerId,
+        frames: Result<Vec<Bytes>, RpcError>,
+    },
+    /// The peer leaves (disconnect or `session.detach`).
+    Detach {
+        peer_id: PeerId,
+        reply: Option<RpcReplyPort<bool>>,
+    },
+    /// `session.events.since`.
+    Since {
+        params: SinceParams,
+        reply: RpcReplyPort<Result<SinceResult, RpcError>>,
+    },
+    /// `session.close`: emit `session.closed`, then stop.
+    Close {
+        reason: String,
+        reply: Option<RpcReplyPort<Result<(), RpcError>>>,
+    },
+    /// A `SessionInfo` snapshot.
+    Info { reply: RpcReplyPort<SessionInfo> },
+    /// Emit events (from a turn, or from a benchmark driving the fan-out).
+    Emit { events: Vec<EventRecord> },
+    /// Answered once every event emitted so far is committed and fanned out.
+    Flush { reply: RpcReplyPort<()> },
+    /// From the writer: every pending event with `seq <= upto_seq` is on disk.
+    Committed { gen: u64, upto_seq: u64 },
+    /// From the writer: the append starting at `from_seq` was not written.
+    AppendFailed { gen: u64, from_seq: u64, code: i64 },
+}
+
+/// How a session is started: from its stored row (after a barrier told it
+/// the committed `latest_seq`) plus, for a new session, its first events.
+pub struct SessionArgs {
+    pub row: SessionRow,
+    pub barrier: Barrier,
+    pub initial: Vec<EventRecord>,
+    pub ctx: Ctx,
+    pub gauges: Arc<SessionGauges>,
+}
+
+/// An encoded event waiting for its commit (or, if transient, for the
+/// durable events before it).
+struct Pending {
+    seq: Option<u64>,
+    params: Option<Arc<RawValue>>,
+    frame: Bytes,
+    /// Segment message count once this event is committed.
+    message_count: u64,
+}
+
+/// Something to do when a seq is committed (or fails).
+enum Waiter {
+    Close(Option<RpcReplyPort<Result<(), RpcError>>>),
+}
+
+struct PeerSlot {
+    outbox: Outbox,
+    /// `None` once joined; while joining, live frames are held here.
+    held: Option<Vec<(Bytes, FrameClass)>>,
+}
+
+pub struct SessionState {
+    id: SessionId,
+    profile: String,
+    title: String,
+    status: SessionStatus,
+    parent_session_id: Option<SessionId>,
+    history_version: u64,
+    close_on_disconnect: bool,
+    created_at_ms: i64,
+    updated_at_ms: i64,
+    retained_from_seq: u64,
+    /// Messages in the current segment, counting only committed events.
+    committed_message_count: u64,
+    /// Messages in the current segment, counting pending events too.
+    message_count: u64,
+    committed_seq: u64,
+    next_seq: u64,
+    gen: u64,
+    pending: VecDeque<Pending>,
+    /// Rows emitted but not yet sent to the writer.
+    unsent: Vec<EventRow>,
+    /// Whether an append of this session is at the writer now. One at a
+    /// time: what is emitted meanwhile goes out as one larger append when
+    /// it returns, so a busy session makes fewer, bigger writes.
+    append_in_flight: bool,
+    waiters: Vec<(u64, Waiter)>,
+    flush_waiters: Vec<RpcReplyPort<()>>,
+    ring: Ring,
+    peers: HashMap<PeerId, PeerSlot>,
+    ctx: Ctx,
+    gauges: Arc<SessionGauges>,
+}
+
+pub struct Session;
+
+impl Actor for Session {
+    type Msg = SessionMsg;
+    type State = SessionState;
+    type Arguments = SessionArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        args: SessionArgs,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let SessionArgs {
+            row,
+            barrier,
+            initial,
+            ctx,
+            gauges,
+        } = args;
+        let mut ring = Ring::new(ctx.config.ring_events, ctx.config.ring_bytes);
+        for rec in &initial {
+            if let Some(seq) = rec.seq {
+                ring.push(RingEntry {
+                    seq,
+                    params: rec.params_of(&row.id),
+                });
+            }
+        }
+        let state = SessionState {
+            id: row.id,
+            profile: row.profile,
+            title: row.title,
+            status: row.status,
+            parent_session_id: row.parent_session_id,
+            history_version: row.history_version,
+            close_on_disconnect: row.close_on_disconnect,
+            created_at_ms: row.created_at_ms,
+            updated_at_ms: row.updated_at_ms,
+            retained_from_seq: row.retained_from_seq,
+            committed_message_count: row.message_count,
+            message_count: row.message_count,
+            committed_seq: barrier.latest_seq,
+            next_seq: barrier.latest_seq + 1,
+            gen: barrier.gen,
+            pending: VecDeque::new(),
+            unsent: Vec::new(),
+            append_in_flight: false,
+            waiters: Vec::new(),
+            flush_waiters: Vec::new(),
+            ring,
+            peers: HashMap::new(),
+            ctx,
+            gauges,
+        };
+        state.publish_gauges();
+        debug!(session_id = %state.id, latest_seq = state.committed_seq, "session live");
+        Ok(state)
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            SessionMsg::Resume {
+                params,
+                peer,
+                reply,
+            } => state.resume(params, peer, reply),
+            SessionMsg::AttachFromStart { peer } => state.attach_from_start(&myself, peer),
+            SessionMsg::Joined { peer_id } => state.joined(&peer_id, Vec::new()),
+            SessionMsg::Backfill { peer_id, frames } => state.backfilled(&peer_id, frames),
+            SessionMsg::Detach { peer_id, reply } => {
+                let was = state.detach(&peer_id);
+                if let Some(reply) = reply {
+                    let _ = reply.send(was);
+                }
+            }
+            SessionMsg::Since { params, reply } => state.since(params, reply),
+            SessionMsg::Close { reason, reply } => state.close(&reason, reply),
+            SessionMsg::Info { reply } => {
+                let _ = reply.send(state.info());
+            }
+            SessionMsg::Emit { events } => {
+                for rec in events {
+                    state.emit(rec);
+                }
+            }
+            SessionMsg::Flush { reply } => {
+                if state.pending.is_empty() && state.unsent.is_empty() {
+                    let _ = reply.send(());
+                } else {
+                    state.flush_waiters.push(reply);
+                }
+            }
+            SessionMsg::Committed { gen, upto_seq } => state.committed(&myself, gen, upto_seq),
+            SessionMsg::AppendFailed {
+                gen,
+                from_seq,
+                code,
+            } => state.append_failed(gen, from_seq, code),
+        }
+        state.send_unsent(&myself);
+        state.publish_gauges();
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        state.gauges.set(0, 0, 0);
+        debug!(session_id = %state.id, "session stopped");
+        Ok(())
+    }
+}
+
+impl SessionState {
+    pub(crate) fn info(&self) -> SessionInfo {
+        SessionInfo {
+            session_id: self.id.clone(),
+            profile: self.profile.clone(),
+            title: self.title.clone(),
+            status: self.status,
+            created_at: format_ts(self.created_at_ms),
+            updated_at: format_ts(self.updated_at_ms),
+            parent_session_id: self.parent_session_id.clone(),
+            history_version: self.history_version,
+            message_count: self.committed_message_count,
+            latest_seq: self.committed_seq,
+            peers: self.peers.len() as u32,
+            close_on_disconnect: self.close_on_disconnect,
+        }
+    }
+
+    fn publish_gauges(&self) {
+        self.gauges
+            .set(self.peers.len(), self.ring.len(), self.ring.bytes());
+    }
+
+    /// Emits one event. Durable events get the next seq and wait for their
+    /// commit; transient ones go out at once unless durable ones are pending.
+    pub(crate) fn emit(&mut self, mut rec: EventRecord) {
+        let now = now_ms();
+        self.updated_at_ms = now;
+        if !rec.kind.is_durable() {
+            let params = rec.params_of(&self.id);
+            let frame = frame_of(&params);
+            if self.pending.is_empty() {
+                self.fan_out(&frame, FrameClass::Transient);
+            } else {
+                self.pending.push_back(Pending {
+                    seq: None,
+                    params: None,
+                    frame,
+                    message_count: self.message_count,
+                });
+            }
+            return;
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        rec.seq = Some(seq);
+        self.message_count = transcript::count_after(rec.kind, self.message_count);
+        let params = rec.params_of(&self.id);
+        let frame = frame_of(&params);
+        self.unsent.push(rec.to_row());
+        self.pending.push_back(Pending {
+            seq: Some(seq),
+            params: Some(params),
+            frame,
+            message_count: self.message_count,
+        });
+    }
+
+    /// Sends the rows emitted by this message to the writer as one append.
+    fn send_unsent(&mut self, myself: &ActorRef<SessionMsg>) {
+        if self.unsent.is_empty() || self.append_in_flight {
+            return;
+        }
+        let events = std::mem::take(&mut self.unsent);
+        let from_seq = events.first().map(|e| e.seq).unwrap_or(0);
+        let patch = SessionPatch {
+            status: Some(self.status),
+            message_count: Some(self.message_count),
+            updated_at_ms: Some(self.updated_at_ms),
+            ..SessionPatch::default()
+        };
+        let sent = match self.ctx.writer() {
+            Some(writer) => writer
+                .cast(StoreWriterMsg::Append {
+                    session_id: self.id.clone(),
+                    gen: self.gen,
+                    events,
+                    patch,
+                    notify: myself.clone(),
+                })
+                .is_ok(),
+            None => false,
+        };
+        if sent {
+            self.append_in_flight = true;
+        } else {
+            self.append_failed(
+                self.gen,
+                from_seq,
+                tether_protocol::codes::STORAGE_UNAVAILABLE,
+            );
+        }
+    }
+
+    /// Moves committed events into the ring and out to the peers, in order.
+    fn committed(&mut self, myself: &ActorRef<SessionMsg>, gen: u64, upto_seq: u64) {
+        if gen != self.gen {
+            return;
+        }
+        self.append_in_flight = false;
+        while let Some(front) = self.pending.front() {
+            match front.seq {
+                Some(seq) if seq > upto_seq => break,
+                _ => {}
+            }
+            let Some(p) = self.pending.pop_front() else {
+                break;
+            };
+            match (p.seq, p.params) {
+                (Some(seq), Some(params)) => {
+                    self.committed_seq = seq;
+                    self.committed_message_count = p.message_count;
+                    self.ring.push(RingEntry { seq, params });
+                    self.fan_out(&p.frame, FrameClass::Durable);
+                }
+                _ => self.fan_out(&p.frame, FrameClass::Transient),
+            }
+        }
+        self.resolve_waiters(myself);
+        if self.pending.is_empty() {
+            for w in self.flush_waiters.drain(..) {
+                let _ = w.send(());
+            }
+        }
+    }
+
+    /// Drops what was not written, rewinds the seq and moves to a new gen so
+    /// that no later append of the old gen can land after the gap.
+    fn append_failed(&mut self, gen: u64, from_seq: u64, code: i64) {
+        if gen != self.gen {
+            return;
+        }
+        self.append_in_flight = false;
+        warn!(session_id = %self.id, from_seq, code, "durable events not written; rewinding");
+        // Transients emitted after the failed events go with them.
+        if let Some(i) = self
+            .pending
+            .iter()
+            .position(|p| p.seq.is_some_and(|s| s >= from_seq))
+        {
+            self.pending.truncate(i);
+        }
+        self.unsent.retain(|r| r.seq < from_seq);
+        self.next_seq = from_seq;
+        self.gen += 1;
+        self.message_count = self
+            .pending
+            .back()
+            .map(|p| p.message_count)
+            .unwrap_or(self.committed_message_count);
+        let failed: Vec<_> = {
+            let (failed, keep) = std::mem::take(&mut self.waiters)
+                .into_iter()
+                .partition(|(seq, _)| *seq >= from_seq);
+            self.waiters = keep;
+            failed
+        };
+        for (_, waiter) in failed {
+            match waiter {
+                Waiter::Close(reply) => {
+                    self.status = SessionStatus::Idle;
+                    if let Some(reply) = reply {
+                        let _ = reply.send(Err(RpcError::new(code, storage_message(code))));
+                    }
+                }
+            }
+        }
+        if self.pending.is_empty() {
+            for w in self.flush_waiters.drain(..) {
+                let _ = w.send(());
+            }
+        }
+    }
+
+    fn resolve_waiters(&mut self, myself: &ActorRef<SessionMsg>) {
+        let committed = self.committed_seq;
+        let (done, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.waiters)
+            .into_iter()
+            .partition(|(seq, _)| *seq <= committed);
+        self.waiters = keep;
+        for (_, waiter) in done {
+            match waiter {
+                Waiter::Close(reply) => {
+                    info!(session_id = %self.id, "session closed");
+                    if let Some(reply) = reply {
+                        let _ = reply.send(Ok(()));
+                    }
+                    myself.stop(Some("closed".into()));
+                }
+            }
+        }
+    }
+
+    /// Pushes a frame to every peer; a joining peer's frames are held until
+    /// its resume reply is queued.
+    fn fan_out(&mut self, frame: &Bytes, class: FrameClass) {
+        let limit = self.ctx.config.outbox_frames;
+        let mut gone = Vec::new();
+        for (peer_id, slot) in self.peers.iter_mut() {
+            match &mut slot.held {
+                Some(held) => {
+                    if held.len() >= limit && class == FrameClass::Durable {
+                        slot.outbox
+                            .close(crate::outbox::CLOSE_SLOW_CONSUMER, "slow consumer");
+                        gone.push(peer_id.clone());
+                    } else if held.len() < limit {
+                        held.push((frame.clone(), class));
+                    }
+                }
+                None => {
+                    if slot.outbox.push(frame.clone(), class) == Pushed::Closed {
+                        gone.push(peer_id.clone());
+                    }
+                }
+            }
+        }
+        for peer_id in gone {
+            debug!(session_id = %self.id, peer_id = %peer_id, "peer gone during fan-out");
+            self.detach(&peer_id);
+        }
+    }
+
+    fn detach(&mut self, peer_id: &PeerId) -> bool {
+        let was = self.peers.remove(peer_id).is_some();
+        if was {
+            debug!(session_id = %self.id, peer_id = %peer_id, peers = self.peers.len(), "peer detached");
+        }
+        was
+    }
+
+    fn close(&mut self, reason: &str, reply: Option<RpcReplyPort<Result<(), RpcError>>>) {
+        if self.status == SessionStatus::Closed {
+            // Idempotent: a second close (or one racing the first) just waits
+            // for the first one's commit if it is still pending.
+            match self
+                .waiters
+                .iter()
+                .position(|(_, w)| matches!(w, Waiter::Close(_)))
+            {
+                Some(_) => self.waiters.push((self.next_seq - 1, Waiter::Close(reply))),
+                None => {
+                    if let Some(reply) = reply {
+                        let _ = reply.send(Ok(()));
+                    }
+                }
+            }
+            return;
+        }
+        self.status = SessionStatus::Closed;
+        let rec = EventRecord::new(
+            EventType::SessionClosed,
+            &SessionClosedPayload {
+                reason: reason.to_string(),
+            },
+            None,
+            now_ms(),
+        );
+        self.emit(rec);
+        self.waiters.push((self.next_seq - 1, Waiter::Close(reply)));
+    }
+
+    fn since(&mut self, params: SinceParams, reply: RpcReplyPort<Result<SinceResult, RpcError>>) {
+        replay::since(self, params, reply);
+    }
+}
+
+/// The message of a storage error code.
+pub(crate) fn storage_message(code: i64) -> &'static str {
+    match code {
+        tether_protocol::codes::STORAGE_FULL => "storage full: nothing was written",
+        tether_protocol::codes::STORAGE_UNAVAILABLE => "storage unavailable",
+        _ => "storage write failed: nothing was written",
+    }
+}

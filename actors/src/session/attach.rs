@@ -1,0 +1,212 @@
+//! Attach with replay, handled by the session in one message.
+//!
+//! `session.resume` fixes the cut point `H` (the last committed seq) and adds
+//! the peer as *joining*: live frames above `H` are held for it. The replay
+//! `(last_seen, H]` comes from the ring or, when the ring does not reach back,
+//! from the store on a task so that the session keeps serving meanwhile. The
+//! peer queues the reply in its outbox and only then sends `Joined`, which
+//! releases the held frames behind it. So every durable event after
+//! `last_seen` reaches the client exactly once, in order, and no live frame
+//! overtakes the reply.
+
+use bytes::Bytes;
+use ractor::{ActorRef, RpcReplyPort};
+use serde_json::value::RawValue;
+use tether_protocol::{PeerId, ResumeParams, ResumeResult, RpcError, SessionStatus};
+
+use super::replay::{read_range, to_box};
+use super::{PeerLink, PeerSlot, SessionMsg, SessionState};
+use crate::event::frame_of;
+use crate::outbox::{FrameClass, Pushed};
+use crate::ring::Coverage;
+use crate::transcript::messages_from_rows;
+
+/// The answer to a resume, and whether the caller is now joining (and must
+/// send `Joined` after queueing the reply).
+#[derive(Debug)]
+pub struct ResumeReply {
+    pub result: ResumeResult,
+    pub joining: bool,
+}
+
+enum Replay {
+    None,
+    Resync,
+    Ready(Vec<Box<RawValue>>),
+    Store { after: u64 },
+}
+
+impl SessionState {
+    pub(super) fn resume(
+        &mut self,
+        params: ResumeParams,
+        peer: Option<PeerLink>,
+        reply: RpcReplyPort<Result<ResumeReply, RpcError>>,
+    ) {
+        if self.status == SessionStatus::Closed {
+            let _ = reply.send(Err(RpcError::session_closed()));
+            return;
+        }
+        let limit = self.ctx.config.max_resume_messages;
+        if !params.omit_messages && self.committed_message_count > limit {
+            let _ = reply.send(Err(RpcError::resume_too_large(
+                self.committed_message_count,
+                limit,
+            )));
+            return;
+        }
+        let h = self.committed_seq;
+        let joining = match peer {
+            Some(peer) if params.attach => {
+                self.peers.insert(
+                    peer.peer_id,
+                    PeerSlot {
+                        outbox: peer.outbox,
+                        held: Some(Vec::new()),
+                    },
+                );
+                true
+            }
+            _ => false,
+        };
+        let replay = match params.last_seen {
+            None => Replay::None,
+            Some(after) if h.saturating_sub(after) > self.ctx.config.max_replay_events => {
+                Replay::Resync
+            }
+            Some(after) => match self.ring.coverage(after, h) {
+                Coverage::Full => Replay::Ready(
+                    self.ring
+                        .range(after, h, usize::MAX)
+                        .iter()
+                        .map(|e| to_box(&e.params))
+                        .collect(),
+                ),
+                Coverage::Partial => Replay::Store { after },
+            },
+        };
+        let truncated = params
+            .last_seen
+            .map(|after| after + 1 < self.retained_from_seq);
+        let mut result = ResumeResult {
+            session: self.info(),
+            epoch: self.ctx.epoch.to_string(),
+            latest_seq: h,
+            messages: None,
+            active_turn: None,
+            todos: None,
+            events: None,
+            truncated,
+            resync: params.last_seen.map(|_| false),
+        };
+        let needs_store = !params.omit_messages || matches!(replay, Replay::Store { .. });
+        let store_after = match replay {
+            Replay::None => None,
+            Replay::Resync => {
+                result.events = Some(Vec::new());
+                result.resync = Some(true);
+                None
+            }
+            Replay::Ready(events) => {
+                result.events = Some(events);
+                None
+            }
+            Replay::Store { after } => Some(after),
+        };
+        if !needs_store {
+            let _ = reply.send(Ok(ResumeReply { result, joining }));
+            return;
+        }
+        let reader = self.ctx.reader.clone();
+        let id = self.id.clone();
+        let with_messages = !params.omit_messages;
+        tokio::spawn(async move {
+            let answer = async {
+                if with_messages {
+                    let rows = reader
+                        .segment_events(&id)
+                        .await
+                        .map_err(|e| RpcError::new(e.code(), e.to_string()))?;
+                    let rows: Vec<_> = rows.into_iter().filter(|r| r.seq <= h).collect();
+                    result.messages = Some(messages_from_rows(&rows));
+                }
+                if let Some(after) = store_after {
+                    let (events, _) = read_range(reader.as_ref(), &id, after, h, u32::MAX).await?;
+                    result.events = Some(events);
+                }
+                Ok(ResumeReply { result, joining })
+            }
+            .await;
+            let _ = reply.send(answer);
+        });
+    }
+
+    /// A peer that must see every event from seq 1 (it created the session).
+    pub(super) fn attach_from_start(&mut self, myself: &ActorRef<SessionMsg>, peer: PeerLink) {
+        let h = self.committed_seq;
+        if self.ring.coverage(0, h) == Coverage::Full {
+            for e in self.ring.range(0, h, usize::MAX) {
+                if peer.outbox.push(frame_of(&e.params), FrameClass::Durable) == Pushed::Closed {
+                    return;
+                }
+            }
+            self.peers.insert(
+                peer.peer_id,
+                PeerSlot {
+                    outbox: peer.outbox,
+                    held: None,
+                },
+            );
+            return;
+        }
+        let peer_id = peer.peer_id.clone();
+        self.peers.insert(
+            peer.peer_id,
+            PeerSlot {
+                outbox: peer.outbox,
+                held: Some(Vec::new()),
+            },
+        );
+        let reader = self.ctx.reader.clone();
+        let id = self.id.clone();
+        let myself = myself.clone();
+        tokio::spawn(async move {
+            let frames = read_range(reader.as_ref(), &id, 0, h, u32::MAX)
+                .await
+                .map(|(events, _)| events.iter().map(|p| frame_of(p)).collect());
+            let _ = myself.cast(SessionMsg::Backfill { peer_id, frames });
+        });
+    }
+
+    pub(super) fn backfilled(&mut self, peer_id: &PeerId, frames: Result<Vec<Bytes>, RpcError>) {
+        match frames {
+            Ok(frames) => self.joined(peer_id, frames),
+            Err(e) => {
+                tracing::warn!(session_id = %self.id, peer_id = %peer_id, error = %e, "backfill failed; closing peer");
+                if let Some(slot) = self.peers.remove(peer_id) {
+                    slot.outbox.close(1011, "replay failed");
+                }
+            }
+        }
+    }
+
+    /// Releases a joining peer: `prefix` first, then the frames held for it.
+    pub(super) fn joined(&mut self, peer_id: &PeerId, prefix: Vec<Bytes>) {
+        let Some(slot) = self.peers.get_mut(peer_id) else {
+            return;
+        };
+        let Some(held) = slot.held.take() else {
+            return;
+        };
+        let frames = prefix
+            .into_iter()
+            .map(|f| (f, FrameClass::Durable))
+            .chain(held);
+        for (frame, class) in frames {
+            if slot.outbox.push(frame, class) == Pushed::Closed {
+                self.detach(peer_id);
+                return;
+            }
+        }
+    }
+}
