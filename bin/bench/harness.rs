@@ -1,0 +1,188 @@
+//! What every scenario needs: pinned runtimes, a gateway on a temporary
+//! store, and a way to inject durable events into a session.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, Context};
+use ractor::rpc::CallResult;
+use ractor::ActorRef;
+use tether_actors::event::EventRecord;
+use tether_actors::registry::{RegistryMsg, Resolved};
+use tether_actors::session::SessionMsg;
+use tether_actors::store_writer::WriterFactory;
+use tether_actors::{GatewayArgs, GatewayConfig, GatewayHandle};
+use tether_protocol::{now_ms, EventType, SessionId, TextPayload};
+use tether_store::{open_sqlite, open_sqlite_writer, StoreConfig};
+use tokio::runtime::Runtime;
+
+/// A tokio runtime whose worker threads all run on `cpu` (if it exists).
+pub fn pinned_runtime(name: &str, cpu: usize, workers: usize) -> anyhow::Result<Runtime> {
+    let core = core_affinity::get_core_ids()
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.id == cpu);
+    if core.is_none() {
+        eprintln!("bench: cpu {cpu} not available, {name} runs unpinned");
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .thread_name(name)
+        .on_thread_start(move || {
+            if let Some(core) = core {
+                core_affinity::set_for_current(core);
+            }
+        })
+        .enable_all()
+        .build()
+        .context("build runtime")
+}
+
+/// Runs `f` on a fresh thread pinned to `cpu`, so that threads spawned from
+/// it (SQLite's connection workers) inherit the pinning.
+pub fn on_pinned_thread<T: Send + 'static>(
+    cpu: usize,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    std::thread::spawn(move || {
+        if let Some(core) = core_affinity::get_core_ids()
+            .unwrap_or_default()
+            .into_iter()
+            .find(|c| c.id == cpu)
+        {
+            core_affinity::set_for_current(core);
+        }
+        f()
+    })
+    .join()
+    .unwrap_or_else(|_| panic!("bench thread panicked"))
+}
+
+/// A gateway on a temporary SQLite store.
+pub struct BenchGateway {
+    pub handle: GatewayHandle,
+    _dir: tempfile::TempDir,
+}
+
+pub async fn start_gateway(config: GatewayConfig) -> anyhow::Result<BenchGateway> {
+    let dir = tempfile::tempdir()?;
+    let cfg = StoreConfig::new(dir.path().join("tether.db"));
+    let opened = open_sqlite(&cfg).await?;
+    let first = std::sync::Mutex::new(Some(opened.writer));
+    let factory: WriterFactory = Arc::new(move || {
+        let reuse = first.lock().ok().and_then(|mut f| f.take());
+        let cfg = cfg.clone();
+        Box::pin(async move {
+            match reuse {
+                Some(w) => Ok(w),
+                None => open_sqlite_writer(&cfg).await,
+            }
+        })
+    });
+    let handle = GatewayHandle::start(GatewayArgs {
+        config,
+        reader: opened.reader,
+        epoch: opened.epoch,
+        writer_factory: factory,
+    })
+    .await?;
+    Ok(BenchGateway { handle, _dir: dir })
+}
+
+/// The live actor of a session (bringing it live if needed).
+pub async fn session_actor(
+    gw: &GatewayHandle,
+    id: &SessionId,
+) -> anyhow::Result<ActorRef<SessionMsg>> {
+    let registry = gw.ctx().registry().map_err(|e| anyhow!("{e}"))?;
+    let key = ("default".to_string(), id.clone());
+    match registry
+        .call(
+            |reply| RegistryMsg::Resolve {
+                key,
+                load: true,
+                reply,
+            },
+            Some(Duration::from_secs(10)),
+        )
+        .await?
+    {
+        CallResult::Success(Ok(Resolved::Live(actor))) => Ok(actor),
+        other => Err(anyhow!("session {id} not live: {other:?}")),
+    }
+}
+
+/// `n` durable `message.system` events whose payload is about `bytes` long.
+pub fn events(n: usize, bytes: usize) -> Vec<EventRecord> {
+    let text = "x".repeat(bytes.saturating_sub(12).max(1));
+    let now = now_ms();
+    (0..n)
+        .map(|_| {
+            EventRecord::new(
+                EventType::MessageSystem,
+                &TextPayload { text: text.clone() },
+                None,
+                now,
+            )
+        })
+        .collect()
+}
+
+/// Emits `total` events into a session in batches, keeping at most
+/// `window` batches uncommitted, and returns once all are committed.
+pub async fn drive(
+    actor: ActorRef<SessionMsg>,
+    total: usize,
+    batch: usize,
+    bytes: usize,
+    window: usize,
+) -> anyhow::Result<()> {
+    let mut sent = 0;
+    let mut since_flush = 0;
+    while sent < total {
+        let n = batch.min(total - sent);
+        actor.cast(SessionMsg::Emit {
+            events: events(n, bytes),
+        })?;
+        sent += n;
+        since_flush += 1;
+        if since_flush >= window {
+            actor
+                .call(|reply| SessionMsg::Flush { reply }, None)
+                .await?;
+            since_flush = 0;
+        }
+    }
+    actor
+        .call(|reply| SessionMsg::Flush { reply }, None)
+        .await?;
+    Ok(())
+}
+
+/// Total CPU seconds (user + system) this process used so far.
+pub fn process_cpu_s() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // Fields after the command name (which may contain spaces) start at ')'.
+    let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+        return 0.0;
+    };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // utime and stime are fields 14 and 15 (1-based), i.e. 11 and 12 here.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// Peak resident set size of this process in KiB.
+pub fn peak_rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1).map(str::to_owned))
+        })
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}

@@ -1,0 +1,37 @@
+//! `tether bench`: throughput of the gateway core, measured in-process on
+//! the real actors, store and WebSocket path.
+//!
+//! The gateway runs on its own tokio runtime pinned to one CPU and the load
+//! generator (the WebSocket clients) on another runtime pinned to the other,
+//! so the two do not steal each other's core; SQLite's connection threads
+//! inherit the gateway's pinning. Events are injected at the session (the
+//! point where a turn's host frames enter), so the measured path is: seq
+//! assignment → StoreWriter group commit → ring → one serialization →
+//! every peer's outbox → socket.
+
+mod fanout;
+mod harness;
+mod store;
+
+use clap::{Args, Subcommand};
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    scenario: Scenario,
+}
+
+#[derive(Debug, Subcommand)]
+enum Scenario {
+    /// Committed events per second through the StoreWriter, no peers.
+    Store(store::StoreBench),
+    /// Durable events appended and delivered to peers over WebSocket.
+    Fanout(fanout::FanoutBench),
+}
+
+pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    match args.scenario {
+        Scenario::Store(b) => store::run(b),
+        Scenario::Fanout(b) => fanout::run(b),
+    }
+}

@@ -1,0 +1,16 @@
+//! Structured logs on stderr (`--log-format text|json`, filter by `RUST_LOG`).
+
+use tracing_subscriber::EnvFilter;
+
+use crate::config::LogFormat;
+
+pub fn init(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
+}

@@ -1,0 +1,79 @@
+//! The `tether` binary: a thin layer over the actor system.
+#![forbid(unsafe_code)]
+
+mod bench;
+mod config;
+mod logging;
+mod serve;
+mod server;
+mod stdio;
+mod ws;
+
+use std::process::ExitCode;
+
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+
+/// tether: a session gateway for AI-agent applications.
+#[derive(Debug, Parser)]
+#[command(name = "tether", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the gateway.
+    Serve(config::ServeArgs),
+    /// Measure the gateway's throughput in-process (see docs/BENCHMARKS.md).
+    Bench(bench::BenchArgs),
+}
+
+/// Exit status for bad configuration (sysexits' EX_USAGE).
+const EX_USAGE: u8 = 64;
+
+fn main() -> ExitCode {
+    let matches = Cli::command().get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    match cli.command {
+        Command::Bench(args) => match bench::run(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("tether bench: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Serve(args) => {
+            let sub = matches.subcommand_matches("serve");
+            let args = match sub.map(|m| args.clone().resolve(m)).unwrap_or(Ok(args)) {
+                Ok(a) => a,
+                Err(e) => {
+                    eprintln!("tether: {e:#}");
+                    return ExitCode::from(EX_USAGE);
+                }
+            };
+            logging::init(args.log_format);
+            let runtime = match tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("tether: cannot start the runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match runtime.block_on(serve::run(args)) {
+                Ok(code) => code,
+                Err(e) => {
+                    tracing::error!(error = format!("{e:#}"), "tether stopped");
+                    eprintln!("tether: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! `tether serve`: open the store, start the actor system, serve a
+//! transport, and drain on SIGTERM/SIGINT.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tether_actors::store_writer::WriterFactory;
+use tether_actors::{GatewayArgs, GatewayConfig, GatewayHandle};
+use tether_store::{open_sqlite, open_sqlite_writer, StoreConfig, Synchronous};
+use tracing::info;
+
+use crate::config::{ServeArgs, SyncMode};
+use crate::server::{router, AppState};
+
+/// How long a drain may take before the process exits anyway.
+const DRAIN_DEADLINE: Duration = Duration::from_secs(8);
+
+pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let db_path = args.db_path()?;
+    if let Some(dir) = db_path.parent() {
+        if !dir.as_os_str().is_empty() {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create data directory {}", dir.display()))?;
+        }
+    }
+    let store_cfg = StoreConfig {
+        db_path: db_path.clone(),
+        synchronous: match args.synchronous {
+            SyncMode::Normal => Synchronous::Normal,
+            SyncMode::Full => Synchronous::Full,
+        },
+        ..StoreConfig::new(db_path.clone())
+    };
+    let opened = open_sqlite(&store_cfg)
+        .await
+        .with_context(|| format!("cannot open the store at {}", db_path.display()))?;
+    // The first writer connection was opened with the store; the factory
+    // opens a new one whenever the StoreWriter actor restarts.
+    let first = std::sync::Mutex::new(Some(opened.writer));
+    let cfg = store_cfg.clone();
+    let factory: WriterFactory = Arc::new(move || {
+        let reuse = first.lock().ok().and_then(|mut f| f.take());
+        let cfg = cfg.clone();
+        Box::pin(async move {
+            match reuse {
+                Some(w) => Ok(w),
+                None => open_sqlite_writer(&cfg).await,
+            }
+        })
+    });
+    let config = GatewayConfig {
+        ring_events: args.ring_events,
+        outbox_frames: args.outbox_frames,
+        max_frame_bytes: args.max_frame_bytes,
+        max_replay_events: args.max_replay_events,
+        max_resume_messages: args.max_resume_messages,
+        heartbeat_s: args.heartbeat_s,
+        ..GatewayConfig::default()
+    };
+    let mut gateway = GatewayHandle::start(GatewayArgs {
+        config,
+        reader: opened.reader,
+        epoch: opened.epoch.clone(),
+        writer_factory: factory,
+    })
+    .await
+    .context("cannot start the gateway")?;
+    info!(epoch = %opened.epoch, db = %db_path.display(), "store open");
+
+    if args.stdio {
+        let ctx = gateway.ctx().clone();
+        tokio::select! {
+            r = crate::stdio::serve_stdio(&ctx) => r?,
+            _ = gateway.stopped() => return Ok(ExitCode::FAILURE),
+        }
+        gateway.shutdown(DRAIN_DEADLINE).await;
+        return Ok(ExitCode::SUCCESS);
+    }
+
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let addr = listener.local_addr()?;
+    let (shutdown_tx, shutdown_rx) = crate::ws::shutdown_channel();
+    let app = AppState {
+        ctx: gateway.ctx().clone(),
+        shutdown: shutdown_rx.clone(),
+    };
+    let mut http_shutdown = shutdown_rx.clone();
+    let server = axum::serve(listener, router(app)).with_graceful_shutdown(async move {
+        let _ = http_shutdown.wait_for(|s| *s).await;
+    });
+    let mut server = tokio::spawn(async move { server.await });
+    // The start-up line scripts and tests wait for; logs go to stderr.
+    println!("tether listening on http://{addr}");
+    info!(%addr, "listening");
+
+    let escalated = tokio::select! {
+        _ = shutdown_signal() => false,
+        _ = gateway.stopped() => true,
+        r = &mut server => {
+            r.context("server task failed")?.context("server failed")?;
+            false
+        }
+    };
+    if escalated {
+        tracing::error!("a core actor could not be kept up; exiting");
+        let _ = shutdown_tx.send(true);
+        return Ok(ExitCode::FAILURE);
+    }
+    info!("draining");
+    let _ = shutdown_tx.send(true);
+    let _ = tokio::time::timeout(DRAIN_DEADLINE, server).await;
+    gateway.shutdown(DRAIN_DEADLINE).await;
+    info!("stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let term = signal(SignalKind::terminate());
+    let int = signal(SignalKind::interrupt());
+    match (term, int) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        _ => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

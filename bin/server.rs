@@ -1,0 +1,39 @@
+//! The axum server: routes and the state they share.
+
+use axum::extract::{State, WebSocketUpgrade};
+use axum::response::Response;
+use axum::routing::get;
+use axum::Router;
+use tether_actors::Ctx;
+use tokio::sync::watch;
+
+use crate::ws::serve_socket;
+
+/// What every request handler needs.
+#[derive(Clone)]
+pub struct AppState {
+    pub ctx: Ctx,
+    /// Becomes `true` when the gateway drains.
+    pub shutdown: watch::Receiver<bool>,
+}
+
+pub fn router(app: AppState) -> Router {
+    Router::new().route("/ws", get(ws_upgrade)).with_state(app)
+}
+
+/// Socket buffers: axum's defaults (128 KiB each way) are sized for large
+/// messages; agent events are small and there may be tens of thousands of
+/// idle sockets, so start small and let the buffers grow on demand.
+const READ_BUFFER: usize = 16 * 1024;
+const WRITE_BUFFER: usize = 16 * 1024;
+
+async fn ws_upgrade(ws: WebSocketUpgrade, State(app): State<AppState>) -> Response {
+    let max = app.ctx.config.max_frame_bytes;
+    // Frames up to 4× the limit are read and answered with 4013; anything
+    // larger ends the connection with 1009 (PROTOCOL 1.10).
+    ws.max_message_size(4 * max)
+        .max_frame_size(4 * max)
+        .read_buffer_size(READ_BUFFER)
+        .write_buffer_size(WRITE_BUFFER)
+        .on_upgrade(move |socket| serve_socket(socket, app))
+}

@@ -1,0 +1,70 @@
+//! `tether serve --stdio`: one peer over stdin/stdout, one JSON-RPC
+//! message per line. stdout carries only the protocol; logs go to stderr.
+
+use std::sync::Arc;
+
+use tether_actors::{Identity, Outbound, PeerMsg};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::Semaphore;
+
+/// Serves until stdin closes.
+pub async fn serve_stdio(ctx: &tether_actors::Ctx) -> anyhow::Result<()> {
+    let identity = Identity {
+        profile: "default".into(),
+        fixed: false,
+        can_attach: true,
+    };
+    let (peer, mut rx) = tether_actors::spawn_peer(ctx, identity).await?;
+    let writer = tokio::spawn(async move {
+        let mut out = tokio::io::stdout();
+        while let Some(item) = rx.recv().await {
+            let Outbound::Frame(bytes) = item else { break };
+            if out.write_all(&bytes).await.is_err() || out.write_all(b"\n").await.is_err() {
+                break;
+            }
+            if rx_is_idle(&mut out).await.is_err() {
+                break;
+            }
+        }
+        rx.close();
+    });
+    let permits = Arc::new(Semaphore::new(32));
+    let max = ctx.config.max_frame_bytes;
+    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    loop {
+        let line = match lines.next_line().await {
+            Ok(Some(line)) => line,
+            Ok(None) => break,
+            // A line that is not UTF-8: answer a parse error and go on.
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                let _ = peer.cast(PeerMsg::Binary);
+                continue;
+            }
+            Err(_) => break,
+        };
+        if line.trim().is_empty() {
+            continue;
+        }
+        let msg = if line.len() > max {
+            PeerMsg::TooLarge { len: line.len() }
+        } else {
+            let permit = permits.clone().acquire_owned().await?;
+            PeerMsg::Text {
+                text: line,
+                permit: Some(permit),
+            }
+        };
+        if peer.cast(msg).is_err() {
+            break;
+        }
+    }
+    // Let the answers to the last requests go out before stopping.
+    let _ = permits.acquire_many(32).await;
+    peer.stop(None);
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), writer).await;
+    Ok(())
+}
+
+async fn rx_is_idle(out: &mut tokio::io::Stdout) -> std::io::Result<()> {
+    out.flush().await
+}

@@ -1,0 +1,163 @@
+//! The WebSocket transport: one socket, one `Peer`.
+//!
+//! As in axum's examples the socket is split: this task reads frames and
+//! hands them to the peer; a writer task drains the peer's bounded outbox.
+//! A few frames may be in flight to the peer at once (a semaphore permit
+//! travels with each), so a client that floods is slowed by TCP, not
+//! buffered without bound.
+
+use std::sync::Arc;
+
+use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket};
+use futures::{SinkExt, StreamExt};
+use tether_actors::outbox::CLOSE_GOING_AWAY;
+use tether_actors::{Identity, Outbound, OutboxReceiver, PeerMsg};
+use tokio::sync::{watch, Semaphore};
+use tracing::{debug, warn};
+
+use crate::server::AppState;
+
+/// Frames a peer may have queued but not yet handled.
+const INBOUND_IN_FLIGHT: usize = 32;
+
+pub async fn serve_socket(socket: WebSocket, app: AppState) {
+    let identity = Identity {
+        profile: "default".into(),
+        fixed: false,
+        can_attach: true,
+    };
+    let (peer, rx) = match tether_actors::spawn_peer(&app.ctx, identity).await {
+        Ok(p) => p,
+        Err(e) => {
+            warn!(error = %e, "could not start a peer");
+            return;
+        }
+    };
+    let (sink, mut stream) = socket.split();
+    let mut writer = tokio::spawn(write_loop(sink, rx));
+    let permits = Arc::new(Semaphore::new(INBOUND_IN_FLIGHT));
+    let max = app.ctx.config.max_frame_bytes;
+    let mut shutdown = app.shutdown.clone();
+    loop {
+        tokio::select! {
+            msg = stream.next() => {
+                let Some(msg) = msg else { break };
+                let msg = match msg {
+                    Ok(m) => m,
+                    Err(e) => {
+                        debug!(error = %e, "websocket read ended");
+                        if let Some((code, reason)) = close_code_for(&e) {
+                            // The peer queues the close behind what it already
+                            // sent; wait for the writer before stopping it.
+                            let _ = peer.cast(PeerMsg::Close { code, reason: reason.into() });
+                            let _ = tokio::time::timeout(std::time::Duration::from_secs(2), &mut writer).await;
+                        }
+                        break;
+                    }
+                };
+                let inbound = match msg {
+                    Message::Text(t) if t.len() > max => PeerMsg::TooLarge { len: t.len() },
+                    Message::Text(t) => {
+                        let Ok(permit) = permits.clone().acquire_owned().await else { break };
+                        PeerMsg::Text { text: t.as_str().to_owned(), permit: Some(permit) }
+                    }
+                    Message::Binary(b) if b.len() > max => PeerMsg::TooLarge { len: b.len() },
+                    Message::Binary(_) => PeerMsg::Binary,
+                    Message::Close(_) => break,
+                    Message::Ping(_) | Message::Pong(_) => continue,
+                };
+                if peer.cast(inbound).is_err() {
+                    break;
+                }
+            }
+            _ = &mut writer => break,
+            changed = shutdown.changed() => {
+                if changed.is_err() || *shutdown.borrow() {
+                    let _ = peer.cast(PeerMsg::Close { code: CLOSE_GOING_AWAY, reason: "gateway shutting down".into() });
+                    // Let the writer send the close frame.
+                    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), &mut writer).await;
+                    break;
+                }
+            }
+        }
+    }
+    peer.stop(None);
+    // A JoinHandle must not be polled again once it returned its output.
+    if !writer.is_finished() {
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), writer).await;
+    }
+}
+
+/// A frame over 4× the limit, or invalid UTF-8, ends the connection with
+/// the matching close code (1009, 1007). axum hides tungstenite's error
+/// type, so its message is what we can match on.
+fn close_code_for(e: &axum::Error) -> Option<(u16, &'static str)> {
+    let text = e.to_string();
+    if text.contains("Space limit exceeded") {
+        Some((1009, "frame too large"))
+    } else if text.contains("UTF-8") {
+        Some((1007, "invalid UTF-8"))
+    } else {
+        None
+    }
+}
+
+async fn write_loop(
+    mut sink: futures::stream::SplitSink<WebSocket, Message>,
+    mut rx: OutboxReceiver,
+) {
+    while let Some(item) = rx.recv().await {
+        let mut close = None;
+        match item {
+            Outbound::Frame(bytes) => {
+                if feed(&mut sink, bytes).await.is_err() {
+                    break;
+                }
+                // Write whatever else is ready, then flush once.
+                while let Some(next) = rx.try_recv() {
+                    match next {
+                        Outbound::Frame(bytes) => {
+                            if feed(&mut sink, bytes).await.is_err() {
+                                rx.close();
+                                return;
+                            }
+                        }
+                        Outbound::Close { code, reason } => {
+                            close = Some((code, reason));
+                            break;
+                        }
+                    }
+                }
+                if sink.flush().await.is_err() {
+                    break;
+                }
+            }
+            Outbound::Close { code, reason } => close = Some((code, reason)),
+        }
+        if let Some((code, reason)) = close {
+            let _ = sink
+                .send(Message::Close(Some(CloseFrame {
+                    code,
+                    reason: Utf8Bytes::from(reason),
+                })))
+                .await;
+            break;
+        }
+    }
+    rx.close();
+}
+
+async fn feed(
+    sink: &mut futures::stream::SplitSink<WebSocket, Message>,
+    bytes: bytes::Bytes,
+) -> Result<(), ()> {
+    // Frames are built from Strings, so this check never fails; it only
+    // re-validates UTF-8 (no copy), the price of sharing one buffer.
+    let text = Utf8Bytes::try_from(bytes).map_err(|_| ())?;
+    sink.feed(Message::Text(text)).await.map_err(|_| ())
+}
+
+/// Broadcasts the drain signal to every socket task.
+pub fn shutdown_channel() -> (watch::Sender<bool>, watch::Receiver<bool>) {
+    watch::channel(false)
+}

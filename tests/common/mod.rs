@@ -1,0 +1,274 @@
+//! Test harness: starts the real `tether` binary and speaks its protocol.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+/// How long a test waits for any single frame before failing.
+pub const FRAME_WAIT: Duration = Duration::from_secs(10);
+
+/// A running `tether serve` on 127.0.0.1:0 with its own data dir.
+pub struct Gateway {
+    child: Option<Child>,
+    pub addr: String,
+    pub data_dir: PathBuf,
+    extra: Vec<String>,
+}
+
+impl Gateway {
+    pub fn start(data_dir: &Path, extra: &[&str]) -> Gateway {
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        let (child, addr) = spawn(data_dir, &extra);
+        Gateway {
+            child: Some(child),
+            addr,
+            data_dir: data_dir.to_path_buf(),
+            extra,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("ws://{}/ws", self.addr)
+    }
+
+    pub async fn client(&self) -> Client {
+        Client::connect(&self.url()).await
+    }
+
+    /// SIGKILL: no drain, no flush (the crash case).
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM and wait for a clean exit; returns the exit status code.
+    pub fn terminate(&mut self) -> Option<i32> {
+        let mut c = self.child.take()?;
+        let _ = Command::new("kill")
+            .args(["-TERM", &c.id().to_string()])
+            .status();
+        for _ in 0..200 {
+            if let Ok(Some(status)) = c.try_wait() {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = c.kill();
+        panic!("gateway did not exit within 10 s of SIGTERM");
+    }
+
+    /// Starts a new gateway process on the same data dir and flags.
+    pub fn restart(&mut self) {
+        self.kill();
+        let (child, addr) = spawn(&self.data_dir, &self.extra);
+        self.child = Some(child);
+        self.addr = addr;
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn spawn(data_dir: &Path, extra: &[String]) -> (Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .arg("serve")
+        .arg("--listen")
+        .arg("127.0.0.1:0")
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(extra)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start tether");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut line = String::new();
+    BufReader::new(stdout)
+        .read_line(&mut line)
+        .expect("read start-up line");
+    let addr = line
+        .trim()
+        .strip_prefix("tether listening on http://")
+        .unwrap_or_else(|| panic!("unexpected start-up line {line:?}"))
+        .to_string();
+    (child, addr)
+}
+
+/// A WebSocket JSON-RPC client that keeps events and replies apart.
+pub struct Client {
+    ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
+    next_id: u64,
+    /// Frames received but not yet consumed.
+    pub inbox: std::collections::VecDeque<Value>,
+    pub ready: Value,
+}
+
+impl Client {
+    pub async fn connect(url: &str) -> Client {
+        let (ws, _) = tokio_tungstenite::connect_async(url)
+            .await
+            .expect("websocket connect");
+        let mut c = Client {
+            ws,
+            next_id: 1,
+            inbox: Default::default(),
+            ready: Value::Null,
+        };
+        let ready = c.next_frame().await;
+        assert_eq!(
+            ready["params"]["type"], "gateway.ready",
+            "first frame: {ready}"
+        );
+        c.ready = ready["params"]["payload"].clone();
+        c
+    }
+
+    pub fn epoch(&self) -> String {
+        self.ready["epoch"].as_str().expect("epoch").to_string()
+    }
+
+    pub async fn send_text(&mut self, text: &str) {
+        self.ws
+            .send(Message::Text(text.into()))
+            .await
+            .expect("send");
+    }
+
+    pub async fn send_binary(&mut self, data: Vec<u8>) {
+        self.ws
+            .send(Message::Binary(data.into()))
+            .await
+            .expect("send");
+    }
+
+    /// Next frame from the socket (not the inbox). Panics on close or timeout.
+    pub async fn next_frame(&mut self) -> Value {
+        loop {
+            let msg = tokio::time::timeout(FRAME_WAIT, self.ws.next())
+                .await
+                .expect("timed out waiting for a frame")
+                .expect("connection ended")
+                .expect("websocket error");
+            match msg {
+                Message::Text(t) => return serde_json::from_str(&t).expect("frame is JSON"),
+                Message::Close(f) => panic!("connection closed: {f:?}"),
+                _ => continue,
+            }
+        }
+    }
+
+    /// Reads until the close frame; returns its code.
+    pub async fn expect_close(&mut self) -> u16 {
+        loop {
+            let msg = tokio::time::timeout(FRAME_WAIT, self.ws.next())
+                .await
+                .expect("timed out waiting for close");
+            match msg {
+                Some(Ok(Message::Close(Some(f)))) => return f.code.into(),
+                Some(Ok(Message::Close(None))) | None | Some(Err(_)) => return 1005,
+                Some(Ok(_)) => continue,
+            }
+        }
+    }
+
+    /// Sends a request and returns its reply (events meanwhile go to the inbox).
+    pub async fn call(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        let frame = json!({"jsonrpc":"2.0","id":id,"method":method,"params":params});
+        self.send_text(&frame.to_string()).await;
+        self.reply_to(json!(id)).await
+    }
+
+    /// Waits for the reply with this id.
+    pub async fn reply_to(&mut self, id: Value) -> Value {
+        if let Some(pos) = self
+            .inbox
+            .iter()
+            .position(|f| f.get("id") == Some(&id) && f.get("method").is_none())
+        {
+            return self.inbox.remove(pos).expect("present");
+        }
+        loop {
+            let f = self.next_frame().await;
+            if f.get("id") == Some(&id) && f.get("method").is_none() {
+                return f;
+            }
+            self.inbox.push_back(f);
+        }
+    }
+
+    /// `call`, asserting success; returns `result`.
+    pub async fn ok(&mut self, method: &str, params: Value) -> Value {
+        let r = self.call(method, params).await;
+        assert!(r.get("error").is_none(), "{method} failed: {r}");
+        r["result"].clone()
+    }
+
+    /// `call`, asserting an error; returns `error`.
+    pub async fn err(&mut self, method: &str, params: Value) -> Value {
+        let r = self.call(method, params).await;
+        assert!(r.get("result").is_none(), "{method} should fail: {r}");
+        r["error"].clone()
+    }
+
+    /// Next event notification (from the inbox first).
+    pub async fn next_event(&mut self) -> Value {
+        if let Some(pos) = self.inbox.iter().position(|f| f["method"] == "event") {
+            return self.inbox.remove(pos).expect("present")["params"].clone();
+        }
+        loop {
+            let f = self.next_frame().await;
+            if f["method"] == "event" {
+                return f["params"].clone();
+            }
+            self.inbox.push_back(f);
+        }
+    }
+
+    /// The next `n` events.
+    pub async fn events(&mut self, n: usize) -> Vec<Value> {
+        let mut v = Vec::with_capacity(n);
+        for _ in 0..n {
+            v.push(self.next_event().await);
+        }
+        v
+    }
+
+    /// Asserts no frame arrives within `wait`.
+    pub async fn expect_silence(&mut self, wait: Duration) {
+        assert!(self.inbox.is_empty(), "unexpected frames: {:?}", self.inbox);
+        if let Ok(Some(Ok(Message::Text(t)))) = tokio::time::timeout(wait, self.ws.next()).await {
+            panic!("unexpected frame: {t}");
+        }
+    }
+
+    pub async fn close(mut self) {
+        let _ = self.ws.close(None).await;
+    }
+}
+
+pub fn seqs(events: &[Value]) -> Vec<u64> {
+    events
+        .iter()
+        .map(|e| e["seq"].as_u64().expect("seq"))
+        .collect()
+}
+
+pub fn tempdir() -> tempfile::TempDir {
+    tempfile::tempdir().expect("tempdir")
+}
