@@ -42,7 +42,7 @@ impl Default for GatewayConfig {
             max_replay_events: 10_000,
             max_resume_messages: 20_000,
             heartbeat_s: 15,
-            commit_batch_events: 512,
+            commit_batch_events: 4096,
             core_policy: RestartPolicy::core(),
             call_timeout: Duration::from_secs(30),
         }

@@ -12,6 +12,7 @@
 mod fanout;
 mod harness;
 mod store;
+mod writer;
 
 use clap::{Args, Subcommand};
 
@@ -23,7 +24,9 @@ pub struct BenchArgs {
 
 #[derive(Debug, Subcommand)]
 enum Scenario {
-    /// Committed events per second through the StoreWriter, no peers.
+    /// Committed events per second through the StoreWriter on its own.
+    Writer(writer::WriterBench),
+    /// Committed events per second emitted by sessions, no peers.
     Store(store::StoreBench),
     /// Durable events appended and delivered to peers over WebSocket.
     Fanout(fanout::FanoutBench),
@@ -31,6 +34,7 @@ enum Scenario {
 
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     match args.scenario {
+        Scenario::Writer(b) => writer::run(b),
         Scenario::Store(b) => store::run(b),
         Scenario::Fanout(b) => fanout::run(b),
     }
