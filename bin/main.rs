@@ -3,6 +3,7 @@
 
 mod bench;
 mod config;
+mod host;
 mod logging;
 mod serve;
 mod server;
@@ -27,6 +28,9 @@ enum Command {
     Serve(config::ServeArgs),
     /// Measure the gateway's throughput in-process (see docs/BENCHMARKS.md).
     Bench(bench::BenchArgs),
+    /// Run a compute host: a worker that runs turns for a gateway over
+    /// stdin/stdout (docs/PROTOCOL.md Part 2).
+    Host(host::HostArgs),
 }
 
 /// Exit status for bad configuration (sysexits' EX_USAGE).
@@ -39,6 +43,27 @@ fn main() -> ExitCode {
         Err(e) => e.exit(),
     };
     match cli.command {
+        Command::Host(args) => {
+            logging::init(args.log_format);
+            let runtime = match tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("tether host: cannot start the runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match runtime.block_on(host::run(args)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!(error = format!("{e:#}"), "tether host stopped");
+                    eprintln!("tether host: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Bench(args) => match bench::run(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

@@ -1,0 +1,231 @@
+//! The `Engine` trait: what a compute host runs turns with (`echo` now;
+//! `command` and `openai` later), and what an engine is given to do it.
+//!
+//! An engine only produces: it streams events into a [`TurnSink`] and returns
+//! a [`TurnOutcome`]. The host loop owns everything around it: parsing
+//! frames, running each turn as its own task, interrupts, writing `turn.end`
+//! / `turn.error`, heartbeats and shutdown. So an engine cannot forget to end
+//! a turn, and an interrupt works even for an engine that ignores its
+//! [`Cancel`] (the host stops polling it after a grace period).
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use futures::future::BoxFuture;
+use serde::Serialize;
+use serde_json::{Map, Value};
+use tether_protocol::{
+    FromHost, HostEvent, Message, SessionId, TextPayload, TodoItem, TodoUpdatedPayload,
+    ToolCompletePayload, ToolStartPayload, TraceId, TurnId,
+};
+use tokio::sync::watch;
+
+use super::io::{Closed, Writer};
+
+/// A compute engine. Object safe (boxed futures), so the host holds an
+/// `Arc<dyn Engine>` chosen by `--engine`.
+pub trait Engine: Send + Sync + 'static {
+    /// The name announced in `hello` (`"echo"`).
+    fn name(&self) -> &'static str;
+
+    /// Runs one turn to its end. Events go to `out`; the returned outcome
+    /// becomes the turn's last frame. When `cancel` fires (an interrupt or a
+    /// shutdown) the engine should stop soon and return
+    /// [`TurnOutcome::Interrupted`]; the host then reports the text streamed
+    /// so far.
+    fn run_turn(
+        &self,
+        turn: TurnRequest,
+        out: TurnSink,
+        cancel: Cancel,
+    ) -> BoxFuture<'_, TurnOutcome>;
+
+    /// `control` op `compress`: summarizes `history`. `Err` is the message
+    /// of a `control.error`.
+    fn compress<'a>(
+        &'a self,
+        history: &'a [Message],
+        args: &'a Value,
+    ) -> BoxFuture<'a, Result<CompressResult, String>>;
+}
+
+/// A `turn.start`, as handed to an engine.
+#[derive(Debug, Clone)]
+pub struct TurnRequest {
+    pub turn_id: TurnId,
+    pub session_id: SessionId,
+    pub trace_id: TraceId,
+    /// The current segment's transcript, oldest first.
+    // Read by the engines that call a model (echo ignores it).
+    #[allow(dead_code)]
+    pub history: Vec<Message>,
+    pub prompt: String,
+    /// The session's engine config (model, ...), opaque to the host loop.
+    #[allow(dead_code)]
+    pub config: Map<String, Value>,
+}
+
+/// How an engine's turn ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TurnOutcome {
+    /// `turn.end` status `complete` with the whole reply (normally the
+    /// concatenation of the `message.delta`s).
+    Complete { text: String },
+    /// `turn.end` status `interrupted`; its text is what the turn streamed
+    /// in `message.delta`s so far.
+    Interrupted,
+    /// `turn.error`, e.g. reason `engine_error`.
+    Failed { reason: String, message: String },
+    /// Fault injection (echo's `/crash`): the host flushes what was sent and
+    /// exits at once with `code`, ending nothing.
+    Crash { code: i32 },
+}
+
+/// `control.ack`'s result for `compress`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CompressResult {
+    pub summary: String,
+    /// How many history messages the summary replaces.
+    pub removed: u64,
+}
+
+/// A cancellation flag: set once, observed by any number of clones.
+#[derive(Debug, Clone)]
+pub struct Cancel {
+    tx: Arc<watch::Sender<bool>>,
+}
+
+impl Default for Cancel {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Cancel {
+    pub fn new() -> Self {
+        Self {
+            tx: Arc::new(watch::Sender::new(false)),
+        }
+    }
+
+    pub fn cancel(&self) {
+        self.tx.send_replace(true);
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        *self.tx.borrow()
+    }
+
+    /// Resolves once [`Cancel::cancel`] has been called (at once if it was).
+    pub async fn cancelled(&self) {
+        let mut rx = self.tx.subscribe();
+        // The sender lives in `self`, so `wait_for` cannot see it dropped.
+        let _ = rx.wait_for(|cancelled| *cancelled).await;
+    }
+}
+
+/// Where an engine streams a turn's events. Every method writes one `event`
+/// frame for this turn (through the host's single stdout writer, waiting
+/// while its queue is full) and fails only when stdout is gone.
+///
+/// Payloads are sent without `offset` or a meaningful `revision`: the
+/// gateway computes both (PROTOCOL 1.10).
+#[derive(Clone)]
+pub struct TurnSink {
+    turn_id: TurnId,
+    writer: Writer,
+    /// The assistant text streamed so far, for an interrupted `turn.end`.
+    text: Arc<Mutex<String>>,
+}
+
+impl TurnSink {
+    pub(super) fn new(turn_id: TurnId, writer: Writer) -> Self {
+        Self {
+            turn_id,
+            writer,
+            text: Arc::default(),
+        }
+    }
+
+    /// `message.delta` `{"text"}`.
+    pub async fn delta(&self, text: &str) -> Result<(), Closed> {
+        self.event("message.delta", &TextPayload { text: text.into() })
+            .await?;
+        // No await between a successful send and this append, so the text
+        // matches what went out even if the turn is dropped right here.
+        self.text
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push_str(text);
+        Ok(())
+    }
+
+    /// `reasoning.delta` `{"text"}` (not part of the reply text).
+    // For the engines that call a model (echo has no reasoning).
+    #[allow(dead_code)]
+    pub async fn reasoning_delta(&self, text: &str) -> Result<(), Closed> {
+        self.event("reasoning.delta", &TextPayload { text: text.into() })
+            .await
+    }
+
+    /// `tool.start` `{"tool_id","name","args"}`.
+    pub async fn tool_start(&self, tool_id: &str, name: &str, args: Value) -> Result<(), Closed> {
+        let payload = ToolStartPayload {
+            tool_id: tool_id.into(),
+            name: name.into(),
+            args,
+        };
+        self.event("tool.start", &payload).await
+    }
+
+    /// `tool.complete` `{"tool_id","name","result","is_error"}`.
+    pub async fn tool_complete(
+        &self,
+        tool_id: &str,
+        name: &str,
+        result: Value,
+        is_error: bool,
+    ) -> Result<(), Closed> {
+        let payload = ToolCompletePayload {
+            tool_id: tool_id.into(),
+            name: name.into(),
+            result,
+            is_error,
+        };
+        self.event("tool.complete", &payload).await
+    }
+
+    /// `todo.updated`: the full list. The revision sent is 1; the gateway
+    /// assigns the real one.
+    pub async fn todo_updated(&self, items: Vec<TodoItem>) -> Result<(), Closed> {
+        let payload = TodoUpdatedPayload { items, revision: 1 };
+        self.event("todo.updated", &payload).await
+    }
+
+    /// Any event type with any payload; the gateway decides what it accepts.
+    pub async fn event<P: Serialize>(&self, kind: &str, payload: &P) -> Result<(), Closed> {
+        // These payloads are plain structs and JSON values: converting them
+        // cannot fail, and `Null` would be a harmless answer if it did.
+        let payload = serde_json::to_value(payload).unwrap_or_default();
+        let frame = FromHost::Event {
+            turn_id: self.turn_id.clone(),
+            event: HostEvent {
+                kind: kind.into(),
+                payload,
+            },
+        };
+        self.writer.send(&frame).await
+    }
+
+    /// Waits until everything sent so far is on stdout.
+    pub async fn flush(&self) -> Result<(), Closed> {
+        self.writer.flush().await
+    }
+
+    /// The `message.delta` text streamed so far.
+    pub fn text(&self) -> String {
+        self.text
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
