@@ -67,6 +67,13 @@ pub trait StoreRead: Send + Sync {
     /// event (if any) and every later event whose type is one of `message.user`,
     /// `message.system`, `message.complete`, `tool.complete`, `session.compacted`; ascending seq.
     async fn segment_events(&self, session_id: &SessionId) -> Result<Vec<EventRow>, StoreError>;
+
+    /// The latest `todo.updated` event of a session, if any.
+    async fn latest_todos(&self, session_id: &SessionId) -> Result<Option<EventRow>, StoreError>;
+
+    /// `(profile, id)` of every session with a turn marker: turns that were
+    /// running or queued when the gateway last stopped.
+    async fn sessions_with_turn_marker(&self) -> Result<Vec<(String, SessionId)>, StoreError>;
 }
 
 /// An opened store: the one writer, the shared reader, and the store's epoch.

@@ -6,6 +6,7 @@
 
 use async_trait::async_trait;
 use sqlx::sqlite::SqlitePool;
+use sqlx::Row;
 
 use crate::cursor::ListCursor;
 use tether_protocol::{SessionId, SessionStatus};
@@ -29,6 +30,7 @@ struct Sql {
     list_after: String,
     events_since: String,
     segment: String,
+    latest_todos: String,
 }
 
 impl Sql {
@@ -67,6 +69,10 @@ impl Sql {
                  AND seq >= COALESCE((SELECT MAX(seq) FROM events INDEXED BY events_compactions \
                      WHERE session_id = ?1 AND type = '{COMPACTED_KIND}'), 0) \
                  AND type IN ({kinds}) ORDER BY seq"
+            ),
+            latest_todos: format!(
+                "SELECT {EVENT_COLUMNS} FROM events INDEXED BY events_todos \
+                 WHERE session_id = ?1 AND type = 'todo.updated' ORDER BY seq DESC LIMIT 1"
             ),
         }
     }
@@ -176,6 +182,34 @@ impl StoreRead for SqliteReader {
             .await
             .map_err(read_err)?;
         rows.iter().map(event_from_row).collect()
+    }
+
+    async fn latest_todos(&self, session_id: &SessionId) -> Result<Option<EventRow>, StoreError> {
+        // INDEXED BY: the partial index makes this one seek; without it the
+        // planner walks the session's events backwards.
+        let row = sqlx::query(&self.sql.latest_todos)
+            .bind(session_id.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(read_err)?;
+        row.as_ref().map(event_from_row).transpose()
+    }
+
+    async fn sessions_with_turn_marker(&self) -> Result<Vec<(String, SessionId)>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT profile, id FROM sessions INDEXED BY sessions_with_turn_marker \
+             WHERE turn_marker IS NOT NULL",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(read_err)?;
+        rows.iter()
+            .map(|r| {
+                let profile: String = r.try_get(0).map_err(read_err)?;
+                let id: String = r.try_get(1).map_err(read_err)?;
+                Ok((profile, SessionId::from(id)))
+            })
+            .collect()
     }
 
     async fn segment_events(&self, session_id: &SessionId) -> Result<Vec<EventRow>, StoreError> {
