@@ -6,6 +6,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::parser::ValueSource;
@@ -69,6 +70,45 @@ pub struct ServeArgs {
     /// Log format on stderr.
     #[arg(long, env = "TETHER_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,
+    /// Compute-host worker processes.
+    #[arg(long, env = "TETHER_HOSTS", default_value_t = 2)]
+    pub hosts: usize,
+    /// Command that starts a compute host (run with `sh -c`); default: this
+    /// binary's `host --engine echo`.
+    #[arg(long, env = "TETHER_HOST_COMMAND")]
+    pub host_command: Option<String>,
+    /// Heartbeat interval asked of compute hosts, in seconds; three missed
+    /// heartbeats make a host dead.
+    #[arg(long, env = "TETHER_HOST_HEARTBEAT_S", default_value_t = 5)]
+    pub host_heartbeat_s: u64,
+    /// Restarts allowed per host slot within the restart period.
+    #[arg(long, env = "TETHER_HOST_RESTARTS", default_value_t = 3)]
+    pub host_restarts: u32,
+    /// The window of --host-restarts, in seconds.
+    #[arg(long, env = "TETHER_HOST_RESTART_PERIOD_S", default_value_t = 300)]
+    pub host_restart_period_s: u64,
+    /// Prompts that may wait behind a running turn.
+    #[arg(long, env = "TETHER_MAX_QUEUED", default_value_t = 16)]
+    pub max_queued: usize,
+    /// A turn running longer ends with host_timeout, in seconds.
+    #[arg(long, env = "TETHER_TURN_DEADLINE_S", default_value_t = 3600)]
+    pub turn_deadline_s: u64,
+    /// Default wait of a control request before it answers pending, in seconds.
+    #[arg(long, env = "TETHER_CONTROL_WAIT_S", default_value_t = 30)]
+    pub control_wait_s: u64,
+    /// Expected ceiling of a compression, in seconds (sets its wait).
+    #[arg(long, env = "TETHER_COMPRESS_CEILING_S", default_value_t = 90)]
+    pub compress_ceiling_s: u64,
+    /// How long a late control answer is still applied, in seconds.
+    #[arg(long, env = "TETHER_LATE_ACK_TTL_S", default_value_t = 1800)]
+    pub late_ack_ttl_s: u64,
+    /// Most late control handlers kept at once.
+    #[arg(long, env = "TETHER_LATE_ACK_CAP", default_value_t = 64)]
+    pub late_ack_cap: usize,
+    /// Set when --control-wait-s came from a flag, env or file (not the
+    /// default): only then may it shorten the compress wait.
+    #[arg(skip)]
+    pub control_wait_explicit: bool,
 }
 
 /// The config file: every key optional, named like the flags.
@@ -86,11 +126,26 @@ struct FileConfig {
     max_resume_messages: Option<u64>,
     synchronous: Option<SyncMode>,
     log_format: Option<LogFormat>,
+    hosts: Option<usize>,
+    host_command: Option<String>,
+    host_heartbeat_s: Option<u64>,
+    host_restarts: Option<u32>,
+    host_restart_period_s: Option<u64>,
+    max_queued: Option<usize>,
+    turn_deadline_s: Option<u64>,
+    control_wait_s: Option<u64>,
+    compress_ceiling_s: Option<u64>,
+    late_ack_ttl_s: Option<u64>,
+    late_ack_cap: Option<usize>,
 }
 
 impl ServeArgs {
     /// Applies the config file (if any) under flags and env, then checks.
     pub fn resolve(mut self, matches: &ArgMatches) -> anyhow::Result<Self> {
+        self.control_wait_explicit = matches!(
+            matches.value_source("control_wait_s"),
+            Some(ValueSource::CommandLine) | Some(ValueSource::EnvVariable)
+        );
         if let Some(path) = self.config.clone() {
             let file = read_file(&path)?;
             let from_default = |id: &str| {
@@ -118,10 +173,28 @@ impl ServeArgs {
                 max_replay_events,
                 max_resume_messages,
                 synchronous,
-                log_format
+                log_format,
+                hosts,
+                host_heartbeat_s,
+                host_restarts,
+                host_restart_period_s,
+                max_queued,
+                turn_deadline_s,
+                compress_ceiling_s,
+                late_ack_ttl_s,
+                late_ack_cap
             );
+            if let Some(v) = file.control_wait_s {
+                if from_default("control_wait_s") {
+                    self.control_wait_s = v;
+                    self.control_wait_explicit = true;
+                }
+            }
             if self.database_url.is_none() {
                 self.database_url = file.database_url;
+            }
+            if self.host_command.is_none() {
+                self.host_command = file.host_command;
             }
         }
         self.check()?;
@@ -135,8 +208,11 @@ impl ServeArgs {
         if self.outbox_frames == 0 {
             bail!("--outbox-frames must be at least 1");
         }
-        if self.heartbeat_s == 0 {
-            bail!("--heartbeat-s must be at least 1");
+        if self.heartbeat_s == 0 || self.host_heartbeat_s == 0 {
+            bail!("--heartbeat-s and --host-heartbeat-s must be at least 1");
+        }
+        if self.turn_deadline_s == 0 {
+            bail!("--turn-deadline-s must be at least 1");
         }
         if !self.listen.ip().is_loopback() && !self.stdio {
             // Tokens arrive with profiles; until then only loopback peers.
@@ -170,4 +246,75 @@ fn read_file(path: &Path) -> anyhow::Result<FileConfig> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read config file {}", path.display()))?;
     toml::from_str(&text).with_context(|| format!("invalid config file {}", path.display()))
+}
+
+impl ServeArgs {
+    /// DESIGN.md "Compress wait": `min(max(ceiling + 30, 120), 630)` s,
+    /// shortened by an explicitly configured, lower --control-wait-s.
+    pub fn compress_wait(&self) -> Duration {
+        let wait = (self.compress_ceiling_s + 30).clamp(120, 630);
+        let wait = if self.control_wait_explicit {
+            wait.min(self.control_wait_s)
+        } else {
+            wait
+        };
+        Duration::from_secs(wait)
+    }
+
+    /// argv of a compute host.
+    pub fn host_argv(&self) -> anyhow::Result<Vec<String>> {
+        Ok(match &self.host_command {
+            Some(cmd) => vec!["sh".into(), "-c".into(), format!("exec {cmd}")],
+            None => {
+                let exe = std::env::current_exe().context("cannot find the tether executable")?;
+                vec![
+                    exe.to_string_lossy().into_owned(),
+                    "host".into(),
+                    "--engine".into(),
+                    "echo".into(),
+                ]
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{CommandFactory, FromArgMatches, Parser};
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    fn parse(args: &[&str]) -> ServeArgs {
+        let matches =
+            Cli::command().get_matches_from(std::iter::once("tether").chain(args.iter().copied()));
+        let cli = Cli::from_arg_matches(&matches).expect("valid flags");
+        cli.serve.resolve(&matches).expect("valid config")
+    }
+
+    #[test]
+    fn compress_wait_follows_the_design_formula() {
+        assert_eq!(parse(&[]).compress_wait(), Duration::from_secs(120));
+        assert_eq!(
+            parse(&["--compress-ceiling-s", "200"]).compress_wait(),
+            Duration::from_secs(230)
+        );
+        assert_eq!(
+            parse(&["--compress-ceiling-s", "900"]).compress_wait(),
+            Duration::from_secs(630)
+        );
+        // The default control wait (30 s) does not shorten it; an explicit one does.
+        assert_eq!(
+            parse(&["--control-wait-s", "30"]).compress_wait(),
+            Duration::from_secs(30)
+        );
+        assert_eq!(
+            parse(&["--control-wait-s", "500"]).compress_wait(),
+            Duration::from_secs(120)
+        );
+    }
 }

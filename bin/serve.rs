@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use tether_actors::store_writer::WriterFactory;
-use tether_actors::{GatewayArgs, GatewayConfig, GatewayHandle};
+use tether_actors::supervisor::RestartPolicy;
+use tether_actors::{GatewayArgs, GatewayConfig, GatewayHandle, HostConfig};
 use tether_store::{open_sqlite, open_sqlite_writer, StoreConfig, Synchronous};
 use tracing::info;
 
@@ -19,6 +20,8 @@ const DRAIN_DEADLINE: Duration = Duration::from_secs(8);
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let db_path = args.db_path()?;
+    std::fs::create_dir_all(&args.data_dir)
+        .with_context(|| format!("cannot create data directory {}", args.data_dir.display()))?;
     if let Some(dir) = db_path.parent() {
         if !dir.as_os_str().is_empty() {
             std::fs::create_dir_all(dir)
@@ -50,6 +53,27 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             }
         })
     });
+    let killed = tether_actors::host_registry::kill_leftovers(&args.data_dir);
+    if killed > 0 {
+        tracing::warn!(
+            killed,
+            "killed compute hosts left over by a gateway that stopped hard"
+        );
+    }
+    let hosts = HostConfig {
+        slots: args.hosts,
+        heartbeat: Duration::from_secs(args.host_heartbeat_s),
+        restart: RestartPolicy {
+            intensity: args.host_restarts,
+            period: Duration::from_secs(args.host_restart_period_s),
+            ..HostConfig::default_restart()
+        },
+        control_wait: Duration::from_secs(args.control_wait_s),
+        late_ack_ttl: Duration::from_secs(args.late_ack_ttl_s),
+        late_ack_cap: args.late_ack_cap,
+        data_dir: Some(args.data_dir.clone()),
+        ..HostConfig::new(args.host_argv()?)
+    };
     let config = GatewayConfig {
         ring_events: args.ring_events,
         outbox_frames: args.outbox_frames,
@@ -57,10 +81,14 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         max_replay_events: args.max_replay_events,
         max_resume_messages: args.max_resume_messages,
         heartbeat_s: args.heartbeat_s,
+        max_queued: args.max_queued,
+        turn_deadline: Duration::from_secs(args.turn_deadline_s),
+        compress_wait: args.compress_wait(),
         ..GatewayConfig::default()
     };
     let mut gateway = GatewayHandle::start(GatewayArgs {
         config,
+        hosts: (args.hosts > 0).then_some(hosts),
         reader: opened.reader,
         epoch: opened.epoch.clone(),
         writer_factory: factory,
@@ -89,9 +117,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         shutdown: shutdown_rx.clone(),
     };
     let mut http_shutdown = shutdown_rx.clone();
-    let server = axum::serve(listener, router(app)).with_graceful_shutdown(async move {
-        let _ = http_shutdown.wait_for(|s| *s).await;
-    });
+    let server = axum::serve(crate::server::nodelay(listener), router(app)).with_graceful_shutdown(
+        async move {
+            let _ = http_shutdown.wait_for(|s| *s).await;
+        },
+    );
     let mut server = tokio::spawn(async move { server.await });
     // The start-up line scripts and tests wait for; logs go to stderr.
     println!("tether listening on http://{addr}");

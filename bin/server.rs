@@ -17,6 +17,20 @@ pub struct AppState {
     pub shutdown: watch::Receiver<bool>,
 }
 
+/// The listener with `TCP_NODELAY` on every accepted socket: events are
+/// small frames that must leave at once, and Nagle's algorithm would hold
+/// each behind the previous one's ACK (40 ms with delayed ACKs).
+pub fn nodelay(
+    listener: tokio::net::TcpListener,
+) -> impl axum::serve::Listener<Io = tokio::net::TcpStream, Addr = std::net::SocketAddr> {
+    use axum::serve::ListenerExt;
+    listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+        }
+    })
+}
+
 pub fn router(app: AppState) -> Router {
     Router::new().route("/ws", get(ws_upgrade)).with_state(app)
 }

@@ -1,8 +1,9 @@
 //! Settings the actors need, resolved by the binary from flags, env and file.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::supervisor::RestartPolicy;
+use crate::supervisor::{Backoff, RestartPolicy, Strategy};
 
 /// Limits and sizes shared by every actor of one gateway.
 #[derive(Debug, Clone)]
@@ -29,6 +30,12 @@ pub struct GatewayConfig {
     pub core_policy: RestartPolicy,
     /// How long a peer waits on an actor before answering -32603.
     pub call_timeout: Duration,
+    /// Prompts that may wait behind a running turn (`--max-queued`).
+    pub max_queued: usize,
+    /// A turn running longer ends with `host_timeout` (`--turn-deadline-s`).
+    pub turn_deadline: Duration,
+    /// How long `session.compress` waits before answering `pending`.
+    pub compress_wait: Duration,
 }
 
 impl Default for GatewayConfig {
@@ -45,6 +52,68 @@ impl Default for GatewayConfig {
             commit_batch_events: 4096,
             core_policy: RestartPolicy::core(),
             call_timeout: Duration::from_secs(30),
+            max_queued: 16,
+            turn_deadline: Duration::from_secs(3600),
+            compress_wait: Duration::from_secs(120),
+        }
+    }
+}
+
+/// Compute hosts: how many, how to start them, how to watch them.
+#[derive(Debug, Clone)]
+pub struct HostConfig {
+    /// Worker process slots (`--hosts`).
+    pub slots: usize,
+    /// argv of a worker (`--host-command`, run through `sh -c "exec CMD"`;
+    /// default: this executable with `host --engine echo`).
+    pub command: Vec<String>,
+    /// Heartbeat interval given to hosts as `TETHER_HEARTBEAT_S`; three
+    /// missed heartbeats make a host dead.
+    pub heartbeat: Duration,
+    /// A host that has not said `hello` by then is dead.
+    pub hello_timeout: Duration,
+    /// Restart policy per slot (`--host-restarts` per `--host-restart-period-s`).
+    pub restart: RestartPolicy,
+    /// Default wait of a control request (`--control-wait-s`).
+    pub control_wait: Duration,
+    /// How long a late handler waits for its answer (`--late-ack-ttl-s`).
+    pub late_ack_ttl: Duration,
+    /// Most late handlers kept; the oldest is evicted (`--late-ack-cap`).
+    pub late_ack_cap: usize,
+    /// Where the host pid registry (`hosts.json`) lives; `None` keeps none.
+    pub data_dir: Option<PathBuf>,
+    /// How long hosts get to answer `shutdown` before they are killed.
+    pub shutdown_grace: Duration,
+}
+
+impl HostConfig {
+    /// The slot restart policy of PROTOCOL Part 2: 3 per 300 s, backoff
+    /// `min(5 s, 250 ms · 2^(n−1))`.
+    pub const fn default_restart() -> RestartPolicy {
+        RestartPolicy {
+            strategy: Strategy::OneForOne,
+            intensity: 3,
+            period: Duration::from_secs(300),
+            backoff: Backoff::Exponential {
+                base: Duration::from_millis(250),
+                max: Duration::from_secs(5),
+            },
+        }
+    }
+
+    /// Defaults with the given worker command.
+    pub fn new(command: Vec<String>) -> Self {
+        Self {
+            slots: 2,
+            command,
+            heartbeat: Duration::from_secs(5),
+            hello_timeout: Duration::from_secs(10),
+            restart: Self::default_restart(),
+            control_wait: Duration::from_secs(30),
+            late_ack_ttl: Duration::from_secs(1800),
+            late_ack_cap: 64,
+            data_dir: None,
+            shutdown_grace: Duration::from_secs(3),
         }
     }
 }

@@ -5,7 +5,7 @@
 //! nobody caches one: the root publishes the current refs on `watch`
 //! channels and callers read the latest one each time they need it.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use ractor::ActorRef;
@@ -14,6 +14,7 @@ use tether_store::StoreRead;
 use tokio::sync::watch;
 
 use crate::config::GatewayConfig;
+use crate::host_supervisor::HostSupervisorMsg;
 use crate::registry::RegistryMsg;
 use crate::store_writer::StoreWriterMsg;
 
@@ -25,12 +26,25 @@ pub struct Ctx {
     pub epoch: Arc<str>,
     pub(crate) writer: watch::Receiver<Option<ActorRef<StoreWriterMsg>>>,
     pub(crate) registry: watch::Receiver<Option<ActorRef<RegistryMsg>>>,
+    pub(crate) hosts: watch::Receiver<Option<ActorRef<HostSupervisorMsg>>>,
+    /// Host slots that are up now, kept by the host supervisor.
+    pub(crate) hosts_up: Arc<AtomicUsize>,
 }
 
 impl Ctx {
     /// The current store writer, if it is up.
     pub fn writer(&self) -> Option<ActorRef<StoreWriterMsg>> {
         self.writer.borrow().clone()
+    }
+
+    /// The current host supervisor, if it is up.
+    pub fn hosts(&self) -> Option<ActorRef<HostSupervisorMsg>> {
+        self.hosts.borrow().clone()
+    }
+
+    /// How many host slots can take work now.
+    pub fn hosts_up(&self) -> usize {
+        self.hosts_up.load(Ordering::Relaxed)
     }
 
     /// The current registry, or 5072 while it is being restarted.
@@ -51,11 +65,20 @@ pub struct SessionGauges {
     pub peers: AtomicU32,
     pub ring_events: AtomicU64,
     pub ring_bytes: AtomicU64,
+    pub running: AtomicBool,
 }
 
 impl SessionGauges {
     pub fn peers(&self) -> u32 {
         self.peers.load(Ordering::Relaxed)
+    }
+
+    pub fn running(&self) -> bool {
+        self.running.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_running(&self, running: bool) {
+        self.running.store(running, Ordering::Relaxed);
     }
 
     pub(crate) fn set(&self, peers: usize, ring_events: usize, ring_bytes: usize) {

@@ -19,8 +19,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{error, info, warn};
 
-use crate::config::GatewayConfig;
+use crate::config::{GatewayConfig, HostConfig};
 use crate::ctx::Ctx;
+use crate::host_supervisor::{HostSupervisor, HostSupervisorArgs, HostSupervisorMsg};
 use crate::outbox::{outbox, OutboxReceiver};
 use crate::peer::{Identity, Peer, PeerArgs, PeerMsg};
 use crate::registry::{Registry, RegistryMsg};
@@ -32,6 +33,7 @@ use crate::supervisor::{Decision, RestartTracker};
 pub enum Child {
     StoreWriter,
     Registry,
+    HostSupervisor,
 }
 
 pub enum GatewayMsg {
@@ -43,6 +45,8 @@ pub enum GatewayMsg {
 
 pub struct GatewayArgs {
     pub config: GatewayConfig,
+    /// Compute hosts; `None` runs without any (turns then get 5019).
+    pub hosts: Option<HostConfig>,
     pub reader: Arc<dyn StoreRead>,
     pub epoch: String,
     pub writer_factory: WriterFactory,
@@ -53,6 +57,8 @@ pub struct RootArgs {
     ctx: Ctx,
     writer_tx: watch::Sender<Option<ActorRef<StoreWriterMsg>>>,
     registry_tx: watch::Sender<Option<ActorRef<RegistryMsg>>>,
+    hosts_tx: watch::Sender<Option<ActorRef<HostSupervisorMsg>>>,
+    host_config: Option<HostConfig>,
     factory: WriterFactory,
 }
 
@@ -60,6 +66,8 @@ pub struct GatewayState {
     ctx: Ctx,
     writer_tx: watch::Sender<Option<ActorRef<StoreWriterMsg>>>,
     registry_tx: watch::Sender<Option<ActorRef<RegistryMsg>>>,
+    hosts_tx: watch::Sender<Option<ActorRef<HostSupervisorMsg>>>,
+    host_config: Option<HostConfig>,
     factory: WriterFactory,
     children: HashMap<ActorId, Child>,
     trackers: HashMap<Child, RestartTracker>,
@@ -83,9 +91,11 @@ impl Actor for Gateway {
             ctx: args.ctx,
             writer_tx: args.writer_tx,
             registry_tx: args.registry_tx,
+            hosts_tx: args.hosts_tx,
+            host_config: args.host_config,
             factory: args.factory,
             children: HashMap::new(),
-            trackers: [Child::StoreWriter, Child::Registry]
+            trackers: [Child::StoreWriter, Child::Registry, Child::HostSupervisor]
                 .into_iter()
                 .map(|c| (c, RestartTracker::new(policy)))
                 .collect(),
@@ -95,6 +105,9 @@ impl Actor for Gateway {
         // as `spawn` returns.
         state.start(&myself, Child::StoreWriter).await?;
         state.start(&myself, Child::Registry).await?;
+        if state.host_config.is_some() {
+            state.start(&myself, Child::HostSupervisor).await?;
+        }
         Ok(state)
     }
 
@@ -159,6 +172,7 @@ impl Actor for Gateway {
             .await;
         let _ = state.writer_tx.send(None);
         let _ = state.registry_tx.send(None);
+        let _ = state.hosts_tx.send(None);
         Ok(())
     }
 }
@@ -188,6 +202,20 @@ impl GatewayState {
                 let _ = self.registry_tx.send(Some(actor));
                 id
             }
+            Child::HostSupervisor => {
+                let Some(config) = self.host_config.clone() else {
+                    return Ok(());
+                };
+                let args = HostSupervisorArgs {
+                    config,
+                    up_slots: self.ctx.hosts_up.clone(),
+                };
+                let (actor, _) =
+                    Actor::spawn_linked(None, HostSupervisor, args, supervisor).await?;
+                let id = actor.get_id();
+                let _ = self.hosts_tx.send(Some(actor));
+                id
+            }
         };
         self.children.insert(id, child);
         info!(child = ?child, "core actor started");
@@ -204,6 +232,9 @@ impl GatewayState {
             }
             Child::Registry => {
                 let _ = self.registry_tx.send(None);
+            }
+            Child::HostSupervisor => {
+                let _ = self.hosts_tx.send(None);
             }
         }
         if self.stopping {
@@ -240,6 +271,14 @@ impl GatewayState {
                 .call(|reply| RegistryMsg::FlushAll { reply }, Some(deadline))
                 .await;
         }
+        if let Some(hosts) = self.ctx.hosts() {
+            let _ = hosts
+                .call(
+                    |reply| HostSupervisorMsg::Shutdown { reply },
+                    Some(deadline),
+                )
+                .await;
+        }
         if let Some(writer) = self.ctx.writer() {
             let _ = writer
                 .call(|reply| StoreWriterMsg::Flush { reply }, Some(deadline))
@@ -260,17 +299,22 @@ impl GatewayHandle {
     pub async fn start(args: GatewayArgs) -> Result<Self, ractor::SpawnErr> {
         let (writer_tx, writer_rx) = watch::channel(None);
         let (registry_tx, registry_rx) = watch::channel(None);
+        let (hosts_tx, hosts_rx) = watch::channel(None);
         let ctx = Ctx {
             config: Arc::new(args.config),
             reader: args.reader,
             epoch: Arc::from(args.epoch),
             writer: writer_rx,
             registry: registry_rx,
+            hosts: hosts_rx,
+            hosts_up: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
         };
         let root = RootArgs {
             ctx: ctx.clone(),
             writer_tx,
             registry_tx,
+            hosts_tx,
+            host_config: args.hosts,
             factory: args.writer_factory,
         };
         let (actor, join) = Actor::spawn(None, Gateway, root).await?;

@@ -22,7 +22,7 @@ use ractor::{
 use tether_protocol::{
     now_ms, CompleteStatus, CreateParams, CreateResult, EventType, MessageCompletePayload,
     RingStats, RpcError, SeedRole, SessionCreatedPayload, SessionId, SessionStatus, StatsResult,
-    TextPayload,
+    TextPayload, Todos,
 };
 use tether_store::{NewSession, SessionRow, StoreError};
 use tracing::{debug, info, warn};
@@ -93,7 +93,7 @@ pub enum RegistryMsg {
     /// Internal: the store answered a load started by `Resolve`.
     Loaded {
         key: SessionKey,
-        result: Result<Option<(SessionRow, Barrier)>, StoreError>,
+        result: Result<Option<Loaded>, StoreError>,
     },
 }
 
@@ -102,6 +102,14 @@ pub enum RegistryMsg {
 pub struct CreatedSession {
     pub result: CreateResult,
     pub actor: ActorRef<SessionMsg>,
+}
+
+/// What a load read: the row, the barrier, and the latest todo snapshot.
+#[derive(Debug)]
+pub struct Loaded {
+    row: SessionRow,
+    barrier: Barrier,
+    todos: Option<Todos>,
 }
 
 struct Live {
@@ -127,9 +135,10 @@ impl Actor for Registry {
 
     async fn pre_start(
         &self,
-        _myself: ActorRef<Self::Msg>,
+        myself: ActorRef<Self::Msg>,
         ctx: Ctx,
     ) -> Result<Self::State, ActorProcessingErr> {
+        end_interrupted_turns(&ctx, &myself);
         Ok(RegistryState {
             ctx,
             live: HashMap::new(),
@@ -174,9 +183,7 @@ impl Actor for Registry {
                     .collect();
                 let _ = reply.send(counts);
             }
-            RegistryMsg::Stats { profile, reply } => {
-                let _ = reply.send(state.stats(&profile));
-            }
+            RegistryMsg::Stats { profile, reply } => state.stats(&profile, reply),
             RegistryMsg::PeerUp { profile } => {
                 *state.peers_by_profile.entry(profile).or_default() += 1;
             }
@@ -358,7 +365,10 @@ impl RegistryState {
         };
         let info_row = row.clone();
         let attached = u32::from(attach.is_some());
-        match self.spawn_session(myself, key, row, barrier, initial).await {
+        match self
+            .spawn_session(myself, key, row, barrier, None, initial)
+            .await
+        {
             Ok(actor) => {
                 if let Some(peer) = attach {
                     let _ = actor.cast(SessionMsg::AttachFromStart { peer });
@@ -423,20 +433,24 @@ impl RegistryState {
         &mut self,
         myself: &ActorRef<RegistryMsg>,
         key: SessionKey,
-        result: Result<Option<(SessionRow, Barrier)>, StoreError>,
+        result: Result<Option<Loaded>, StoreError>,
     ) {
         let waiters = self.loading.remove(&key).unwrap_or_default();
         let answer = match result {
             Err(e) => Err(RpcError::new(e.code(), e.to_string())),
             Ok(None) => Ok(Resolved::NotFound),
-            Ok(Some((row, _))) if row.status == SessionStatus::Closed => {
-                Ok(Resolved::Closed(Box::new(row)))
+            Ok(Some(loaded)) if loaded.row.status == SessionStatus::Closed => {
+                Ok(Resolved::Closed(Box::new(loaded.row)))
             }
-            Ok(Some((mut row, barrier))) => {
+            Ok(Some(Loaded {
+                mut row,
+                barrier,
+                todos,
+            })) => {
                 if row.status == SessionStatus::Parked {
                     row.status = SessionStatus::Idle;
                 }
-                self.spawn_session(myself, key, row, barrier, Vec::new())
+                self.spawn_session(myself, key, row, barrier, todos, Vec::new())
                     .await
                     .map(Resolved::Live)
             }
@@ -452,11 +466,13 @@ impl RegistryState {
         key: SessionKey,
         row: SessionRow,
         barrier: Barrier,
+        todos: Option<Todos>,
         initial: Vec<EventRecord>,
     ) -> Result<ActorRef<SessionMsg>, RpcError> {
         let gauges = Arc::new(SessionGauges::default());
         let args = SessionArgs {
             row,
+            todos,
             barrier,
             initial,
             ctx: self.ctx.clone(),
@@ -484,13 +500,16 @@ impl RegistryState {
         }
     }
 
-    fn stats(&self, profile: &str) -> StatsResult {
+    /// Counts from the gauges; running turns and hosts are asked for on a
+    /// task so the registry does not wait on sessions or the supervisor.
+    fn stats(&self, profile: &str, reply: RpcReplyPort<StatsResult>) {
         let mut ring = RingStats {
             sessions: 0,
             events: 0,
             bytes: 0,
         };
         let mut sessions_live = 0;
+        let mut running = Vec::new();
         for ((p, _), live) in &self.live {
             if p != profile {
                 continue;
@@ -502,14 +521,41 @@ impl RegistryState {
             }
             ring.events += events;
             ring.bytes += live.gauges.ring_bytes.load(Ordering::Relaxed);
+            if live.gauges.running() {
+                running.push(live.actor.clone());
+            }
         }
-        StatsResult {
+        let mut result = StatsResult {
             sessions_live,
             peers: self.peers_by_profile.get(profile).copied().unwrap_or(0),
             ring,
             active_turns: Vec::new(),
             hosts: Vec::new(),
-        }
+        };
+        let hosts = self.ctx.hosts();
+        tokio::spawn(async move {
+            let wait = Some(std::time::Duration::from_secs(2));
+            for actor in running {
+                if let Ok(ractor::rpc::CallResult::Success(Some(turn))) = actor
+                    .call(|reply| SessionMsg::ActiveTurn { reply }, wait)
+                    .await
+                {
+                    result.active_turns.push(turn);
+                }
+            }
+            if let Some(hosts) = hosts {
+                if let Ok(ractor::rpc::CallResult::Success(h)) = hosts
+                    .call(
+                        |reply| crate::host_supervisor::HostSupervisorMsg::Hosts { reply },
+                        wait,
+                    )
+                    .await
+                {
+                    result.hosts = h;
+                }
+            }
+            let _ = reply.send(result);
+        });
     }
 
     fn flush_all(&self, reply: RpcReplyPort<()>) {
@@ -530,7 +576,7 @@ async fn load_session(
     reader: &dyn tether_store::StoreRead,
     writer: Option<ActorRef<StoreWriterMsg>>,
     key: &SessionKey,
-) -> Result<Option<(SessionRow, Barrier)>, StoreError> {
+) -> Result<Option<Loaded>, StoreError> {
     let Some(row) = reader.get_session(&key.0, &key.1).await? else {
         return Ok(None);
     };
@@ -539,8 +585,16 @@ async fn load_session(
             latest_seq: row.latest_seq,
             gen: 0,
         };
-        return Ok(Some((row, barrier)));
+        return Ok(Some(Loaded {
+            row,
+            barrier,
+            todos: None,
+        }));
     }
+    let todos = reader
+        .latest_todos(&key.1)
+        .await?
+        .and_then(|e| serde_json::from_str::<Todos>(&e.payload).ok());
     let writer =
         writer.ok_or_else(|| StoreError::Unavailable("store writer is restarting".into()))?;
     // The barrier (not the read pool) tells the committed latest seq: an
@@ -555,7 +609,11 @@ async fn load_session(
         )
         .await;
     match barrier {
-        Ok(ractor::rpc::CallResult::Success(result)) => Ok(Some((row, result?))),
+        Ok(ractor::rpc::CallResult::Success(result)) => Ok(Some(Loaded {
+            row,
+            barrier: result?,
+            todos,
+        })),
         _ => Err(StoreError::Unavailable(
             "store writer did not answer".into(),
         )),
@@ -567,4 +625,31 @@ fn storage_unavailable() -> RpcError {
         tether_protocol::codes::STORAGE_UNAVAILABLE,
         "storage unavailable",
     )
+}
+
+/// At start, sessions whose turns were cut short by a stop are brought live:
+/// each one ends those turns (`gateway_restart` / `dequeued`) as it starts,
+/// so clients see them ended without having to resume first.
+fn end_interrupted_turns(ctx: &Ctx, registry: &ActorRef<RegistryMsg>) {
+    let reader = ctx.reader.clone();
+    let registry = registry.clone();
+    tokio::spawn(async move {
+        let sessions = match reader.sessions_with_turn_marker().await {
+            Ok(s) => s,
+            Err(e) => return warn!(error = %e, "could not look for interrupted turns"),
+        };
+        for key in sessions {
+            info!(session_id = %key.1, profile = %key.0, "session had turns running at the last stop");
+            let _ = registry
+                .call(
+                    |reply| RegistryMsg::Resolve {
+                        key,
+                        load: true,
+                        reply,
+                    },
+                    None,
+                )
+                .await;
+        }
+    });
 }

@@ -12,17 +12,22 @@
 //! peer's outbox, which never blocks the session.
 
 mod attach;
+mod compress;
+mod history;
 pub(crate) mod replay;
+mod turns;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use bytes::Bytes;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use serde::Serialize;
 use serde_json::value::RawValue;
 use tether_protocol::{
-    format_ts, now_ms, EventType, PeerId, ResumeParams, RpcError, SessionClosedPayload, SessionId,
-    SessionInfo, SessionStatus, SinceParams, SinceResult,
+    format_ts, now_ms, ActiveTurnStat, EventType, InterruptResult, Message, PeerId, ResumeParams,
+    RpcError, SessionClosedPayload, SessionId, SessionInfo, SessionStatus, SinceParams,
+    SinceResult, SubmitResult, Todos, TurnId,
 };
 use tether_store::{EventRow, SessionPatch, SessionRow};
 use tracing::{debug, info, warn};
@@ -30,11 +35,15 @@ use tracing::{debug, info, warn};
 pub use attach::ResumeReply;
 
 use crate::ctx::{Ctx, SessionGauges};
-use crate::event::{frame_of, EventRecord};
+use crate::event::{frame_of, EventRecord, TurnTag};
 use crate::outbox::{FrameClass, Outbox, Pushed};
 use crate::ring::{Ring, RingEntry};
 use crate::store_writer::{Barrier, StoreWriterMsg};
 use crate::transcript;
+use crate::turn::{ControlOutcome, TurnUpdate};
+use compress::{Compacting, CompressReply};
+use history::Transcript;
+use turns::Turns;
 
 /// A peer as a session sees it: an id and the outbox to push frames into.
 #[derive(Debug, Clone)]
@@ -76,8 +85,45 @@ pub enum SessionMsg {
     },
     /// A `SessionInfo` snapshot.
     Info { reply: RpcReplyPort<SessionInfo> },
-    /// Emit events (from a turn, or from a benchmark driving the fan-out).
+    /// Emit events (from a benchmark driving the fan-out).
     Emit { events: Vec<EventRecord> },
+    /// `prompt.submit`.
+    Submit {
+        text: String,
+        reply: RpcReplyPort<Result<SubmitResult, RpcError>>,
+    },
+    /// `session.interrupt`.
+    Interrupt {
+        reply: RpcReplyPort<Result<InterruptResult, RpcError>>,
+    },
+    /// `session.compress`.
+    Compress {
+        focus: Option<String>,
+        reply: CompressReply,
+    },
+    /// From the host supervisor: what happened to a turn.
+    Turn { turn_id: TurnId, update: TurnUpdate },
+    /// From the host supervisor: the late answer of a control request.
+    ControlLate {
+        request_id: String,
+        result: Result<serde_json::Value, String>,
+    },
+    /// The running turn's stats entry, if a turn runs.
+    ActiveTurn {
+        reply: RpcReplyPort<Option<ActiveTurnStat>>,
+    },
+    /// Internal: a compression's answer within its wait (or `Pending`).
+    ControlDone {
+        request_id: String,
+        outcome: ControlOutcome,
+        reply: CompressReply,
+    },
+    /// Internal: a turn's deadline passed.
+    TurnDeadline { turn_id: TurnId },
+    /// Internal: the segment's transcript was read from the store.
+    TranscriptLoaded {
+        result: Result<Vec<Message>, RpcError>,
+    },
     /// Answered once every event emitted so far is committed and fanned out.
     Flush { reply: RpcReplyPort<()> },
     /// From the writer: every pending event with `seq <= upto_seq` is on disk.
@@ -90,6 +136,8 @@ pub enum SessionMsg {
 /// the committed `latest_seq`) plus, for a new session, its first events.
 pub struct SessionArgs {
     pub row: SessionRow,
+    /// The latest todo snapshot in the store, if any.
+    pub todos: Option<Todos>,
     pub barrier: Barrier,
     pub initial: Vec<EventRecord>,
     pub ctx: Ctx,
@@ -104,11 +152,18 @@ struct Pending {
     frame: Bytes,
     /// Segment message count once this event is committed.
     message_count: u64,
+    /// The transcript message this event is, if it is one.
+    message: Option<Message>,
 }
 
 /// Something to do when a seq is committed (or fails).
 enum Waiter {
     Close(Option<RpcReplyPort<Result<(), RpcError>>>),
+    /// `prompt.submit` is answered once its `message.user` is on disk.
+    Submit {
+        reply: RpcReplyPort<Result<SubmitResult, RpcError>>,
+        result: SubmitResult,
+    },
 }
 
 struct PeerSlot {
@@ -146,6 +201,13 @@ pub struct SessionState {
     flush_waiters: Vec<RpcReplyPort<()>>,
     ring: Ring,
     peers: HashMap<PeerId, PeerSlot>,
+    engine_pin: Option<serde_json::Value>,
+    turns: Turns,
+    transcript: Transcript,
+    compacting: Option<Compacting>,
+    pending_compress: Option<(Option<String>, CompressReply)>,
+    /// The turn marker found in the store at start, handled in post_start.
+    marker_at_start: Option<serde_json::Value>,
     ctx: Ctx,
     gauges: Arc<SessionGauges>,
 }
@@ -164,6 +226,7 @@ impl Actor for Session {
     ) -> Result<Self::State, ActorProcessingErr> {
         let SessionArgs {
             row,
+            todos,
             barrier,
             initial,
             ctx,
@@ -201,12 +264,32 @@ impl Actor for Session {
             flush_waiters: Vec::new(),
             ring,
             peers: HashMap::new(),
+            engine_pin: row.engine_pin,
+            turns: Turns {
+                todos,
+                ..Turns::default()
+            },
+            transcript: Transcript::NotLoaded,
+            compacting: None,
+            pending_compress: None,
+            marker_at_start: row.turn_marker,
             ctx,
             gauges,
         };
         state.publish_gauges();
         debug!(session_id = %state.id, latest_seq = state.committed_seq, "session live");
         Ok(state)
+    }
+
+    async fn post_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let marker = state.marker_at_start.take();
+        state.end_orphaned_turns(marker);
+        state.send_unsent(&myself);
+        Ok(())
     }
 
     async fn handle(
@@ -239,6 +322,30 @@ impl Actor for Session {
                 for rec in events {
                     state.emit(rec);
                 }
+            }
+            SessionMsg::Submit { text, reply } => state.submit(&myself, text, reply),
+            SessionMsg::Interrupt { reply } => state.interrupt(&myself, reply),
+            SessionMsg::Compress { focus, reply } => state.compress(&myself, focus, reply),
+            SessionMsg::Turn { turn_id, update } => state.turn_update(&myself, turn_id, update),
+            SessionMsg::ControlLate { request_id, result } => {
+                state.control_late(request_id, result)
+            }
+            SessionMsg::ControlDone {
+                request_id,
+                outcome,
+                reply,
+            } => state.control_done(request_id, outcome, reply),
+            SessionMsg::TurnDeadline { turn_id } => state.turn_deadline(&myself, turn_id),
+            SessionMsg::TranscriptLoaded { result } => state.transcript_loaded(&myself, result),
+            SessionMsg::ActiveTurn { reply } => {
+                let stat = state.turns.running.as_ref().map(|t| ActiveTurnStat {
+                    session_id: state.id.clone(),
+                    turn_id: t.tag.turn_id.clone(),
+                    trace_id: t.tag.trace_id.clone(),
+                    elapsed_s: state.running_for().map_or(0.0, |d| d.as_secs_f64()),
+                    host_id: t.host_id.unwrap_or(0),
+                });
+                let _ = reply.send(stat);
             }
             SessionMsg::Flush { reply } => {
                 if state.pending.is_empty() && state.unsent.is_empty() {
@@ -291,6 +398,32 @@ impl SessionState {
     fn publish_gauges(&self) {
         self.gauges
             .set(self.peers.len(), self.ring.len(), self.ring.bytes());
+        self.gauges.set_running(self.turns.running.is_some());
+    }
+
+    fn set_status(&mut self, status: SessionStatus) {
+        self.status = status;
+    }
+
+    /// Emits a durable event and returns its seq.
+    pub(crate) fn emit_durable<P: Serialize>(
+        &mut self,
+        kind: EventType,
+        payload: &P,
+        turn: Option<TurnTag>,
+    ) -> u64 {
+        let seq = self.next_seq;
+        self.emit(EventRecord::new(kind, payload, turn, now_ms()));
+        seq
+    }
+
+    pub(crate) fn emit_transient<P: Serialize>(
+        &mut self,
+        kind: EventType,
+        payload: &P,
+        turn: TurnTag,
+    ) {
+        self.emit(EventRecord::new(kind, payload, Some(turn), now_ms()));
     }
 
     /// Emits one event. Durable events get the next seq and wait for their
@@ -309,6 +442,7 @@ impl SessionState {
                     params: None,
                     frame,
                     message_count: self.message_count,
+                    message: None,
                 });
             }
             return;
@@ -319,12 +453,15 @@ impl SessionState {
         self.message_count = transcript::count_after(rec.kind, self.message_count);
         let params = rec.params_of(&self.id);
         let frame = frame_of(&params);
-        self.unsent.push(rec.to_row());
+        let row = rec.to_row();
+        let message = self.note_message(&row, rec.kind);
+        self.unsent.push(row);
         self.pending.push_back(Pending {
             seq: Some(seq),
             params: Some(params),
             frame,
             message_count: self.message_count,
+            message,
         });
     }
 
@@ -335,9 +472,16 @@ impl SessionState {
         }
         let events = std::mem::take(&mut self.unsent);
         let from_seq = events.first().map(|e| e.seq).unwrap_or(0);
+        let turn_marker = if std::mem::take(&mut self.turns.marker_dirty) {
+            Some(self.turns.marker())
+        } else {
+            None
+        };
         let patch = SessionPatch {
             status: Some(self.status),
             message_count: Some(self.message_count),
+            history_version: Some(self.history_version),
+            turn_marker,
             updated_at_ms: Some(self.updated_at_ms),
             ..SessionPatch::default()
         };
@@ -428,15 +572,20 @@ impl SessionState {
             failed
         };
         for (_, waiter) in failed {
+            let err = RpcError::new(code, storage_message(code));
             match waiter {
                 Waiter::Close(reply) => {
                     self.status = SessionStatus::Idle;
                     if let Some(reply) = reply {
-                        let _ = reply.send(Err(RpcError::new(code, storage_message(code))));
+                        let _ = reply.send(Err(err));
                     }
+                }
+                Waiter::Submit { reply, .. } => {
+                    let _ = reply.send(Err(err));
                 }
             }
         }
+        self.forget_unwritten_turns(from_seq);
         if self.pending.is_empty() {
             for w in self.flush_waiters.drain(..) {
                 let _ = w.send(());
@@ -458,6 +607,9 @@ impl SessionState {
                         let _ = reply.send(Ok(()));
                     }
                     myself.stop(Some("closed".into()));
+                }
+                Waiter::Submit { reply, result } => {
+                    let _ = reply.send(Ok(result));
                 }
             }
         }

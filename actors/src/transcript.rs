@@ -38,7 +38,8 @@ pub fn messages_from_rows(rows: &[EventRow]) -> Vec<Message> {
     rows.iter().filter_map(message_from_row).collect()
 }
 
-fn message_from_row(row: &EventRow) -> Option<Message> {
+/// One stored event as a transcript message, if it is one.
+pub fn message_from_row(row: &EventRow) -> Option<Message> {
     let kind = EventType::parse(&row.kind)?;
     let payload: Value = serde_json::from_str(&row.payload).ok()?;
     let text_field = |name: &str| {

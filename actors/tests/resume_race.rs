@@ -32,6 +32,7 @@ async fn start(dir: &std::path::Path, ring_events: usize) -> GatewayHandle {
             ring_events,
             ..GatewayConfig::default()
         },
+        hosts: None,
         reader: opened.reader,
         epoch: opened.epoch,
         writer_factory: factory,

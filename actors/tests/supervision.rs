@@ -20,6 +20,7 @@ async fn start(dir: &std::path::Path) -> GatewayHandle {
     });
     GatewayHandle::start(GatewayArgs {
         config: GatewayConfig::default(),
+        hosts: None,
         reader: opened.reader,
         epoch: opened.epoch,
         writer_factory: factory,

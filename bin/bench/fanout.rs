@@ -121,7 +121,9 @@ fn serve(
             ctx: gw.handle.ctx().clone(),
             shutdown: shutdown_rx,
         };
-        tokio::spawn(async move { axum::serve(listener, router(app)).await });
+        tokio::spawn(
+            async move { axum::serve(crate::server::nodelay(listener), router(app)).await },
+        );
         let _ = addr_tx.send(addr);
         let ids = ids_rx.await.context("load generator gave up")?;
         let mut actors = Vec::new();
@@ -189,7 +191,7 @@ async fn load(
 }
 
 async fn connect(url: &str) -> anyhow::Result<Ws> {
-    let (mut ws, _) = tokio_tungstenite::connect_async(url).await?;
+    let (mut ws, _) = tokio_tungstenite::connect_async_with_config(url, None, true).await?;
     // gateway.ready
     ws.next().await.context("no ready frame")??;
     Ok(ws)

@@ -65,6 +65,14 @@ pub struct BenchGateway {
 }
 
 pub async fn start_gateway(config: GatewayConfig) -> anyhow::Result<BenchGateway> {
+    start_gateway_with_hosts(config, None).await
+}
+
+/// A gateway with compute hosts (`tether host` processes of this binary).
+pub async fn start_gateway_with_hosts(
+    config: GatewayConfig,
+    hosts: Option<tether_actors::HostConfig>,
+) -> anyhow::Result<BenchGateway> {
     let dir = tempfile::tempdir()?;
     let cfg = StoreConfig::new(dir.path().join("tether.db"));
     let opened = open_sqlite(&cfg).await?;
@@ -81,6 +89,7 @@ pub async fn start_gateway(config: GatewayConfig) -> anyhow::Result<BenchGateway
     });
     let handle = GatewayHandle::start(GatewayArgs {
         config,
+        hosts,
         reader: opened.reader,
         epoch: opened.epoch,
         writer_factory: factory,

@@ -31,9 +31,9 @@ pub struct WriterBench {
     /// Events per append.
     #[arg(long, default_value_t = 50)]
     append_events: usize,
-    /// Appends per session.
-    #[arg(long, default_value_t = 40)]
-    appends: usize,
+    /// Events per session (rounded down to whole appends).
+    #[arg(long, default_value_t = 10_000)]
+    events: usize,
     /// Appends in flight per session.
     #[arg(long, default_value_t = 2)]
     in_flight: usize,
@@ -184,11 +184,12 @@ pub fn run(b: WriterBench) -> anyhow::Result<()> {
                 ids.push(id);
             }
             let (done_tx, done_rx) = oneshot::channel();
-            let target = (b.sessions * b.appends * b.append_events) as u64;
+            let appends = (b.events / b.append_events.max(1)).max(1);
+            let target = (b.sessions * appends * b.append_events) as u64;
             let state = SessionsState {
                 writer,
                 next_seq: vec![1; b.sessions],
-                remaining: vec![b.appends; b.sessions],
+                remaining: vec![appends; b.sessions],
                 index: (0..b.sessions).map(|i| (i as u64, i)).collect(),
                 ids,
                 append_events: b.append_events,
@@ -208,7 +209,7 @@ pub fn run(b: WriterBench) -> anyhow::Result<()> {
                 "scenario": "writer",
                 "sessions": b.sessions,
                 "append_events": b.append_events,
-                "appends_per_session": b.appends,
+                "appends_per_session": appends,
                 "in_flight": b.in_flight,
                 "payload_bytes": b.payload_bytes,
                 "server_cpu": cpu_label(b.server_cpu),

@@ -119,7 +119,7 @@ pub struct Client {
 
 impl Client {
     pub async fn connect(url: &str) -> Client {
-        let (ws, _) = tokio_tungstenite::connect_async(url)
+        let (ws, _) = tokio_tungstenite::connect_async_with_config(url, None, true)
             .await
             .expect("websocket connect");
         let mut c = Client {

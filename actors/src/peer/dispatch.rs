@@ -57,6 +57,42 @@ impl PeerState {
             Request::SessionList(p) => self.list(p).await,
             Request::SessionClose(p) => self.close(p).await,
             Request::EventsSince(p) => self.since(p).await,
+            Request::PromptSubmit(p) => {
+                let actor = self
+                    .live_session(p.profile.as_deref(), &p.session_id)
+                    .await?;
+                let text = p.text;
+                let result = ask(
+                    &actor,
+                    |reply| SessionMsg::Submit { text, reply },
+                    self.timeout(),
+                )
+                .await??;
+                ok(&result)
+            }
+            Request::SessionInterrupt(p) => {
+                let actor = self
+                    .live_session(p.profile.as_deref(), &p.session_id)
+                    .await?;
+                let result = ask(
+                    &actor,
+                    |reply| SessionMsg::Interrupt { reply },
+                    self.timeout(),
+                )
+                .await??;
+                ok(&result)
+            }
+            Request::SessionCompress(p) => {
+                let actor = self
+                    .live_session(p.profile.as_deref(), &p.session_id)
+                    .await?;
+                let focus = p.focus;
+                // The session answers within its compress wait (or `pending`).
+                let wait = self.ctx.config.compress_wait + self.timeout();
+                let result =
+                    ask(&actor, |reply| SessionMsg::Compress { focus, reply }, wait).await??;
+                ok(&result)
+            }
             Request::EventsStats => {
                 let registry = self.ctx.registry()?;
                 let profile = self.identity.profile.clone();
@@ -110,6 +146,19 @@ impl PeerState {
         )
         .await??;
         Ok((profile, found))
+    }
+
+    /// The live actor of a session the caller may use (bringing it live).
+    async fn live_session(
+        &self,
+        profile: Option<&str>,
+        session_id: &SessionId,
+    ) -> Result<ActorRef<SessionMsg>, RpcError> {
+        match self.resolve(profile, session_id, true).await?.1 {
+            Resolved::Live(actor) => Ok(actor),
+            Resolved::Closed(_) => Err(RpcError::session_closed()),
+            Resolved::Stored(_) | Resolved::NotFound => Err(RpcError::session_not_found()),
+        }
     }
 
     async fn create(&mut self, p: CreateParams) -> Result<Box<RawValue>, RpcError> {

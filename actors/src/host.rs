@@ -1,0 +1,480 @@
+//! `Host`: one actor per compute-host worker process (PROTOCOL Part 2).
+//!
+//! The actor owns the process and its two pipes. A writer task drains a
+//! bounded queue of lines into the host's stdin; a reader task reads its
+//! stdout line by line and forwards each frame straight to the
+//! `HostSupervisor`, which owns all routing. The actor itself only decides
+//! when the host is dead, and then kills its process group and stops; the
+//! supervisor sees that stop as a supervision event and does the rest (fail
+//! the turns, restart the slot).
+//!
+//! A host is dead when its process exits, its stdout ends, it has not said
+//! `hello` within `hello_timeout`, it has written no line at all for three
+//! heartbeats, or it stops reading its stdin. Frames go from the reader to
+//! the supervisor directly, not through this actor: the supervisor's mailbox
+//! then holds them in the order the host wrote them, ahead of the news of
+//! the host's death (see `HostSupervisor::handle_supervisor_evt`).
+
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tether_protocol::{encode_host_line, parse_host_line, FromHost, ToHost};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader, BufWriter};
+use tokio::process::{ChildStdin, ChildStdout, Command};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
+
+use crate::config::HostConfig;
+use crate::host_registry::kill_group;
+use crate::host_supervisor::HostSupervisorMsg;
+
+/// Lines waiting for the host's stdin. A host that leaves this many unread
+/// is wedged: it is declared dead rather than buffered for.
+const STDIN_QUEUE: usize = 1024;
+/// Longest line read from a host; a longer one is answered with an `error`
+/// frame and skipped (without holding it in memory).
+pub const MAX_LINE_BYTES: usize = 16 << 20;
+/// After the process exits, how long its stdout may stay open (held by a
+/// child of the host) before the host is declared dead anyway. Until then
+/// the reader delivers what the host wrote before it exited.
+const EXIT_GRACE: Duration = Duration::from_millis(500);
+/// How long `post_stop` waits for a killed process to be reaped.
+const REAP_WAIT: Duration = Duration::from_secs(2);
+
+pub enum HostMsg {
+    /// Write a frame to the host's stdin.
+    Send(ToHost),
+    /// Internal: the stdout reader stopped (end of stdout, a read error, no
+    /// `hello` in time, missed heartbeats); the reason.
+    ReaderDone(String),
+    /// Internal: the process exited; how.
+    Exited(String),
+    /// Internal: the process exited a while ago and stdout is still open.
+    ExitGraceOver,
+}
+
+pub struct HostArgs {
+    /// The slot this process serves (`host_id`).
+    pub slot: u32,
+    /// Which start of the slot this is; tags every frame forwarded, so the
+    /// supervisor can tell a replacement's frames from its predecessor's.
+    pub incarnation: u64,
+    pub config: Arc<HostConfig>,
+    pub supervisor: ActorRef<HostSupervisorMsg>,
+}
+
+pub struct HostState {
+    slot: u32,
+    pid: u32,
+    stdin: mpsc::Sender<String>,
+    reader: JoinHandle<()>,
+    writer: JoinHandle<()>,
+    /// Waits for the process to exit (and reaps it); owns the `Child`.
+    waiter: Option<JoinHandle<()>>,
+    /// How the process exited, once it did.
+    exited: Option<String>,
+    reader_done: bool,
+    /// Set once the process group was killed and the tasks stopped.
+    cleaned: bool,
+}
+
+pub struct Host;
+
+impl Actor for Host {
+    type Msg = HostMsg;
+    type State = HostState;
+    type Arguments = HostArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        args: HostArgs,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let HostArgs {
+            slot,
+            incarnation,
+            config,
+            supervisor,
+        } = args;
+        let Some((program, rest)) = config.command.split_first() else {
+            return Err("the host command is empty".into());
+        };
+        let heartbeat_s = heartbeat_secs(config.heartbeat);
+        let mut child = Command::new(program)
+            .args(rest)
+            .env("TETHER_HEARTBEAT_S", heartbeat_s.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            // Its own group: killing the group also kills whatever the
+            // host started, and a Ctrl-C at the gateway's terminal does not
+            // reach the hosts before the gateway could tell them to stop.
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("cannot start the host command `{program}`: {e}"))?;
+        let pid = child.id().ok_or("the host process exited at once")?;
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            kill_group(pid);
+            return Err("the host's pipes are missing".into());
+        };
+
+        let (tx, rx) = mpsc::channel(STDIN_QUEUE);
+        let writer = tokio::spawn(write_lines(stdin, rx, slot, pid));
+        let reader = tokio::spawn(read_frames(
+            stdout,
+            Reader {
+                slot,
+                incarnation,
+                pid,
+                supervisor,
+                host: myself.clone(),
+                stdin: tx.clone(),
+                hello_timeout: config.hello_timeout,
+                silence_limit: Duration::from_secs(heartbeat_s.saturating_mul(3)),
+            },
+        ));
+        let me = myself.clone();
+        let waiter = tokio::spawn(async move {
+            let how = match child.wait().await {
+                Ok(status) => match status.code() {
+                    Some(code) => format!("exited with status {code}"),
+                    None => format!("exited: {status}"),
+                },
+                Err(e) => format!("cannot wait for the process: {e}"),
+            };
+            let _ = me.cast(HostMsg::Exited(how));
+        });
+        info!(host_id = slot, pid, incarnation, "host process started");
+        Ok(HostState {
+            slot,
+            pid,
+            stdin: tx,
+            reader,
+            writer,
+            waiter: Some(waiter),
+            exited: None,
+            reader_done: false,
+            cleaned: false,
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        // Never `Err` here: ractor skips `post_stop` for a failed actor, and
+        // `post_stop` is where the process is killed and reaped.
+        match msg {
+            HostMsg::Send(frame) => state.send(&myself, &frame),
+            HostMsg::ReaderDone(reason) => {
+                state.reader_done = true;
+                let why = state.exited.clone().unwrap_or(reason);
+                myself.stop(Some(why));
+            }
+            HostMsg::Exited(how) => {
+                debug!(host_id = state.slot, pid = state.pid, how = %how, "host process exited");
+                if state.reader_done {
+                    myself.stop(Some(how));
+                } else {
+                    state.exited = Some(how);
+                    myself.send_after(EXIT_GRACE, || HostMsg::ExitGraceOver);
+                }
+            }
+            HostMsg::ExitGraceOver => {
+                let how = state.exited.clone().unwrap_or_else(|| "exited".into());
+                myself.stop(Some(format!("{how} (its stdout stayed open)")));
+            }
+        }
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        state.kill();
+        // Reap the process, so that it is really gone (not a zombie) by the
+        // time the supervisor hears of the stop.
+        if let Some(waiter) = state.waiter.take() {
+            if tokio::time::timeout(REAP_WAIT, waiter).await.is_err() {
+                warn!(
+                    host_id = state.slot,
+                    pid = state.pid,
+                    "host process was not reaped in time"
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+impl HostState {
+    fn send(&mut self, myself: &ActorRef<HostMsg>, frame: &ToHost) {
+        match self.stdin.try_send(encode_host_line(frame)) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                myself.stop(Some(format!(
+                    "the host left {STDIN_QUEUE} frames unread on its stdin"
+                )));
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                myself.stop(Some("cannot write to the host's stdin".into()));
+            }
+        }
+    }
+
+    /// Kills the process group and stops the pipe tasks (idempotent).
+    fn kill(&mut self) {
+        if self.cleaned {
+            return;
+        }
+        self.cleaned = true;
+        kill_group(self.pid);
+        self.reader.abort();
+        // Dropping the writer closes the host's stdin: a host that somehow
+        // survived the kill (another group) exits on that.
+        self.writer.abort();
+    }
+}
+
+impl Drop for HostState {
+    /// A Host actor that was killed (not stopped) never runs `post_stop`; no
+    /// process may outlive it all the same.
+    fn drop(&mut self) {
+        self.kill();
+        if let Some(waiter) = self.waiter.take() {
+            // Drops the `Child`: kill_on_drop, and tokio reaps it.
+            waiter.abort();
+        }
+    }
+}
+
+/// The heartbeat interval told to hosts, in whole seconds (at least 1).
+fn heartbeat_secs(heartbeat: Duration) -> u64 {
+    let secs = heartbeat.as_secs() + u64::from(heartbeat.subsec_nanos() > 0);
+    secs.max(1)
+}
+
+/// Writes queued lines to the host's stdin; flushes whenever the queue is
+/// momentarily empty, so a burst costs one write.
+async fn write_lines(stdin: ChildStdin, mut rx: mpsc::Receiver<String>, slot: u32, pid: u32) {
+    let mut out = BufWriter::new(stdin);
+    while let Some(first) = rx.recv().await {
+        let mut next = Some(first);
+        while let Some(line) = next {
+            if let Err(e) = out.write_all(line.as_bytes()).await {
+                debug!(host_id = slot, pid, error = %e, "cannot write to the host's stdin");
+                return;
+            }
+            next = rx.try_recv().ok();
+        }
+        if let Err(e) = out.flush().await {
+            debug!(host_id = slot, pid, error = %e, "cannot write to the host's stdin");
+            return;
+        }
+    }
+}
+
+/// What the stdout reader needs.
+struct Reader {
+    slot: u32,
+    incarnation: u64,
+    pid: u32,
+    supervisor: ActorRef<HostSupervisorMsg>,
+    host: ActorRef<HostMsg>,
+    stdin: mpsc::Sender<String>,
+    hello_timeout: Duration,
+    /// No line at all for this long (three heartbeats) is death.
+    silence_limit: Duration,
+}
+
+async fn read_frames(stdout: ChildStdout, r: Reader) {
+    let why = read_until_dead(stdout, &r).await;
+    let _ = r.host.cast(HostMsg::ReaderDone(why));
+}
+
+/// Reads and forwards frames until the host is dead; returns why it is.
+async fn read_until_dead(stdout: ChildStdout, r: &Reader) -> String {
+    let mut input = BufReader::with_capacity(64 * 1024, stdout);
+    let mut buf = Vec::new();
+    let hello_deadline = Instant::now() + r.hello_timeout;
+    let mut said_hello = false;
+    loop {
+        let deadline = if said_hello {
+            Instant::now() + r.silence_limit
+        } else {
+            hello_deadline
+        };
+        let line = match tokio::time::timeout_at(deadline, read_line(&mut input, &mut buf)).await {
+            Err(_) if said_hello => {
+                return format!(
+                    "no frame for {} s (three missed heartbeats)",
+                    r.silence_limit.as_secs()
+                )
+            }
+            Err(_) => {
+                return format!("no hello within {} ms", r.hello_timeout.as_millis());
+            }
+            Ok(Err(e)) => return format!("cannot read its stdout: {e}"),
+            Ok(Ok(line)) => line,
+        };
+        let text = match line {
+            Line::Eof => return "its stdout closed".into(),
+            Line::TooLong => {
+                r.reject(format!("line longer than {MAX_LINE_BYTES} bytes"));
+                continue;
+            }
+            Line::Full => match std::str::from_utf8(&buf) {
+                Ok(text) => text,
+                Err(_) => {
+                    r.reject("the line is not UTF-8".into());
+                    continue;
+                }
+            },
+        };
+        if text.trim().is_empty() {
+            continue;
+        }
+        let frame = match parse_host_line::<FromHost>(text) {
+            Ok(frame) => frame,
+            Err(e) => {
+                r.reject(e.to_string());
+                continue;
+            }
+        };
+        said_hello |= matches!(frame, FromHost::Hello { .. });
+        let forwarded = r.supervisor.cast(HostSupervisorMsg::Frame {
+            slot: r.slot,
+            incarnation: r.incarnation,
+            pid: r.pid,
+            frame,
+        });
+        if forwarded.is_err() {
+            return "the host supervisor stopped".into();
+        }
+    }
+}
+
+impl Reader {
+    /// Answers a line that is not a frame with an `error` frame (PROTOCOL
+    /// Part 2) and otherwise ignores it.
+    fn reject(&self, message: String) {
+        warn!(host_id = self.slot, pid = self.pid, error = %message, "bad line from host");
+        let _ = self
+            .stdin
+            .try_send(encode_host_line(&ToHost::Error { message }));
+    }
+}
+
+/// One line of host output.
+#[derive(Debug, PartialEq, Eq)]
+enum Line {
+    /// A line (without its `\n`) is in the buffer.
+    Full,
+    /// The line was longer than [`MAX_LINE_BYTES`]; it was skipped.
+    TooLong,
+    Eof,
+}
+
+/// Reads one line into `buf` (cleared first) without ever holding more than
+/// [`MAX_LINE_BYTES`] of it: the rest of a longer line is consumed and
+/// dropped. A last line without `\n` counts as a line.
+async fn read_line<R: AsyncBufRead + Unpin>(
+    input: &mut R,
+    buf: &mut Vec<u8>,
+) -> std::io::Result<Line> {
+    read_line_bounded(input, buf, MAX_LINE_BYTES).await
+}
+
+async fn read_line_bounded<R: AsyncBufRead + Unpin>(
+    input: &mut R,
+    buf: &mut Vec<u8>,
+    max: usize,
+) -> std::io::Result<Line> {
+    buf.clear();
+    let mut too_long = false;
+    let mut any = false;
+    loop {
+        let available = input.fill_buf().await?;
+        if available.is_empty() {
+            return Ok(match (too_long, any) {
+                (true, _) => Line::TooLong,
+                (false, true) => Line::Full,
+                (false, false) => Line::Eof,
+            });
+        }
+        any = true;
+        let (chunk, used, done) = match available.iter().position(|&b| b == b'\n') {
+            Some(i) => (&available[..i], i + 1, true),
+            None => (available, available.len(), false),
+        };
+        if !too_long {
+            if buf.len() + chunk.len() > max {
+                too_long = true;
+                buf.clear();
+                buf.shrink_to(64 * 1024);
+            } else {
+                buf.extend_from_slice(chunk);
+            }
+        }
+        input.consume(used);
+        if done {
+            return Ok(if too_long { Line::TooLong } else { Line::Full });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn lines(input: &[u8], max: usize) -> Vec<Result<String, Line>> {
+        // A tiny buffer, so lines span several reads.
+        let mut r = BufReader::with_capacity(4, input);
+        let mut buf = Vec::new();
+        let mut out = Vec::new();
+        loop {
+            match read_line_bounded(&mut r, &mut buf, max).await.unwrap() {
+                Line::Full => out.push(Ok(String::from_utf8(buf.clone()).unwrap())),
+                Line::Eof => return out,
+                other => out.push(Err(other)),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn lines_are_split_and_bounded() {
+        let got = lines(b"hello\n0123456789abc\n\nlast", 10).await;
+        assert_eq!(
+            got,
+            vec![
+                Ok("hello".to_string()),
+                Err(Line::TooLong),
+                Ok(String::new()),
+                Ok("last".to_string()),
+            ]
+        );
+        assert_eq!(lines(b"", 10).await, vec![]);
+        assert_eq!(lines(b"0123456789x", 10).await, vec![Err(Line::TooLong)]);
+        assert_eq!(
+            lines(b"0123456789\n", 10).await,
+            vec![Ok("0123456789".to_string())]
+        );
+    }
+
+    #[test]
+    fn heartbeat_rounds_up_to_whole_seconds() {
+        assert_eq!(heartbeat_secs(Duration::from_secs(5)), 5);
+        assert_eq!(heartbeat_secs(Duration::from_millis(1500)), 2);
+        assert_eq!(heartbeat_secs(Duration::from_millis(100)), 1);
+        assert_eq!(heartbeat_secs(Duration::ZERO), 1);
+    }
+}

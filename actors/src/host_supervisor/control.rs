@@ -1,0 +1,138 @@
+//! Control requests: the waiter, its deadline, and the late handler that
+//! takes over at the deadline (the table itself is [`crate::late_acks`]).
+
+use std::time::Duration;
+
+use ractor::{ActorRef, RpcReplyPort};
+use tether_protocol::ToHost;
+use tracing::{debug, info, warn};
+
+use super::{now, HostSupervisorMsg, HostSupervisorState, Waiter};
+use crate::late_acks::Taken;
+use crate::session::SessionMsg;
+use crate::turn::{ControlOutcome, ControlRequest};
+
+impl HostSupervisorState {
+    pub(super) fn control(
+        &mut self,
+        myself: &ActorRef<HostSupervisorMsg>,
+        request: ControlRequest,
+        preferred: Option<u32>,
+        wait: Duration,
+        late: ActorRef<SessionMsg>,
+        reply: RpcReplyPort<ControlOutcome>,
+    ) {
+        let request_id = request.request_id.clone();
+        let Some(slot) = self.choose(preferred) else {
+            let _ = reply.send(ControlOutcome::Error("no compute host is up".into()));
+            return;
+        };
+        let deadline = now() + wait;
+        if let Err(w) =
+            self.acks
+                .insert_waiter(request_id.clone(), Waiter { reply, late }, slot, deadline)
+        {
+            warn!(request_id, "control request id already pending; refused");
+            let _ = w.reply.send(ControlOutcome::Error(format!(
+                "request {request_id} is already pending"
+            )));
+            return;
+        }
+        debug!(host_id = slot, request_id, session_id = %request.session_id, op = %request.op,
+               "control request sent");
+        self.send_to(
+            slot,
+            ToHost::Control {
+                request_id: request.request_id,
+                op: request.op,
+                session_id: request.session_id,
+                history: request.history,
+                args: request.args,
+            },
+        );
+        myself.send_after(wait, || HostSupervisorMsg::WaitersDue);
+    }
+
+    /// Answers `Pending` to every waiter past its deadline and hands its
+    /// request to the late table.
+    pub(super) fn time_out_waiters(&mut self) {
+        let evicted = self.acks.time_out(now(), |request_id, w| {
+            debug!(
+                request_id,
+                "control request pending; a late handler holds it"
+            );
+            let _ = w.reply.send(ControlOutcome::Pending);
+            w.late
+        });
+        for (request_id, late) in evicted {
+            warn!(
+                request_id,
+                cap = self.config.late_ack_cap,
+                "late control handler evicted"
+            );
+            let _ = late.cast(SessionMsg::ControlLate {
+                request_id,
+                result: Err("too many control requests are waiting for a late answer".into()),
+            });
+        }
+    }
+
+    /// Drops the late handlers whose TTL ran out; their sessions are told,
+    /// so that none waits forever for an answer that will not be applied.
+    pub(super) fn expire_late(&mut self) {
+        for (request_id, late) in self.acks.expire(now()) {
+            warn!(
+                request_id,
+                "no answer to a control request within the late-ack TTL"
+            );
+            let _ = late.cast(SessionMsg::ControlLate {
+                request_id,
+                result: Err("the compute host did not answer within the late-ack TTL".into()),
+            });
+        }
+    }
+
+    /// Gives a control answer to whoever holds its request now.
+    pub(super) fn answer(
+        &mut self,
+        slot: u32,
+        request_id: String,
+        result: Result<serde_json::Value, String>,
+    ) {
+        match self.acks.take(&request_id, now()) {
+            Taken::Waiter(w) => {
+                debug!(
+                    host_id = slot,
+                    request_id,
+                    ok = result.is_ok(),
+                    "control answered in time"
+                );
+                let _ = w.reply.send(match result {
+                    Ok(value) => ControlOutcome::Ack(value),
+                    Err(message) => ControlOutcome::Error(message),
+                });
+            }
+            Taken::Late(late) => {
+                info!(
+                    host_id = slot,
+                    request_id,
+                    ok = result.is_ok(),
+                    "late control answer delivered"
+                );
+                let _ = late.cast(SessionMsg::ControlLate { request_id, result });
+            }
+            Taken::Expired => {
+                warn!(
+                    host_id = slot,
+                    request_id, "control answer after the late-ack TTL; dropped"
+                );
+            }
+            Taken::Unknown => {
+                warn!(
+                    host_id = slot,
+                    request_id, "control answer for no pending request; dropped"
+                );
+            }
+        }
+    }
+}

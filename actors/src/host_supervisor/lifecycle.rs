@@ -1,0 +1,276 @@
+//! Slots' lives: starting hosts, their deaths and restarts, the drain.
+
+use std::sync::atomic::Ordering;
+
+use ractor::{Actor, ActorRef, RpcReplyPort};
+use tether_protocol::{HostStat, ToHost, TurnId};
+use tracing::{debug, error, info, warn};
+
+use super::{now, send_update, HostSupervisorMsg, HostSupervisorState, Phase};
+use crate::host::{Host, HostArgs, HostMsg};
+use crate::session::SessionMsg;
+use crate::supervisor::Decision;
+use crate::turn::{reasons, ControlOutcome, TurnUpdate};
+
+impl HostSupervisorState {
+    /// Starts the host of `slot` (a new incarnation).
+    pub(super) async fn spawn_host(&mut self, myself: &ActorRef<HostSupervisorMsg>, slot: u32) {
+        let Some(s) = self.slots.get_mut(slot as usize) else {
+            return;
+        };
+        s.incarnation += 1;
+        let args = HostArgs {
+            slot,
+            incarnation: s.incarnation,
+            config: self.config.clone(),
+            supervisor: myself.clone(),
+        };
+        match Actor::spawn_linked(None, Host, args, myself.get_cell()).await {
+            Ok((actor, _)) => {
+                self.by_actor.insert(actor.get_id(), (slot, s.incarnation));
+                s.host = Some(actor);
+                s.phase = Phase::Starting;
+                s.pid = None;
+                s.finishing = false;
+            }
+            Err(e) => {
+                let reason = format!("cannot start: {e}");
+                self.host_died(myself, slot, None, &reason);
+            }
+        }
+    }
+
+    /// The backoff of `slot` is over.
+    pub(super) async fn restart(&mut self, myself: &ActorRef<HostSupervisorMsg>, slot: u32) {
+        let waiting = self
+            .slots
+            .get(slot as usize)
+            .is_some_and(|s| s.phase == Phase::Backoff);
+        if waiting && !self.stopping {
+            self.spawn_host(myself, slot).await;
+        }
+    }
+
+    pub(super) fn on_host_stopped(
+        &mut self,
+        myself: &ActorRef<HostSupervisorMsg>,
+        slot: u32,
+        incarnation: u64,
+        reason: &str,
+    ) {
+        let Some(s) = self.slots.get_mut(slot as usize) else {
+            return;
+        };
+        if s.incarnation != incarnation || s.host.is_none() {
+            debug!(host_id = slot, incarnation, "stale host stop ignored");
+            return;
+        }
+        s.host = None;
+        let pid = s.pid.take();
+        self.host_died(myself, slot, pid, reason);
+        if self.stopping {
+            self.finish_shutdown_if_done();
+        }
+    }
+
+    /// Fails everything the host of `slot` held, then restarts the slot or
+    /// leaves it down, per its restart policy.
+    pub(super) fn host_died(
+        &mut self,
+        myself: &ActorRef<HostSupervisorMsg>,
+        slot: u32,
+        pid: Option<u32>,
+        reason: &str,
+    ) {
+        self.registry.remove(slot);
+        let message = format!("compute host {slot} died: {reason}");
+        self.fail_slot(slot, reasons::HOST_CRASH, &message);
+        let stopping = self.stopping;
+        let Some(s) = self.slots.get_mut(slot as usize) else {
+            return;
+        };
+        if stopping {
+            info!(host_id = slot, pid, reason, "compute host stopped");
+            s.phase = Phase::Down;
+            self.publish_up();
+            return;
+        }
+        warn!(host_id = slot, pid, reason, "compute host died");
+        match s.tracker.on_stop(now()) {
+            Decision::Restart { after, attempt } => {
+                info!(
+                    host_id = slot,
+                    attempt,
+                    backoff_ms = after.as_millis() as u64,
+                    "restarting compute host"
+                );
+                s.phase = Phase::Backoff;
+                myself.send_after(after, move || HostSupervisorMsg::Restart { slot });
+            }
+            Decision::Escalate => {
+                error!(
+                    host_id = slot,
+                    restarts = s.tracker.total_restarts(),
+                    "compute host exceeded its restart intensity; the slot stays down"
+                );
+                s.phase = Phase::Down;
+            }
+            Decision::Ignore => s.phase = Phase::Down,
+        }
+        self.publish_up();
+    }
+
+    /// Ends every turn routed to `slot` with `reason` and fails its control
+    /// requests (waiting and late), each exactly once.
+    pub(super) fn fail_slot(&mut self, slot: u32, reason: &str, message: &str) {
+        let ended: Vec<TurnId> = self
+            .turns
+            .iter()
+            .filter(|(_, r)| r.slot == slot)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for turn_id in ended {
+            if let Some(route) = self.remove_route(&turn_id) {
+                info!(host_id = slot, turn_id = %turn_id, session_id = %route.session_id,
+                      trace_id = %route.trace_id, reason, "turn ended by the host's death");
+                send_update(
+                    &route.session,
+                    turn_id,
+                    TurnUpdate::Error {
+                        reason: reason.into(),
+                        message: message.into(),
+                    },
+                );
+            }
+        }
+        let failed = self.acks.fail_slot(slot);
+        for (request_id, w) in failed.waiters {
+            debug!(
+                host_id = slot,
+                request_id, "control request failed by the host's death"
+            );
+            let _ = w.reply.send(ControlOutcome::Error(message.into()));
+        }
+        for (request_id, late) in failed.late {
+            debug!(
+                host_id = slot,
+                request_id, "late control request failed by the host's death"
+            );
+            let _ = late.cast(SessionMsg::ControlLate {
+                request_id,
+                result: Err(message.into()),
+            });
+        }
+    }
+
+    /// Keeps the shared gauge equal to the number of slots that can take
+    /// work (now, or once their restart finishes); fails held turns when
+    /// none is left.
+    pub(super) fn publish_up(&mut self) {
+        let up = if self.stopping {
+            0
+        } else {
+            self.slots.iter().filter(|s| s.available()).count()
+        };
+        self.up_slots.store(up, Ordering::Relaxed);
+        if up == 0 {
+            self.fail_held("no compute host is up");
+        }
+    }
+
+    pub(super) fn stats(&self) -> Vec<HostStat> {
+        self.slots
+            .iter()
+            .map(|s| HostStat {
+                host_id: s.id,
+                pid: s.pid,
+                state: s.phase.as_str().into(),
+                active_turns: s.active_turns,
+                restarts: s.tracker.total_restarts(),
+            })
+            .collect()
+    }
+
+    pub(super) fn shutdown(
+        &mut self,
+        myself: &ActorRef<HostSupervisorMsg>,
+        reply: RpcReplyPort<()>,
+    ) {
+        let first = !self.stopping;
+        self.stopping = true;
+        self.publish_up();
+        self.shutdown_replies.push(reply);
+        if first {
+            info!(hosts = self.live_hosts(), "shutting the compute hosts down");
+            for s in &mut self.slots {
+                if s.phase == Phase::Backoff {
+                    s.phase = Phase::Down;
+                }
+                if let Some(host) = &s.host {
+                    let _ = host.cast(HostMsg::Send(ToHost::Shutdown));
+                }
+            }
+            if self.live_hosts() > 0 {
+                myself.send_after(self.config.shutdown_grace, || {
+                    HostSupervisorMsg::ShutdownDeadline
+                });
+            }
+        }
+        self.finish_shutdown_if_done();
+    }
+
+    /// The grace is over: stop the Host actors that are left (each kills
+    /// its process group); the reply goes out when their stops are handled.
+    pub(super) fn shutdown_deadline(&mut self) {
+        for s in &self.slots {
+            if let Some(host) = &s.host {
+                warn!(
+                    host_id = s.id,
+                    pid = s.pid,
+                    "host did not exit within the shutdown grace; killing it"
+                );
+                host.stop(Some("shutdown grace over".into()));
+            }
+        }
+    }
+
+    fn live_hosts(&self) -> usize {
+        self.slots.iter().filter(|s| s.host.is_some()).count()
+    }
+
+    fn finish_shutdown_if_done(&mut self) {
+        if self.live_hosts() == 0 {
+            for reply in self.shutdown_replies.drain(..) {
+                let _ = reply.send(());
+            }
+        }
+    }
+
+    /// The supervisor stopped: its children are stopped (and their
+    /// processes killed); whatever they still held fails now.
+    pub(super) fn stopped(&mut self) {
+        for s in &mut self.slots {
+            s.host = None;
+            self.registry.remove(s.id);
+            s.phase = Phase::Down;
+            s.pid = None;
+        }
+        for slot in 0..self.slots.len() as u32 {
+            self.fail_slot(slot, reasons::HOST_CRASH, "the host supervisor stopped");
+        }
+        let failed = self.acks.fail_all();
+        for (_, w) in failed.waiters {
+            let _ = w
+                .reply
+                .send(ControlOutcome::Error("the host supervisor stopped".into()));
+        }
+        for (request_id, late) in failed.late {
+            let _ = late.cast(SessionMsg::ControlLate {
+                request_id,
+                result: Err("the host supervisor stopped".into()),
+            });
+        }
+        self.publish_up();
+        self.finish_shutdown_if_done();
+    }
+}

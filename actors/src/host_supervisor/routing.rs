@@ -1,0 +1,294 @@
+//! Turns: choosing a slot, writing `turn.start`, and routing every host
+//! frame to whoever waits for it.
+
+use ractor::ActorRef;
+use tether_protocol::{FromHost, ToHost, TurnId};
+use tracing::{debug, info, trace, warn};
+
+use super::{
+    send_update, Held, HostSupervisorState, Phase, Route, Slot, MAX_HELD_TURNS, PROTOCOL_VERSION,
+};
+use crate::host::HostMsg;
+use crate::session::SessionMsg;
+use crate::turn::{reasons, TurnStart, TurnUpdate};
+
+impl HostSupervisorState {
+    /// `preferred` if it can take work, else the least loaded slot that can.
+    pub(super) fn choose(&self, preferred: Option<u32>) -> Option<u32> {
+        if self.stopping {
+            return None;
+        }
+        if let Some(p) = preferred {
+            if self.slots.get(p as usize).is_some_and(Slot::usable) {
+                return Some(p);
+            }
+        }
+        self.slots
+            .iter()
+            .filter(|s| s.usable())
+            .min_by_key(|s| (s.active_turns, s.id))
+            .map(|s| s.id)
+    }
+
+    pub(super) fn send_to(&self, slot: u32, frame: ToHost) {
+        let host = self.slots.get(slot as usize).and_then(|s| s.host.as_ref());
+        match host {
+            // A host that stopped meanwhile fails what was routed to it when
+            // its stop is handled.
+            Some(host) => {
+                let _ = host.cast(HostMsg::Send(frame));
+            }
+            None => debug!(host_id = slot, "no host to write to"),
+        }
+    }
+
+    pub(super) fn start_turn(
+        &mut self,
+        start: TurnStart,
+        preferred: Option<u32>,
+        session: ActorRef<SessionMsg>,
+    ) {
+        let turn_id = start.turn_id.clone();
+        let Some(slot) = self.choose(preferred) else {
+            let coming = !self.stopping && self.slots.iter().any(Slot::available);
+            if coming && self.held.len() < MAX_HELD_TURNS {
+                debug!(turn_id = %turn_id, session_id = %start.session_id, trace_id = %start.trace_id,
+                       "no compute host is up yet; the turn waits for one");
+                self.held.push_back(Held {
+                    start,
+                    preferred,
+                    session,
+                });
+                return;
+            }
+            info!(turn_id = %turn_id, session_id = %start.session_id, trace_id = %start.trace_id,
+                  "no compute host is up for the turn");
+            send_update(
+                &session,
+                turn_id,
+                TurnUpdate::Error {
+                    reason: reasons::HOST_UNAVAILABLE.into(),
+                    message: "no compute host is up".into(),
+                },
+            );
+            return;
+        };
+        if self.remove_route(&turn_id).is_some() {
+            warn!(turn_id = %turn_id, "turn started twice; the first routing is dropped");
+        }
+        info!(host_id = slot, turn_id = %turn_id, session_id = %start.session_id,
+              trace_id = %start.trace_id, "turn started on host");
+        self.turns.insert(
+            turn_id.clone(),
+            Route {
+                slot,
+                session: session.clone(),
+                session_id: start.session_id.clone(),
+                trace_id: start.trace_id.clone(),
+            },
+        );
+        if let Some(s) = self.slots.get_mut(slot as usize) {
+            s.active_turns += 1;
+        }
+        self.send_to(
+            slot,
+            ToHost::TurnStart {
+                turn_id: start.turn_id,
+                session_id: start.session_id,
+                trace_id: start.trace_id,
+                history: start.history,
+                prompt: start.prompt,
+                config: start.config,
+            },
+        );
+        // Sent from this handler, so it reaches the session before any of
+        // the turn's frames (they are handled after it, in this mailbox).
+        send_update(&session, turn_id, TurnUpdate::Started { host_id: slot });
+    }
+
+    pub(super) fn remove_route(&mut self, turn_id: &TurnId) -> Option<Route> {
+        let route = self.turns.remove(turn_id)?;
+        if let Some(s) = self.slots.get_mut(route.slot as usize) {
+            s.active_turns = s.active_turns.saturating_sub(1);
+        }
+        Some(route)
+    }
+
+    pub(super) fn interrupt(&self, turn_id: &TurnId) {
+        match self.turns.get(turn_id) {
+            Some(route) => {
+                debug!(host_id = route.slot, turn_id = %turn_id, session_id = %route.session_id, "interrupt");
+                self.send_to(
+                    route.slot,
+                    ToHost::Interrupt {
+                        turn_id: turn_id.clone(),
+                    },
+                );
+            }
+            None => debug!(turn_id = %turn_id, "interrupt for no routed turn"),
+        }
+    }
+
+    /// Starts the turns held while no host was up (a host just said hello).
+    fn release_held(&mut self) {
+        for held in std::mem::take(&mut self.held) {
+            self.start_turn(held.start, held.preferred, held.session);
+        }
+    }
+
+    /// Fails every held turn: no slot will come back for them.
+    pub(super) fn fail_held(&mut self, message: &str) {
+        for held in std::mem::take(&mut self.held) {
+            send_update(
+                &held.session,
+                held.start.turn_id,
+                TurnUpdate::Error {
+                    reason: reasons::HOST_UNAVAILABLE.into(),
+                    message: message.into(),
+                },
+            );
+        }
+    }
+
+    pub(super) fn abandon(&mut self, turn_id: &TurnId) {
+        self.held.retain(|h| &h.start.turn_id != turn_id);
+        if let Some(route) = self.remove_route(turn_id) {
+            info!(host_id = route.slot, turn_id = %turn_id, session_id = %route.session_id,
+                  trace_id = %route.trace_id, "turn abandoned by its session");
+            self.send_to(
+                route.slot,
+                ToHost::Interrupt {
+                    turn_id: turn_id.clone(),
+                },
+            );
+        }
+    }
+
+    pub(super) fn on_frame(&mut self, slot: u32, incarnation: u64, pid: u32, frame: FromHost) {
+        let current = self
+            .slots
+            .get(slot as usize)
+            .is_some_and(|s| s.incarnation == incarnation && s.host.is_some());
+        if !current {
+            debug!(
+                host_id = slot,
+                pid, "frame from a host that is gone; dropped"
+            );
+            return;
+        }
+        match frame {
+            FromHost::Hello {
+                protocol,
+                pid: said_pid,
+                engine,
+                version,
+            } => self.hello(slot, pid, said_pid, protocol, &engine, &version),
+            FromHost::Hb {
+                active_turns,
+                rss_kb,
+            } => trace!(host_id = slot, pid, active_turns, rss_kb, "host heartbeat"),
+            FromHost::Event { turn_id, event } => {
+                if let Some(route) = self.route_of(slot, &turn_id) {
+                    send_update(&route.session, turn_id, TurnUpdate::Event(event));
+                }
+            }
+            FromHost::TurnEnd {
+                turn_id,
+                status,
+                text,
+            } => {
+                if self.route_of(slot, &turn_id).is_some() {
+                    if let Some(route) = self.remove_route(&turn_id) {
+                        debug!(host_id = slot, turn_id = %turn_id, session_id = %route.session_id,
+                               trace_id = %route.trace_id, status = %status.as_str(), "turn ended");
+                        send_update(&route.session, turn_id, TurnUpdate::End { status, text });
+                    }
+                }
+            }
+            FromHost::TurnError {
+                turn_id,
+                reason,
+                message,
+            } => {
+                if self.route_of(slot, &turn_id).is_some() {
+                    if let Some(route) = self.remove_route(&turn_id) {
+                        info!(host_id = slot, turn_id = %turn_id, session_id = %route.session_id,
+                              trace_id = %route.trace_id, reason = %reason, "turn failed on host");
+                        send_update(
+                            &route.session,
+                            turn_id,
+                            TurnUpdate::Error { reason, message },
+                        );
+                    }
+                }
+            }
+            FromHost::ControlAck { request_id, result } => {
+                self.answer(slot, request_id, Ok(result))
+            }
+            FromHost::ControlError {
+                request_id,
+                message,
+            } => self.answer(slot, request_id, Err(message)),
+            FromHost::Pong { .. } => {}
+            FromHost::ShutdownAck => {
+                info!(host_id = slot, pid, "compute host is finishing");
+                if let Some(s) = self.slots.get_mut(slot as usize) {
+                    s.finishing = true;
+                }
+                self.publish_up();
+            }
+            FromHost::Error { message } => {
+                warn!(host_id = slot, pid, error = %message, "the host could not understand a frame of ours");
+            }
+        }
+    }
+
+    fn hello(
+        &mut self,
+        slot: u32,
+        pid: u32,
+        said_pid: u32,
+        protocol: u32,
+        engine: &str,
+        version: &str,
+    ) {
+        let Some(s) = self.slots.get_mut(slot as usize) else {
+            return;
+        };
+        if s.phase != Phase::Starting {
+            warn!(host_id = slot, pid, "second hello from a host; ignored");
+            return;
+        }
+        if protocol != PROTOCOL_VERSION {
+            warn!(
+                host_id = slot,
+                pid, protocol, "host speaks another protocol version"
+            );
+        }
+        s.phase = Phase::Up;
+        s.pid = Some(pid);
+        info!(
+            host_id = slot,
+            pid, said_pid, engine, version, "compute host up"
+        );
+        self.registry.record(slot, pid);
+        self.publish_up();
+        self.release_held();
+    }
+
+    /// The route of a turn run by `slot`; frames for other turns are dropped.
+    fn route_of(&self, slot: u32, turn_id: &TurnId) -> Option<&Route> {
+        match self.turns.get(turn_id) {
+            Some(route) if route.slot == slot => Some(route),
+            Some(route) => {
+                warn!(host_id = slot, turn_id = %turn_id, routed_to = route.slot,
+                      "frame for a turn of another host; dropped");
+                None
+            }
+            None => {
+                debug!(host_id = slot, turn_id = %turn_id, "frame for no routed turn; dropped");
+                None
+            }
+        }
+    }
+}

@@ -1,0 +1,142 @@
+//! The transcript of the current segment, in memory while turns need it.
+//!
+//! A turn's host needs the history before its prompt; reading it from the
+//! store for every turn would put the disk on the turn's path. The session
+//! loads the segment once (on a task, when the first turn or compression
+//! needs it) and then keeps it current from the events it emits. Idle
+//! sessions that never run a turn never load it.
+
+use ractor::ActorRef;
+use tether_protocol::{EventType, Message, RpcError};
+use tether_store::EventRow;
+
+use super::{SessionMsg, SessionState};
+use crate::transcript::{is_message, message_from_row, messages_from_rows};
+
+#[derive(Debug, Default)]
+pub(crate) enum Transcript {
+    #[default]
+    NotLoaded,
+    /// The store read of everything committed so far is under way;
+    /// messages emitted after that are collected here. `reset` means a
+    /// compaction happened meanwhile: what the store returns is the old
+    /// segment.
+    Loading {
+        buffer: Vec<Message>,
+        reset: bool,
+    },
+    Ready(Vec<Message>),
+}
+
+impl SessionState {
+    /// Keeps the in-memory transcript current with an emitted event.
+    pub(super) fn note_message(&mut self, row: &EventRow, kind: EventType) -> Option<Message> {
+        if !is_message(kind) {
+            return None;
+        }
+        let message = message_from_row(row)?;
+        let compaction = kind == EventType::SessionCompacted;
+        match &mut self.transcript {
+            Transcript::NotLoaded => {}
+            Transcript::Loading { buffer, reset, .. } => {
+                if compaction {
+                    buffer.clear();
+                    *reset = true;
+                }
+                buffer.push(message.clone());
+            }
+            Transcript::Ready(messages) => {
+                if compaction {
+                    messages.clear();
+                }
+                messages.push(message.clone());
+            }
+        }
+        Some(message)
+    }
+
+    /// Messages with `seq < before`, if the transcript is in memory.
+    pub(super) fn history_before(&self, before: u64) -> Option<Vec<Message>> {
+        match &self.transcript {
+            Transcript::Ready(messages) => Some(
+                messages
+                    .iter()
+                    .take_while(|m| m.seq < before)
+                    .cloned()
+                    .collect(),
+            ),
+            _ => None,
+        }
+    }
+
+    /// Starts loading the segment from the store (once).
+    pub(super) fn load_transcript(&mut self, myself: &ActorRef<SessionMsg>) {
+        if !matches!(self.transcript, Transcript::NotLoaded) {
+            return;
+        }
+        // Committed events are in the store; the ones still pending are
+        // taken from memory so nothing falls between the two.
+        let upto = self.committed_seq;
+        let buffer = self
+            .pending
+            .iter()
+            .filter_map(|p| p.message.clone())
+            .collect();
+        self.transcript = Transcript::Loading {
+            buffer,
+            reset: false,
+        };
+        let reader = self.ctx.reader.clone();
+        let id = self.id.clone();
+        let myself = myself.clone();
+        tokio::spawn(async move {
+            let result = reader
+                .segment_events(&id)
+                .await
+                .map(|rows| {
+                    let rows: Vec<_> = rows.into_iter().filter(|r| r.seq <= upto).collect();
+                    messages_from_rows(&rows)
+                })
+                .map_err(|e| RpcError::new(e.code(), e.to_string()));
+            let _ = myself.cast(SessionMsg::TranscriptLoaded { result });
+        });
+    }
+
+    pub(super) fn transcript_loaded(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        result: Result<Vec<Message>, RpcError>,
+    ) {
+        let Transcript::Loading { buffer, reset, .. } = std::mem::take(&mut self.transcript) else {
+            return;
+        };
+        match result {
+            Ok(mut messages) => {
+                if reset {
+                    messages.clear();
+                }
+                messages.extend(buffer);
+                self.transcript = Transcript::Ready(messages);
+                self.dispatch_turn(myself);
+                self.resume_pending_compress(myself);
+            }
+            Err(e) => {
+                tracing::warn!(session_id = %self.id, error = %e, "transcript load failed");
+                self.transcript = Transcript::NotLoaded;
+                if let Some(turn_id) = self.turns.running.as_ref().map(|t| t.tag.turn_id.clone()) {
+                    let msg = format!("could not read the session history: {}", e.message);
+                    self.finish_turn(
+                        myself,
+                        &turn_id,
+                        tether_protocol::CompleteStatus::Error,
+                        None,
+                        Some(("storage_unavailable", &msg)),
+                    );
+                }
+                if let Some((_, reply)) = self.pending_compress.take() {
+                    let _ = reply.send(Err(e));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,610 @@
+//! Turns: accept a prompt, run it on a compute host, end it exactly once.
+//!
+//! A prompt becomes a durable `message.user` (tagged with its new turn id
+//! and trace id) and then either starts or waits in the queue. Whatever
+//! happens next (the host's `turn.end` or `turn.error`, a crash the
+//! supervisor reports, the deadline, an interrupt) goes through
+//! [`SessionState::finish_turn`], the one place that writes the turn's
+//! `message.complete`, so every accepted turn gets exactly one.
+//!
+//! The turn marker (running and queued turn ids) is persisted with the
+//! events that change it, so a gateway that dies mid-turn finds the turns
+//! to end at its next start.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use ractor::{ActorRef, RpcReplyPort};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use tether_protocol::{
+    now_ms, ActiveTurn, CompleteStatus, DeltaPayload, ErrorPayload, EventType, HostEvent,
+    InterruptResult, InterruptStatus, MessageCompletePayload, RpcError, SessionStatus,
+    StatusUpdatePayload, SubmitResult, SubmitStatus, TextPayload, TodoItem, Todos, TraceId,
+    TurnEndStatus, TurnId,
+};
+use tracing::{debug, info, warn};
+
+use super::{SessionMsg, SessionState, Waiter};
+use crate::event::TurnTag;
+use crate::host_supervisor::HostSupervisorMsg;
+use crate::turn::{reasons, TurnStart, TurnUpdate};
+
+/// The turn being run.
+#[derive(Debug)]
+pub(crate) struct RunningTurn {
+    pub tag: TurnTag,
+    pub prompt: String,
+    /// Seq of its `message.user`: the history it sees is everything before.
+    pub user_seq: u64,
+    pub started_at_ms: i64,
+    pub host_id: Option<u32>,
+    /// Whether `turn.start` was sent (it waits for the transcript to load).
+    pub dispatched: bool,
+    /// Assistant text streamed so far (`offset` of the next delta = its length).
+    pub text: String,
+    pub reasoning_bytes: u64,
+}
+
+/// A prompt waiting behind the running turn.
+#[derive(Debug)]
+pub(crate) struct QueuedTurn {
+    pub tag: TurnTag,
+    pub prompt: String,
+    pub user_seq: u64,
+}
+
+/// What is persisted as the session's turn marker.
+#[derive(Debug, Default, Serialize, Deserialize, PartialEq)]
+pub(crate) struct TurnMarker {
+    pub running: Option<MarkedTurn>,
+    #[serde(default)]
+    pub queued: Vec<MarkedTurn>,
+}
+
+#[derive(Debug, Serialize, Deserialize, PartialEq)]
+pub(crate) struct MarkedTurn {
+    pub turn_id: TurnId,
+    pub trace_id: TraceId,
+}
+
+impl MarkedTurn {
+    fn of(tag: &TurnTag) -> Self {
+        Self {
+            turn_id: tag.turn_id.clone(),
+            trace_id: tag.trace_id.clone(),
+        }
+    }
+
+    fn tag(&self) -> TurnTag {
+        TurnTag {
+            turn_id: self.turn_id.clone(),
+            trace_id: self.trace_id.clone(),
+        }
+    }
+}
+
+/// Turn-related state of a session.
+#[derive(Debug, Default)]
+pub(crate) struct Turns {
+    pub running: Option<RunningTurn>,
+    pub queue: VecDeque<QueuedTurn>,
+    /// The host slot this session sticks to while it is up.
+    pub sticky_host: Option<u32>,
+    /// Latest todo snapshot; its revision is the gateway's (PROTOCOL 1.10).
+    pub todos: Option<Todos>,
+    /// The marker changed and must go out with the next append.
+    pub marker_dirty: bool,
+}
+
+impl Turns {
+    pub fn marker(&self) -> Option<Value> {
+        if self.running.is_none() && self.queue.is_empty() {
+            return None;
+        }
+        let marker = TurnMarker {
+            running: self.running.as_ref().map(|r| MarkedTurn::of(&r.tag)),
+            queued: self.queue.iter().map(|q| MarkedTurn::of(&q.tag)).collect(),
+        };
+        serde_json::to_value(marker).ok()
+    }
+}
+
+impl SessionState {
+    /// `prompt.submit`.
+    pub(super) fn submit(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        text: String,
+        reply: RpcReplyPort<Result<SubmitResult, RpcError>>,
+    ) {
+        if let Err(e) = self.check_submit() {
+            let _ = reply.send(Err(e));
+            return;
+        }
+        let tag = TurnTag {
+            turn_id: TurnId::new(),
+            trace_id: TraceId::new(),
+        };
+        let user_seq = self.emit_durable(
+            EventType::MessageUser,
+            &TextPayload { text: text.clone() },
+            Some(tag.clone()),
+        );
+        let status = if self.turns.running.is_none() {
+            self.turns.running = Some(RunningTurn {
+                tag: tag.clone(),
+                prompt: text,
+                user_seq,
+                started_at_ms: now_ms(),
+                host_id: None,
+                dispatched: false,
+                text: String::new(),
+                reasoning_bytes: 0,
+            });
+            self.set_status(SessionStatus::Running);
+            self.dispatch_turn(myself);
+            SubmitStatus::Started
+        } else {
+            self.turns.queue.push_back(QueuedTurn {
+                tag: tag.clone(),
+                prompt: text,
+                user_seq,
+            });
+            self.emit_durable(
+                EventType::StatusUpdate,
+                &StatusUpdatePayload {
+                    kind: "queued".into(),
+                    text: None,
+                },
+                Some(tag.clone()),
+            );
+            SubmitStatus::Queued
+        };
+        self.turns.marker_dirty = true;
+        info!(session_id = %self.id, turn_id = %tag.turn_id, trace_id = %tag.trace_id, status = status.as_str(), "turn accepted");
+        // Answered once `message.user` is on disk (or with 5070/5071 if not).
+        self.waiters.push((
+            user_seq,
+            Waiter::Submit {
+                reply,
+                result: SubmitResult {
+                    status,
+                    turn_id: tag.turn_id,
+                    trace_id: tag.trace_id,
+                },
+            },
+        ));
+    }
+
+    fn check_submit(&self) -> Result<(), RpcError> {
+        if self.status == SessionStatus::Closed {
+            return Err(RpcError::session_closed());
+        }
+        if self.compacting.is_some() {
+            return Err(RpcError::session_busy("the session is being compacted"));
+        }
+        if self.turns.running.is_some() && self.turns.queue.len() >= self.ctx.config.max_queued {
+            return Err(RpcError::session_busy(format!(
+                "{} prompts are already queued",
+                self.turns.queue.len()
+            )));
+        }
+        if self.ctx.hosts_up() == 0 {
+            return Err(RpcError::host_unavailable());
+        }
+        Ok(())
+    }
+
+    /// Sends `turn.start` for the running turn once the transcript is in memory.
+    pub(super) fn dispatch_turn(&mut self, myself: &ActorRef<SessionMsg>) {
+        let Some(turn) = self.turns.running.as_ref() else {
+            return;
+        };
+        if turn.dispatched {
+            return;
+        }
+        let Some(history) = self.history_before(turn.user_seq) else {
+            self.load_transcript(myself);
+            return;
+        };
+        let start = TurnStart {
+            turn_id: turn.tag.turn_id.clone(),
+            session_id: self.id.clone(),
+            trace_id: turn.tag.trace_id.clone(),
+            history,
+            prompt: turn.prompt.clone(),
+            config: self.engine_config(),
+        };
+        let turn_id = turn.tag.turn_id.clone();
+        let preferred = self.turns.sticky_host;
+        let sent = self
+            .ctx
+            .hosts()
+            .map(|hosts| {
+                hosts
+                    .cast(HostSupervisorMsg::StartTurn {
+                        start,
+                        preferred,
+                        session: myself.clone(),
+                    })
+                    .is_ok()
+            })
+            .unwrap_or(false);
+        if let Some(turn) = self.turns.running.as_mut() {
+            turn.dispatched = true;
+        }
+        if !sent {
+            self.finish_turn(
+                myself,
+                &turn_id,
+                CompleteStatus::Error,
+                None,
+                Some((reasons::HOST_UNAVAILABLE, "no compute host is running")),
+            );
+            return;
+        }
+        let deadline = self.ctx.config.turn_deadline;
+        let me = myself.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(deadline).await;
+            let _ = me.cast(SessionMsg::TurnDeadline { turn_id });
+        });
+    }
+
+    fn engine_config(&self) -> Map<String, Value> {
+        match &self.engine_pin {
+            Some(Value::Object(map)) => map.clone(),
+            _ => Map::new(),
+        }
+    }
+
+    /// A frame of a turn, as the host supervisor reports it.
+    pub(super) fn turn_update(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        turn_id: TurnId,
+        update: TurnUpdate,
+    ) {
+        let current = self
+            .turns
+            .running
+            .as_ref()
+            .is_some_and(|t| t.tag.turn_id == turn_id);
+        if !current {
+            debug!(session_id = %self.id, turn_id = %turn_id, "update for a turn that is no longer running");
+            return;
+        }
+        match update {
+            TurnUpdate::Started { host_id } => self.turn_started(host_id),
+            TurnUpdate::Event(event) => self.turn_event(event),
+            TurnUpdate::End { status, text } => {
+                let status = match status {
+                    TurnEndStatus::Complete => CompleteStatus::Complete,
+                    TurnEndStatus::Interrupted => CompleteStatus::Interrupted,
+                };
+                self.finish_turn(myself, &turn_id, status, Some(text), None);
+            }
+            TurnUpdate::Error { reason, message } => {
+                self.finish_turn(
+                    myself,
+                    &turn_id,
+                    CompleteStatus::Error,
+                    None,
+                    Some((&reason, &message)),
+                );
+            }
+        }
+    }
+
+    fn turn_started(&mut self, host_id: u32) {
+        let Some(turn) = self.turns.running.as_mut() else {
+            return;
+        };
+        turn.host_id = Some(host_id);
+        let tag = turn.tag.clone();
+        self.turns.sticky_host = Some(host_id);
+        debug!(session_id = %self.id, turn_id = %tag.turn_id, trace_id = %tag.trace_id, host_id, "turn started on host");
+        self.emit_durable(EventType::MessageStart, &serde_json::json!({}), Some(tag));
+    }
+
+    fn turn_event(&mut self, event: HostEvent) {
+        let Some(turn) = self.turns.running.as_mut() else {
+            return;
+        };
+        let tag = turn.tag.clone();
+        let text_of = |payload: &Value| {
+            payload
+                .get("text")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        };
+        match event.kind.as_str() {
+            "message.delta" => {
+                let Some(text) = text_of(&event.payload) else {
+                    return warn!(turn_id = %tag.turn_id, trace_id = %tag.trace_id, "delta without text");
+                };
+                let offset = turn.text.len() as u64;
+                turn.text.push_str(&text);
+                self.emit_transient(EventType::MessageDelta, &DeltaPayload { text, offset }, tag);
+            }
+            "reasoning.delta" => {
+                let Some(text) = text_of(&event.payload) else {
+                    return warn!(turn_id = %tag.turn_id, trace_id = %tag.trace_id, "reasoning delta without text");
+                };
+                let offset = turn.reasoning_bytes;
+                turn.reasoning_bytes += text.len() as u64;
+                self.emit_transient(
+                    EventType::ReasoningDelta,
+                    &DeltaPayload { text, offset },
+                    tag,
+                );
+            }
+            "todo.updated" => {
+                let items: Vec<TodoItem> = match event
+                    .payload
+                    .get("items")
+                    .cloned()
+                    .map(serde_json::from_value)
+                {
+                    Some(Ok(items)) => items,
+                    _ => {
+                        return warn!(turn_id = %tag.turn_id, trace_id = %tag.trace_id, "todo.updated without valid items")
+                    }
+                };
+                // The gateway numbers revisions so they increase across hosts,
+                // parking and restarts (PROTOCOL 1.10).
+                let revision = self.turns.todos.as_ref().map_or(0, |t| t.revision) + 1;
+                let todos = Todos { items, revision };
+                self.emit_durable(EventType::TodoUpdated, &todos, Some(tag));
+                self.turns.todos = Some(todos);
+            }
+            "tool.start" | "tool.complete" | "status.update" => {
+                if !event.payload.is_object() {
+                    return warn!(turn_id = %tag.turn_id, trace_id = %tag.trace_id, kind = %event.kind, "event payload is not an object");
+                }
+                if let Some(kind) = EventType::parse(&event.kind) {
+                    self.emit_durable(kind, &event.payload, Some(tag));
+                }
+            }
+            other => {
+                warn!(turn_id = %tag.turn_id, trace_id = %tag.trace_id, kind = other, "unknown host event type dropped")
+            }
+        }
+    }
+
+    /// Ends the running turn with its one `message.complete`, then starts
+    /// the next queued prompt.
+    pub(super) fn finish_turn(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        turn_id: &TurnId,
+        status: CompleteStatus,
+        text: Option<String>,
+        failure: Option<(&str, &str)>,
+    ) {
+        let Some(turn) = self.turns.running.take_if(|t| &t.tag.turn_id == turn_id) else {
+            return;
+        };
+        let tag = turn.tag.clone();
+        if let Some((_, message)) = failure {
+            self.emit_durable(
+                EventType::Error,
+                &ErrorPayload {
+                    message: message.to_string(),
+                    code: None,
+                },
+                Some(tag.clone()),
+            );
+        }
+        let (failure_reason, recoverable) = match failure {
+            Some((reason, _)) => (Some(reason.to_string()), Some(is_recoverable(reason))),
+            None => (None, None),
+        };
+        let payload = MessageCompletePayload {
+            text: text.unwrap_or(turn.text),
+            status,
+            failure_reason,
+            recoverable,
+        };
+        let elapsed_ms = now_ms() - turn.started_at_ms;
+        info!(session_id = %self.id, turn_id = %tag.turn_id, trace_id = %tag.trace_id, status = status.as_str(), elapsed_ms, "turn ended");
+        self.emit_durable(EventType::MessageComplete, &payload, Some(tag));
+        self.turns.marker_dirty = true;
+        self.start_next(myself);
+    }
+
+    fn start_next(&mut self, myself: &ActorRef<SessionMsg>) {
+        match self.turns.queue.pop_front() {
+            Some(next) => {
+                self.turns.running = Some(RunningTurn {
+                    tag: next.tag,
+                    prompt: next.prompt,
+                    user_seq: next.user_seq,
+                    started_at_ms: now_ms(),
+                    host_id: None,
+                    dispatched: false,
+                    text: String::new(),
+                    reasoning_bytes: 0,
+                });
+                self.dispatch_turn(myself);
+            }
+            None => {
+                if self.status == SessionStatus::Running {
+                    self.set_status(SessionStatus::Idle);
+                }
+            }
+        }
+    }
+
+    /// `session.interrupt`: stop the running turn now and drop the queue.
+    /// The turn ends here, without waiting for the host, so a hung host
+    /// cannot keep it spinning, and it is never continued.
+    pub(super) fn interrupt(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        reply: RpcReplyPort<Result<InterruptResult, RpcError>>,
+    ) {
+        let Some(turn_id) = self.turns.running.as_ref().map(|t| t.tag.turn_id.clone()) else {
+            let _ = reply.send(Ok(InterruptResult {
+                status: InterruptStatus::Idle,
+            }));
+            return;
+        };
+        if let Some(hosts) = self.ctx.hosts() {
+            let _ = hosts.cast(HostSupervisorMsg::Abandon {
+                turn_id: turn_id.clone(),
+            });
+        }
+        // Queued prompts first leave the queue, so finishing the running
+        // turn does not start one of them.
+        let dropped: Vec<QueuedTurn> = self.turns.queue.drain(..).collect();
+        self.finish_turn(myself, &turn_id, CompleteStatus::Interrupted, None, None);
+        for q in dropped {
+            self.emit_durable(
+                EventType::MessageComplete,
+                &MessageCompletePayload {
+                    text: String::new(),
+                    status: CompleteStatus::Interrupted,
+                    failure_reason: Some(reasons::DEQUEUED.into()),
+                    recoverable: None,
+                },
+                Some(q.tag),
+            );
+        }
+        self.turns.marker_dirty = true;
+        let _ = reply.send(Ok(InterruptResult {
+            status: InterruptStatus::Interrupted,
+        }));
+    }
+
+    /// The turn deadline passed: give up on the host and end the turn.
+    pub(super) fn turn_deadline(&mut self, myself: &ActorRef<SessionMsg>, turn_id: TurnId) {
+        if self
+            .turns
+            .running
+            .as_ref()
+            .is_none_or(|t| t.tag.turn_id != turn_id)
+        {
+            return;
+        }
+        if let Some(hosts) = self.ctx.hosts() {
+            let _ = hosts.cast(HostSupervisorMsg::Abandon {
+                turn_id: turn_id.clone(),
+            });
+        }
+        let msg = format!(
+            "the turn ran past its deadline of {} s",
+            self.ctx.config.turn_deadline.as_secs()
+        );
+        self.finish_turn(
+            myself,
+            &turn_id,
+            CompleteStatus::Error,
+            None,
+            Some((reasons::HOST_TIMEOUT, &msg)),
+        );
+    }
+
+    /// At start: turns the store says were running or queued when the
+    /// session last stopped get their `message.complete` now.
+    pub(super) fn end_orphaned_turns(&mut self, marker: Option<Value>) {
+        let Some(marker) = marker else {
+            return;
+        };
+        let marker: TurnMarker = match serde_json::from_value(marker) {
+            Ok(m) => m,
+            Err(e) => {
+                return warn!(session_id = %self.id, error = %e, "unreadable turn marker ignored")
+            }
+        };
+        if let Some(running) = marker.running {
+            let tag = running.tag();
+            if let Some(hosts) = self.ctx.hosts() {
+                // In case the host still runs it (the session actor restarted).
+                let _ = hosts.cast(HostSupervisorMsg::Abandon {
+                    turn_id: tag.turn_id.clone(),
+                });
+            }
+            info!(session_id = %self.id, turn_id = %tag.turn_id, trace_id = %tag.trace_id, "ending a turn interrupted by a restart");
+            self.emit_durable(
+                EventType::MessageComplete,
+                &MessageCompletePayload {
+                    text: String::new(),
+                    status: CompleteStatus::Error,
+                    failure_reason: Some(reasons::GATEWAY_RESTART.into()),
+                    recoverable: Some(true),
+                },
+                Some(tag),
+            );
+        }
+        for q in marker.queued {
+            self.emit_durable(
+                EventType::MessageComplete,
+                &MessageCompletePayload {
+                    text: String::new(),
+                    status: CompleteStatus::Interrupted,
+                    failure_reason: Some(reasons::DEQUEUED.into()),
+                    recoverable: None,
+                },
+                Some(q.tag()),
+            );
+        }
+        self.turns.marker_dirty = true;
+        if self.status == SessionStatus::Running {
+            self.set_status(SessionStatus::Idle);
+        }
+    }
+
+    /// `active_turn` of a resume.
+    pub(super) fn active_turn(&self) -> Option<ActiveTurn> {
+        self.turns.running.as_ref().map(|t| ActiveTurn {
+            turn_id: t.tag.turn_id.clone(),
+            trace_id: t.tag.trace_id.clone(),
+            text: t.text.clone(),
+            started_at: tether_protocol::format_ts(t.started_at_ms),
+        })
+    }
+
+    /// Drops turns whose `message.user` was never written (an append
+    /// failed): they were never accepted, so they get no `message.complete`.
+    pub(super) fn forget_unwritten_turns(&mut self, from_seq: u64) {
+        self.turns.queue.retain(|q| q.user_seq < from_seq);
+        if self
+            .turns
+            .running
+            .as_ref()
+            .is_some_and(|t| t.user_seq >= from_seq)
+        {
+            if let Some(t) = self.turns.running.take() {
+                if let Some(hosts) = self.ctx.hosts() {
+                    let _ = hosts.cast(HostSupervisorMsg::Abandon {
+                        turn_id: t.tag.turn_id,
+                    });
+                }
+            }
+            if self.status == SessionStatus::Running {
+                self.set_status(SessionStatus::Idle);
+            }
+        }
+    }
+
+    /// Elapsed time of the running turn, for stats.
+    pub(super) fn running_for(&self) -> Option<Duration> {
+        self.turns
+            .running
+            .as_ref()
+            .map(|t| Duration::from_millis((now_ms() - t.started_at_ms).max(0) as u64))
+    }
+}
+
+/// Failures the client may simply retry.
+fn is_recoverable(reason: &str) -> bool {
+    matches!(
+        reason,
+        reasons::HOST_CRASH
+            | reasons::HOST_TIMEOUT
+            | reasons::HOST_UNAVAILABLE
+            | reasons::GATEWAY_RESTART
+    )
+}

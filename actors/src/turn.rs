@@ -1,0 +1,74 @@
+//! What sessions and the host supervisor say to each other about turns and
+//! control requests.
+//!
+//! A session never talks to a host process directly: it asks the
+//! `HostSupervisor` to start a turn (or a control request) and from then on
+//! receives the turn's host frames as [`TurnUpdate`]s in its own mailbox. A
+//! crashed or vanished host becomes an ordinary `Error` update, so the
+//! session's one code path for ending a turn covers every failure.
+
+use serde_json::{Map, Value};
+use tether_protocol::{HostEvent, Message, SessionId, TraceId, TurnEndStatus, TurnId};
+
+/// `turn.start` as the supervisor needs it.
+#[derive(Debug, Clone)]
+pub struct TurnStart {
+    pub turn_id: TurnId,
+    pub session_id: SessionId,
+    pub trace_id: TraceId,
+    pub history: Vec<Message>,
+    pub prompt: String,
+    pub config: Map<String, Value>,
+}
+
+/// Failure reasons the gateway itself assigns (PROTOCOL 1.5).
+pub mod reasons {
+    /// The host process died while running the turn.
+    pub const HOST_CRASH: &str = "host_crash";
+    /// The turn ran past `--turn-deadline-s`.
+    pub const HOST_TIMEOUT: &str = "host_timeout";
+    /// No host slot was up to take the turn.
+    pub const HOST_UNAVAILABLE: &str = "host_unavailable";
+    /// The gateway stopped while the turn ran; written at the next start.
+    pub const GATEWAY_RESTART: &str = "gateway_restart";
+    /// A queued prompt dropped by an interrupt.
+    pub const DEQUEUED: &str = "dequeued";
+    /// The engine reported an error (`turn.error` without its own reason).
+    pub const ENGINE_ERROR: &str = "engine_error";
+}
+
+/// What happens to a running turn, as the supervisor reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TurnUpdate {
+    /// `turn.start` was written to host slot `host_id`.
+    Started { host_id: u32 },
+    /// A host `event` frame for the turn.
+    Event(HostEvent),
+    /// `turn.end` from the host.
+    End { status: TurnEndStatus, text: String },
+    /// `turn.error` from the host, or a failure the supervisor detected
+    /// (`host_crash`, `host_unavailable`).
+    Error { reason: String, message: String },
+}
+
+/// A `control` request (PROTOCOL Part 2), e.g. `op: "compress"`.
+#[derive(Debug, Clone)]
+pub struct ControlRequest {
+    pub request_id: String,
+    pub op: String,
+    pub session_id: SessionId,
+    pub history: Vec<Message>,
+    pub args: Value,
+}
+
+/// The answer to a control request within its wait.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ControlOutcome {
+    /// `control.ack` with its `result`.
+    Ack(Value),
+    /// `control.error` (from the host, or synthetic: crash, eviction, no host).
+    Error(String),
+    /// No answer within the wait: a late handler now holds the request and
+    /// will deliver the answer as `SessionMsg::ControlLate`.
+    Pending,
+}
