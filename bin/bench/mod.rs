@@ -12,6 +12,7 @@
 mod fanout;
 mod harness;
 mod store;
+mod turns;
 mod writer;
 
 use clap::{Args, Subcommand};
@@ -30,6 +31,10 @@ enum Scenario {
     Store(store::StoreBench),
     /// Durable events appended and delivered to peers over WebSocket.
     Fanout(fanout::FanoutBench),
+    /// Turns end to end through compute-host processes.
+    Turns(turns::TurnsBench),
+    /// Time from a host's kill -9 to the client's message.complete.
+    Crash(turns::CrashBench),
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
@@ -37,5 +42,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         Scenario::Writer(b) => writer::run(b),
         Scenario::Store(b) => store::run(b),
         Scenario::Fanout(b) => fanout::run(b),
+        Scenario::Turns(b) => turns::run_turns(b),
+        Scenario::Crash(b) => turns::run_crash(b),
     }
 }
