@@ -146,7 +146,10 @@ impl Harness {
             if up == wait_up {
                 break;
             }
-            assert!(t0.elapsed() < WAIT, "timed out waiting for {wait_up} slots up");
+            assert!(
+                t0.elapsed() < WAIT,
+                "timed out waiting for {wait_up} slots up"
+            );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         h
