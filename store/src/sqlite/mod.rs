@@ -5,6 +5,7 @@
 //! see the last committed state while the writer writes.
 
 mod bulk;
+mod checkpoint;
 mod errors;
 mod ops;
 mod reader;
@@ -50,10 +51,17 @@ pub async fn open_sqlite(cfg: &StoreConfig) -> Result<Opened, StoreError> {
         .await
         .map_err(|e| map_sqlx(e, Doing::Open))?;
 
+    let checkpointer = base_options(cfg)
+        .connect()
+        .await
+        .map_err(|e| map_sqlx(e, Doing::Open))?;
+    let (stop_checkpoints, stop) = tokio::sync::oneshot::channel();
+    checkpoint::spawn(checkpointer, stop);
+
     tracing::info!(db_path = %cfg.db_path.display(), epoch = %epoch, "store opened");
     Ok(Opened {
         writer: Box::new(SqliteWriter::new(conn)),
-        reader: Arc::new(SqliteReader::new(pool, epoch.clone())),
+        reader: Arc::new(SqliteReader::new(pool, epoch.clone(), stop_checkpoints)),
         epoch,
     })
 }
@@ -102,8 +110,10 @@ fn base_options(cfg: &StoreConfig) -> SqliteConnectOptions {
         .foreign_keys(true)
 }
 
-/// WAL frames between automatic checkpoints (about 32 MiB with 4 KiB pages).
-const WAL_AUTOCHECKPOINT_PAGES: u32 = 8192;
+/// WAL frames before the writer checkpoints by itself (about 256 MiB with
+/// 4 KiB pages): only a backstop, the background checkpointer normally
+/// keeps the WAL far smaller.
+const WAL_AUTOCHECKPOINT_PAGES: u32 = 65536;
 /// Writer page cache: negative means KiB (64 MiB), enough to keep the hot
 /// leaves of every live session's events in memory.
 const WRITER_CACHE_KIB: i64 = -65536;
@@ -113,9 +123,7 @@ async fn connect_writer(cfg: &StoreConfig, create: bool) -> Result<SqliteConnect
         .create_if_missing(create)
         .statement_cache_capacity(WRITER_STATEMENT_CACHE)
         .pragma("temp_store", "MEMORY")
-        // Checkpoint cost is per distinct page, so checkpointing less often
-        // writes each hot page (a session's last leaf, the sessions rows)
-        // once per checkpoint instead of once per 1000 WAL frames.
+        // Checkpoints run on their own connection (checkpoint.rs).
         .pragma("wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES.to_string())
         .pragma("cache_size", WRITER_CACHE_KIB.to_string())
         .connect()

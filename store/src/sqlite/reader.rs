@@ -21,6 +21,8 @@ pub(crate) struct SqliteReader {
     pool: SqlitePool,
     epoch: String,
     sql: Sql,
+    /// Dropped with the reader, which stops the background checkpointer.
+    _stop_checkpoints: tokio::sync::oneshot::Sender<()>,
 }
 
 /// The reader's statements, built once from the column lists.
@@ -79,11 +81,16 @@ impl Sql {
 }
 
 impl SqliteReader {
-    pub(crate) fn new(pool: SqlitePool, epoch: String) -> Self {
+    pub(crate) fn new(
+        pool: SqlitePool,
+        epoch: String,
+        stop_checkpoints: tokio::sync::oneshot::Sender<()>,
+    ) -> Self {
         SqliteReader {
             pool,
             epoch,
             sql: Sql::new(),
+            _stop_checkpoints: stop_checkpoints,
         }
     }
 }
