@@ -30,6 +30,11 @@ async fn turn_events(c: &mut Client, turn_id: &str) -> Vec<Value> {
     }
 }
 
+/// Waits until a turn is under way on its host: its first delta.
+async fn first_delta(c: &mut Client) {
+    while c.next_event().await["type"] != "message.delta" {}
+}
+
 async fn submit(c: &mut Client, id: &str, text: &str) -> Value {
     c.ok("prompt.submit", json!({"session_id": id, "text": text}))
         .await
@@ -232,13 +237,7 @@ async fn interrupting_a_hanging_turn_ends_it_and_drops_the_queue() {
     let hang = submit(&mut c, &id, "/hang").await;
     let queued = submit(&mut c, &id, "later").await;
     assert_eq!(queued["status"], "queued");
-    // Wait for the turn to be under way: its first delta.
-    loop {
-        let e = c.next_event().await;
-        if e["type"] == "message.delta" {
-            break;
-        }
-    }
+    first_delta(&mut c).await;
     let mut other = gw.client().await;
     let r = other
         .ok(
@@ -293,11 +292,7 @@ async fn kill_9_of_a_host_mid_turn_gives_host_crash() {
     let mut c = gw.client().await;
     let id = session(&mut c).await;
     let t = submit(&mut c, &id, "/hang").await;
-    loop {
-        if c.next_event().await["type"] == "message.delta" {
-            break;
-        }
-    }
+    first_delta(&mut c).await;
     let pids = host_pids(&mut c).await;
     assert_eq!(pids.len(), 1);
     kill9(pids[0]);
@@ -439,11 +434,7 @@ async fn a_gateway_killed_mid_turn_ends_the_turn_at_restart_and_leaves_no_host()
     let id = session(&mut c).await;
     let t = submit(&mut c, &id, "/hang").await;
     let queued = submit(&mut c, &id, "next").await;
-    loop {
-        if c.next_event().await["type"] == "message.delta" {
-            break;
-        }
-    }
+    first_delta(&mut c).await;
     let pids = host_pids(&mut c).await;
     assert_eq!(pids.len(), 2);
     drop(c);
@@ -504,11 +495,7 @@ async fn stats_show_running_turns_and_hosts() {
     let mut c = gw.client().await;
     let id = session(&mut c).await;
     let t = submit(&mut c, &id, "/hang").await;
-    loop {
-        if c.next_event().await["type"] == "message.delta" {
-            break;
-        }
-    }
+    first_delta(&mut c).await;
     let s = c.ok("session.events.stats", json!({})).await;
     let turns = s["active_turns"].as_array().unwrap();
     assert_eq!(turns.len(), 1);

@@ -7,14 +7,15 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context};
 use clap::Args;
 use futures::future::try_join_all;
-use futures::{SinkExt, StreamExt};
-use serde_json::{json, Value};
+use futures::StreamExt;
+use serde_json::json;
 use tether_protocol::SessionId;
 use tokio::sync::oneshot;
 use tokio_tungstenite::tungstenite::Message;
 
 use super::harness::{
-    drive, on_pinned_thread, pinned_runtime, process_cpu_s, session_actor, start_gateway,
+    connect, drive, on_pinned_thread, pinned_runtime, process_cpu_s, request, session_actor,
+    start_gateway, Ws,
 };
 use super::store::cpu_label;
 use crate::server::{router, AppState};
@@ -143,9 +144,6 @@ fn serve(
     })
 }
 
-type Ws =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
-
 /// The load generator: connect, attach, hand the sessions over, count.
 async fn load(
     b: FanoutBench,
@@ -188,30 +186,6 @@ async fn load(
         results.push(t.await??);
     }
     Ok((results, t0.elapsed().as_secs_f64(), 0.0))
-}
-
-async fn connect(url: &str) -> anyhow::Result<Ws> {
-    let (mut ws, _) = tokio_tungstenite::connect_async_with_config(url, None, true).await?;
-    // gateway.ready
-    ws.next().await.context("no ready frame")??;
-    Ok(ws)
-}
-
-async fn request(ws: &mut Ws, method: &str, params: Value) -> anyhow::Result<Value> {
-    let frame = json!({"jsonrpc":"2.0","id":1,"method":method,"params":params});
-    ws.send(Message::Text(frame.to_string().into())).await?;
-    loop {
-        let msg = ws.next().await.context("closed")??;
-        if let Message::Text(t) = msg {
-            let v: Value = serde_json::from_str(&t)?;
-            if v.get("id") == Some(&json!(1)) {
-                if let Some(e) = v.get("error") {
-                    bail!("{method}: {e}");
-                }
-                return Ok(v["result"].clone());
-            }
-        }
-    }
 }
 
 /// Reads until seq `last_seq`, checking order by seq. Seq 1 (session.created)

@@ -195,3 +195,39 @@ pub fn peak_rss_kib() -> u64 {
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
 }
+
+/// A load-generator WebSocket client.
+pub type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// Connects (with Nagle off, like the server) and reads `gateway.ready`.
+pub async fn connect(url: &str) -> anyhow::Result<Ws> {
+    use futures::StreamExt;
+    let (mut ws, _) = tokio_tungstenite::connect_async_with_config(url, None, true).await?;
+    ws.next().await.context("no ready frame")??;
+    Ok(ws)
+}
+
+/// Sends a request and waits for its reply, skipping events.
+pub async fn request(
+    ws: &mut Ws,
+    method: &str,
+    params: serde_json::Value,
+) -> anyhow::Result<serde_json::Value> {
+    use futures::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let frame = serde_json::json!({"jsonrpc":"2.0","id":1,"method":method,"params":params});
+    ws.send(Message::Text(frame.to_string().into())).await?;
+    loop {
+        let msg = ws.next().await.context("closed")??;
+        if let Message::Text(t) = msg {
+            let v: serde_json::Value = serde_json::from_str(&t)?;
+            if v.get("id") == Some(&serde_json::json!(1)) {
+                if let Some(e) = v.get("error") {
+                    anyhow::bail!("{method}: {e}");
+                }
+                return Ok(v["result"].clone());
+            }
+        }
+    }
+}

@@ -12,12 +12,14 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context};
 use clap::Args;
 use futures::{SinkExt, StreamExt};
-use serde_json::{json, Value};
+use serde_json::json;
 use tether_actors::{GatewayConfig, HostConfig};
 use tokio::sync::oneshot;
 use tokio_tungstenite::tungstenite::Message;
 
-use super::harness::{on_pinned_thread, peak_rss_kib, pinned_runtime, start_gateway_with_hosts};
+use super::harness::{
+    connect, on_pinned_thread, peak_rss_kib, pinned_runtime, request, start_gateway_with_hosts, Ws,
+};
 use super::store::cpu_label;
 use crate::server::{router, AppState};
 
@@ -54,9 +56,6 @@ pub struct CrashBench {
     #[arg(long, default_value_t = 1)]
     client_cpu: usize,
 }
-
-type Ws =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 fn host_config(slots: usize, delay_ms: u64) -> anyhow::Result<HostConfig> {
     let exe = std::env::current_exe()?.to_string_lossy().into_owned();
@@ -310,30 +309,6 @@ async fn wait_for(ws: &mut Ws, needle: &str) -> anyhow::Result<String> {
         if let Message::Text(t) = msg {
             if t.contains(needle) {
                 return Ok(t.to_string());
-            }
-        }
-    }
-}
-
-async fn connect(url: &str) -> anyhow::Result<Ws> {
-    let (mut ws, _) = tokio_tungstenite::connect_async_with_config(url, None, true).await?;
-    ws.next().await.context("no ready frame")??;
-    Ok(ws)
-}
-
-/// Sends a request and waits for its reply, skipping events.
-async fn request(ws: &mut Ws, method: &str, params: Value) -> anyhow::Result<Value> {
-    let frame = json!({"jsonrpc":"2.0","id":1,"method":method,"params":params});
-    ws.send(Message::Text(frame.to_string().into())).await?;
-    loop {
-        let msg = ws.next().await.context("closed")??;
-        if let Message::Text(t) = msg {
-            let v: Value = serde_json::from_str(&t)?;
-            if v.get("id") == Some(&json!(1)) {
-                if let Some(e) = v.get("error") {
-                    bail!("{method}: {e}");
-                }
-                return Ok(v["result"].clone());
             }
         }
     }
