@@ -142,7 +142,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     info!("draining");
     let _ = shutdown_tx.send(true);
-    let _ = tokio::time::timeout(DRAIN_DEADLINE, server).await;
+    // The sockets were told to close; give the HTTP side a moment only.
+    let _ = tokio::time::timeout(Duration::from_secs(1), server).await;
     gateway.shutdown(DRAIN_DEADLINE).await;
     info!("stopped");
     Ok(ExitCode::SUCCESS)

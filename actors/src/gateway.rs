@@ -131,7 +131,7 @@ impl Actor for Gateway {
                 state.stopping = true;
                 myself
                     .get_cell()
-                    .stop_children_and_wait(Some("shutdown".into()), Some(Duration::from_secs(5)))
+                    .stop_children_and_wait(Some("shutdown".into()), Some(Duration::from_secs(1)))
                     .await;
                 let _ = reply.send(());
                 myself.stop(Some("shutdown".into()));
@@ -265,23 +265,33 @@ impl GatewayState {
 
     /// Flushes every live session, then the writer, with a deadline.
     async fn drain(&mut self) {
-        let deadline = Duration::from_secs(8);
-        if let Ok(registry) = self.ctx.registry() {
-            let _ = registry
-                .call(|reply| RegistryMsg::FlushAll { reply }, Some(deadline))
-                .await;
-        }
+        // Hosts first: a host told to shut down ends its running turns, and
+        // those endings reach their sessions before the sessions' flush
+        // below (the supervisor sends them before it answers). Then every
+        // session's events, then the writer's queue. The deadlines add up
+        // to less than the 10 s a SIGTERM drain may take.
         if let Some(hosts) = self.ctx.hosts() {
             let _ = hosts
                 .call(
                     |reply| HostSupervisorMsg::Shutdown { reply },
-                    Some(deadline),
+                    Some(Duration::from_secs(4)),
+                )
+                .await;
+        }
+        if let Ok(registry) = self.ctx.registry() {
+            let _ = registry
+                .call(
+                    |reply| RegistryMsg::FlushAll { reply },
+                    Some(Duration::from_secs(3)),
                 )
                 .await;
         }
         if let Some(writer) = self.ctx.writer() {
             let _ = writer
-                .call(|reply| StoreWriterMsg::Flush { reply }, Some(deadline))
+                .call(
+                    |reply| StoreWriterMsg::Flush { reply },
+                    Some(Duration::from_secs(1)),
+                )
                 .await;
         }
     }

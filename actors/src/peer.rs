@@ -88,12 +88,14 @@ impl Actor for Peer {
             ctx: args.ctx,
             attached: HashMap::new(),
         };
-        state.send_ready();
+        // Counted before the client can see `gateway.ready` (and so before
+        // anything it does next can ask for the count).
         if let Ok(registry) = state.ctx.registry() {
             let _ = registry.cast(RegistryMsg::PeerUp {
                 profile: state.identity.profile.clone(),
             });
         }
+        state.send_ready();
         debug!(peer_id = %state.peer_id, profile = %state.identity.profile, "peer connected");
         Ok(state)
     }
