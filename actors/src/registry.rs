@@ -20,19 +20,20 @@ use ractor::{
     Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent,
 };
 use tether_protocol::{
-    now_ms, CompleteStatus, CreateParams, CreateResult, EventType, MessageCompletePayload,
-    RingStats, RpcError, SeedRole, SessionCreatedPayload, SessionId, SessionStatus, StatsResult,
-    TextPayload, Todos,
+    CreateParams, CreateResult, RingStats, RpcError, SessionId, SessionStatus, StatsResult, Todos,
 };
-use tether_store::{NewSession, SessionRow, StoreError};
+use tether_store::{SessionRow, StoreError};
 use tracing::{debug, info, warn};
+
+mod create;
+mod load;
+
+use load::{end_interrupted_turns, load_session};
 
 use crate::ctx::{Ctx, SessionGauges};
 use crate::event::EventRecord;
-use crate::info::info_from_row;
 use crate::session::{PeerLink, Session, SessionArgs, SessionMsg};
-use crate::store_writer::{Barrier, StoreWriterMsg};
-use crate::transcript;
+use crate::store_writer::Barrier;
 
 /// A live session is found by profile and id.
 pub type SessionKey = (String, SessionId);
@@ -233,160 +234,6 @@ impl Actor for Registry {
 }
 
 impl RegistryState {
-    fn create(
-        &mut self,
-        myself: &ActorRef<RegistryMsg>,
-        profile: String,
-        params: CreateParams,
-        attach: Option<PeerLink>,
-        reply: RpcReplyPort<Result<CreatedSession, RpcError>>,
-    ) {
-        let Some(writer) = self.ctx.writer() else {
-            let _ = reply.send(Err(storage_unavailable()));
-            return;
-        };
-        let now = now_ms();
-        let id = SessionId::new();
-        let title = params.title.clone().unwrap_or_default();
-        let mut initial = Vec::with_capacity(params.messages.len() + 1);
-        initial.push(EventRecord::new(
-            EventType::SessionCreated,
-            &SessionCreatedPayload {
-                title: title.clone(),
-                profile: profile.clone(),
-                parent_session_id: None,
-            },
-            None,
-            now,
-        ));
-        for m in &params.messages {
-            let text = m.text.clone();
-            initial.push(match m.role {
-                SeedRole::User => {
-                    EventRecord::new(EventType::MessageUser, &TextPayload { text }, None, now)
-                }
-                SeedRole::System => {
-                    EventRecord::new(EventType::MessageSystem, &TextPayload { text }, None, now)
-                }
-                SeedRole::Assistant => EventRecord::new(
-                    EventType::MessageComplete,
-                    &MessageCompletePayload {
-                        text,
-                        status: CompleteStatus::Complete,
-                        failure_reason: None,
-                        recoverable: None,
-                    },
-                    None,
-                    now,
-                ),
-            });
-        }
-        let mut message_count = 0;
-        for (i, rec) in initial.iter_mut().enumerate() {
-            rec.seq = Some(i as u64 + 1);
-            message_count = transcript::count_after(rec.kind, message_count);
-        }
-        let new = NewSession {
-            id: id.clone(),
-            profile: profile.clone(),
-            title: title.clone(),
-            parent_session_id: None,
-            kind: "chat".into(),
-            close_on_disconnect: params.close_on_disconnect,
-            engine_pin: params.engine.clone().map(serde_json::Value::Object),
-            follow_profile_config: params.follow_profile_config,
-            created_at_ms: now,
-            message_count,
-        };
-        let row = SessionRow {
-            id: id.clone(),
-            profile,
-            title,
-            status: SessionStatus::Idle,
-            parent_session_id: None,
-            kind: new.kind.clone(),
-            history_version: 0,
-            close_on_disconnect: new.close_on_disconnect,
-            engine_pin: new.engine_pin.clone(),
-            follow_profile_config: new.follow_profile_config,
-            turn_marker: None,
-            created_at_ms: now,
-            updated_at_ms: now,
-            latest_seq: initial.len() as u64,
-            message_count,
-            retained_from_seq: 1,
-        };
-        let rows = initial.iter().map(EventRecord::to_row).collect();
-        let myself = myself.clone();
-        // The registry does not wait on the disk: the commit is awaited on a
-        // task that reports back with `Created`.
-        tokio::spawn(async move {
-            let committed = writer
-                .call(
-                    |port| StoreWriterMsg::Create {
-                        session: Box::new(new),
-                        events: rows,
-                        reply: port,
-                    },
-                    None,
-                )
-                .await;
-            match committed {
-                Ok(ractor::rpc::CallResult::Success(Ok(()))) => {
-                    let _ = myself.cast(RegistryMsg::Created {
-                        row: Box::new(row),
-                        initial,
-                        attach,
-                        reply,
-                    });
-                }
-                Ok(ractor::rpc::CallResult::Success(Err(e))) => {
-                    let _ = reply.send(Err(RpcError::new(e.code(), e.to_string())));
-                }
-                _ => {
-                    let _ = reply.send(Err(storage_unavailable()));
-                }
-            }
-        });
-    }
-
-    async fn created(
-        &mut self,
-        myself: &ActorRef<RegistryMsg>,
-        row: SessionRow,
-        initial: Vec<EventRecord>,
-        attach: Option<PeerLink>,
-        reply: RpcReplyPort<Result<CreatedSession, RpcError>>,
-    ) {
-        let key = (row.profile.clone(), row.id.clone());
-        let barrier = Barrier {
-            latest_seq: row.latest_seq,
-            gen: 0,
-        };
-        let info_row = row.clone();
-        let attached = u32::from(attach.is_some());
-        match self
-            .spawn_session(myself, key, row, barrier, None, initial)
-            .await
-        {
-            Ok(actor) => {
-                if let Some(peer) = attach {
-                    let _ = actor.cast(SessionMsg::AttachFromStart { peer });
-                }
-                let _ = reply.send(Ok(CreatedSession {
-                    result: CreateResult {
-                        session: info_from_row(&info_row, attached),
-                        epoch: self.ctx.epoch.to_string(),
-                    },
-                    actor,
-                }));
-            }
-            Err(e) => {
-                let _ = reply.send(Err(e));
-            }
-        }
-    }
-
     fn resolve(
         &mut self,
         myself: &ActorRef<RegistryMsg>,
@@ -571,85 +418,9 @@ impl RegistryState {
     }
 }
 
-/// Reads a session row and, through the writer, its committed latest seq.
-async fn load_session(
-    reader: &dyn tether_store::StoreRead,
-    writer: Option<ActorRef<StoreWriterMsg>>,
-    key: &SessionKey,
-) -> Result<Option<Loaded>, StoreError> {
-    let Some(row) = reader.get_session(&key.0, &key.1).await? else {
-        return Ok(None);
-    };
-    if row.status == SessionStatus::Closed {
-        let barrier = Barrier {
-            latest_seq: row.latest_seq,
-            gen: 0,
-        };
-        return Ok(Some(Loaded {
-            row,
-            barrier,
-            todos: None,
-        }));
-    }
-    let todos = reader
-        .latest_todos(&key.1)
-        .await?
-        .and_then(|e| serde_json::from_str::<Todos>(&e.payload).ok());
-    let writer =
-        writer.ok_or_else(|| StoreError::Unavailable("store writer is restarting".into()))?;
-    // The barrier (not the read pool) tells the committed latest seq: an
-    // append still queued from the session's previous life lands first.
-    let barrier = writer
-        .call(
-            |port| StoreWriterMsg::Barrier {
-                session_id: key.1.clone(),
-                reply: port,
-            },
-            None,
-        )
-        .await;
-    match barrier {
-        Ok(ractor::rpc::CallResult::Success(result)) => Ok(Some(Loaded {
-            row,
-            barrier: result?,
-            todos,
-        })),
-        _ => Err(StoreError::Unavailable(
-            "store writer did not answer".into(),
-        )),
-    }
-}
-
 fn storage_unavailable() -> RpcError {
     RpcError::new(
         tether_protocol::codes::STORAGE_UNAVAILABLE,
         "storage unavailable",
     )
-}
-
-/// At start, sessions whose turns were cut short by a stop are brought live:
-/// each one ends those turns (`gateway_restart` / `dequeued`) as it starts,
-/// so clients see them ended without having to resume first.
-fn end_interrupted_turns(ctx: &Ctx, registry: &ActorRef<RegistryMsg>) {
-    let reader = ctx.reader.clone();
-    let registry = registry.clone();
-    tokio::spawn(async move {
-        let sessions = match reader.sessions_with_turn_marker().await {
-            Ok(s) => s,
-            Err(e) => return warn!(error = %e, "could not look for interrupted turns"),
-        };
-        for key in sessions {
-            info!(session_id = %key.1, profile = %key.0, "session had turns running at the last stop");
-            let _ = registry
-                .call(
-                    |reply| RegistryMsg::Resolve {
-                        key,
-                        load: true,
-                        reply,
-                    },
-                    None,
-                )
-                .await;
-        }
-    });
 }

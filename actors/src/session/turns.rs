@@ -15,7 +15,6 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use ractor::{ActorRef, RpcReplyPort};
-use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use tether_protocol::{
     now_ms, ActiveTurn, CompleteStatus, DeltaPayload, ErrorPayload, EventType, HostEvent,
@@ -54,36 +53,6 @@ pub(crate) struct QueuedTurn {
     pub user_seq: u64,
 }
 
-/// What is persisted as the session's turn marker.
-#[derive(Debug, Default, Serialize, Deserialize, PartialEq)]
-pub(crate) struct TurnMarker {
-    pub running: Option<MarkedTurn>,
-    #[serde(default)]
-    pub queued: Vec<MarkedTurn>,
-}
-
-#[derive(Debug, Serialize, Deserialize, PartialEq)]
-pub(crate) struct MarkedTurn {
-    pub turn_id: TurnId,
-    pub trace_id: TraceId,
-}
-
-impl MarkedTurn {
-    fn of(tag: &TurnTag) -> Self {
-        Self {
-            turn_id: tag.turn_id.clone(),
-            trace_id: tag.trace_id.clone(),
-        }
-    }
-
-    fn tag(&self) -> TurnTag {
-        TurnTag {
-            turn_id: self.turn_id.clone(),
-            trace_id: self.trace_id.clone(),
-        }
-    }
-}
-
 /// Turn-related state of a session.
 #[derive(Debug, Default)]
 pub(crate) struct Turns {
@@ -95,19 +64,6 @@ pub(crate) struct Turns {
     pub todos: Option<Todos>,
     /// The marker changed and must go out with the next append.
     pub marker_dirty: bool,
-}
-
-impl Turns {
-    pub fn marker(&self) -> Option<Value> {
-        if self.running.is_none() && self.queue.is_empty() {
-            return None;
-        }
-        let marker = TurnMarker {
-            running: self.running.as_ref().map(|r| MarkedTurn::of(&r.tag)),
-            queued: self.queue.iter().map(|q| MarkedTurn::of(&q.tag)).collect(),
-        };
-        serde_json::to_value(marker).ok()
-    }
 }
 
 impl SessionState {
@@ -504,56 +460,6 @@ impl SessionState {
             None,
             Some((reasons::HOST_TIMEOUT, &msg)),
         );
-    }
-
-    /// At start: turns the store says were running or queued when the
-    /// session last stopped get their `message.complete` now.
-    pub(super) fn end_orphaned_turns(&mut self, marker: Option<Value>) {
-        let Some(marker) = marker else {
-            return;
-        };
-        let marker: TurnMarker = match serde_json::from_value(marker) {
-            Ok(m) => m,
-            Err(e) => {
-                return warn!(session_id = %self.id, error = %e, "unreadable turn marker ignored")
-            }
-        };
-        if let Some(running) = marker.running {
-            let tag = running.tag();
-            if let Some(hosts) = self.ctx.hosts() {
-                // In case the host still runs it (the session actor restarted).
-                let _ = hosts.cast(HostSupervisorMsg::Abandon {
-                    turn_id: tag.turn_id.clone(),
-                });
-            }
-            info!(session_id = %self.id, turn_id = %tag.turn_id, trace_id = %tag.trace_id, "ending a turn interrupted by a restart");
-            self.emit_durable(
-                EventType::MessageComplete,
-                &MessageCompletePayload {
-                    text: String::new(),
-                    status: CompleteStatus::Error,
-                    failure_reason: Some(reasons::GATEWAY_RESTART.into()),
-                    recoverable: Some(true),
-                },
-                Some(tag),
-            );
-        }
-        for q in marker.queued {
-            self.emit_durable(
-                EventType::MessageComplete,
-                &MessageCompletePayload {
-                    text: String::new(),
-                    status: CompleteStatus::Interrupted,
-                    failure_reason: Some(reasons::DEQUEUED.into()),
-                    recoverable: None,
-                },
-                Some(q.tag()),
-            );
-        }
-        self.turns.marker_dirty = true;
-        if self.status == SessionStatus::Running {
-            self.set_status(SessionStatus::Idle);
-        }
     }
 
     /// `active_turn` of a resume.

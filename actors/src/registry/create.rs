@@ -1,0 +1,173 @@
+//! `session.create`: build the first events, commit them in one
+//! transaction through the writer (on a task, so the registry does not wait
+//! on the disk), then bring the session live and attach its creator.
+
+use ractor::{ActorRef, RpcReplyPort};
+use tether_protocol::{
+    now_ms, CompleteStatus, CreateParams, CreateResult, EventType, MessageCompletePayload,
+    RpcError, SeedRole, SessionCreatedPayload, SessionId, SessionStatus, TextPayload,
+};
+use tether_store::{NewSession, SessionRow};
+
+use super::{storage_unavailable, CreatedSession, RegistryMsg, RegistryState};
+use crate::event::EventRecord;
+use crate::info::info_from_row;
+use crate::session::{PeerLink, SessionMsg};
+use crate::store_writer::{Barrier, StoreWriterMsg};
+use crate::transcript;
+
+impl RegistryState {
+    pub(super) fn create(
+        &mut self,
+        myself: &ActorRef<RegistryMsg>,
+        profile: String,
+        params: CreateParams,
+        attach: Option<PeerLink>,
+        reply: RpcReplyPort<Result<CreatedSession, RpcError>>,
+    ) {
+        let Some(writer) = self.ctx.writer() else {
+            let _ = reply.send(Err(storage_unavailable()));
+            return;
+        };
+        let now = now_ms();
+        let id = SessionId::new();
+        let title = params.title.clone().unwrap_or_default();
+        let mut initial = Vec::with_capacity(params.messages.len() + 1);
+        initial.push(EventRecord::new(
+            EventType::SessionCreated,
+            &SessionCreatedPayload {
+                title: title.clone(),
+                profile: profile.clone(),
+                parent_session_id: None,
+            },
+            None,
+            now,
+        ));
+        for m in &params.messages {
+            let text = m.text.clone();
+            initial.push(match m.role {
+                SeedRole::User => {
+                    EventRecord::new(EventType::MessageUser, &TextPayload { text }, None, now)
+                }
+                SeedRole::System => {
+                    EventRecord::new(EventType::MessageSystem, &TextPayload { text }, None, now)
+                }
+                SeedRole::Assistant => EventRecord::new(
+                    EventType::MessageComplete,
+                    &MessageCompletePayload {
+                        text,
+                        status: CompleteStatus::Complete,
+                        failure_reason: None,
+                        recoverable: None,
+                    },
+                    None,
+                    now,
+                ),
+            });
+        }
+        let mut message_count = 0;
+        for (i, rec) in initial.iter_mut().enumerate() {
+            rec.seq = Some(i as u64 + 1);
+            message_count = transcript::count_after(rec.kind, message_count);
+        }
+        let new = NewSession {
+            id: id.clone(),
+            profile: profile.clone(),
+            title: title.clone(),
+            parent_session_id: None,
+            kind: "chat".into(),
+            close_on_disconnect: params.close_on_disconnect,
+            engine_pin: params.engine.clone().map(serde_json::Value::Object),
+            follow_profile_config: params.follow_profile_config,
+            created_at_ms: now,
+            message_count,
+        };
+        let row = SessionRow {
+            id: id.clone(),
+            profile,
+            title,
+            status: SessionStatus::Idle,
+            parent_session_id: None,
+            kind: new.kind.clone(),
+            history_version: 0,
+            close_on_disconnect: new.close_on_disconnect,
+            engine_pin: new.engine_pin.clone(),
+            follow_profile_config: new.follow_profile_config,
+            turn_marker: None,
+            created_at_ms: now,
+            updated_at_ms: now,
+            latest_seq: initial.len() as u64,
+            message_count,
+            retained_from_seq: 1,
+        };
+        let rows = initial.iter().map(EventRecord::to_row).collect();
+        let myself = myself.clone();
+        // The registry does not wait on the disk: the commit is awaited on a
+        // task that reports back with `Created`.
+        tokio::spawn(async move {
+            let committed = writer
+                .call(
+                    |port| StoreWriterMsg::Create {
+                        session: Box::new(new),
+                        events: rows,
+                        reply: port,
+                    },
+                    None,
+                )
+                .await;
+            match committed {
+                Ok(ractor::rpc::CallResult::Success(Ok(()))) => {
+                    let _ = myself.cast(RegistryMsg::Created {
+                        row: Box::new(row),
+                        initial,
+                        attach,
+                        reply,
+                    });
+                }
+                Ok(ractor::rpc::CallResult::Success(Err(e))) => {
+                    let _ = reply.send(Err(RpcError::new(e.code(), e.to_string())));
+                }
+                _ => {
+                    let _ = reply.send(Err(storage_unavailable()));
+                }
+            }
+        });
+    }
+
+    pub(super) async fn created(
+        &mut self,
+        myself: &ActorRef<RegistryMsg>,
+        row: SessionRow,
+        initial: Vec<EventRecord>,
+        attach: Option<PeerLink>,
+        reply: RpcReplyPort<Result<CreatedSession, RpcError>>,
+    ) {
+        let key = (row.profile.clone(), row.id.clone());
+        let barrier = Barrier {
+            latest_seq: row.latest_seq,
+            gen: 0,
+        };
+        let info_row = row.clone();
+        let attached = u32::from(attach.is_some());
+        match self
+            .spawn_session(myself, key, row, barrier, None, initial)
+            .await
+        {
+            Ok(actor) => {
+                if let Some(peer) = attach {
+                    let _ = actor.cast(SessionMsg::AttachFromStart { peer });
+                }
+                let _ = reply.send(Ok(CreatedSession {
+                    result: CreateResult {
+                        session: info_from_row(&info_row, attached),
+                        epoch: self.ctx.epoch.to_string(),
+                    },
+                    actor,
+                }));
+            }
+            Err(e) => {
+                let _ = reply.send(Err(e));
+            }
+        }
+    }
+}

@@ -1,0 +1,268 @@
+//! The durable-event pipeline of a session: assign a seq, append through
+//! the StoreWriter (one append in flight, the rest coalesced), and only on
+//! `Committed` move events into the ring and out to every peer, in
+//! emission order. A failed append rewinds the seq under a new `gen`.
+
+use bytes::Bytes;
+use ractor::ActorRef;
+use serde::Serialize;
+use tether_protocol::{now_ms, EventType, RpcError, SessionStatus};
+use tether_store::SessionPatch;
+use tracing::{debug, info, warn};
+
+use super::{Pending, SessionMsg, SessionState, Waiter};
+use crate::event::{frame_of, EventRecord, TurnTag};
+use crate::outbox::{FrameClass, Pushed};
+use crate::ring::RingEntry;
+use crate::store_writer::StoreWriterMsg;
+use crate::transcript;
+
+impl SessionState {
+    /// Emits a durable event and returns its seq.
+    pub(crate) fn emit_durable<P: Serialize>(
+        &mut self,
+        kind: EventType,
+        payload: &P,
+        turn: Option<TurnTag>,
+    ) -> u64 {
+        let seq = self.next_seq;
+        self.emit(EventRecord::new(kind, payload, turn, now_ms()));
+        seq
+    }
+
+    pub(crate) fn emit_transient<P: Serialize>(
+        &mut self,
+        kind: EventType,
+        payload: &P,
+        turn: TurnTag,
+    ) {
+        self.emit(EventRecord::new(kind, payload, Some(turn), now_ms()));
+    }
+
+    /// Emits one event. Durable events get the next seq and wait for their
+    /// commit; transient ones go out at once unless durable ones are pending.
+    pub(crate) fn emit(&mut self, mut rec: EventRecord) {
+        let now = now_ms();
+        self.updated_at_ms = now;
+        if !rec.kind.is_durable() {
+            let params = rec.params_of(&self.id);
+            let frame = frame_of(&params);
+            if self.pending.is_empty() {
+                self.fan_out(&frame, FrameClass::Transient);
+            } else {
+                self.pending.push_back(Pending {
+                    seq: None,
+                    params: None,
+                    frame,
+                    message_count: self.message_count,
+                    message: None,
+                });
+            }
+            return;
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        rec.seq = Some(seq);
+        self.message_count = transcript::count_after(rec.kind, self.message_count);
+        let params = rec.params_of(&self.id);
+        let frame = frame_of(&params);
+        let row = rec.to_row();
+        let message = self.note_message(&row, rec.kind);
+        self.unsent.push(row);
+        self.pending.push_back(Pending {
+            seq: Some(seq),
+            params: Some(params),
+            frame,
+            message_count: self.message_count,
+            message,
+        });
+    }
+
+    /// Sends the rows emitted by this message to the writer as one append.
+    pub(super) fn send_unsent(&mut self, myself: &ActorRef<SessionMsg>) {
+        if self.unsent.is_empty() || self.append_in_flight {
+            return;
+        }
+        let events = std::mem::take(&mut self.unsent);
+        let from_seq = events.first().map(|e| e.seq).unwrap_or(0);
+        let turn_marker = if std::mem::take(&mut self.turns.marker_dirty) {
+            Some(self.turns.marker())
+        } else {
+            None
+        };
+        let patch = SessionPatch {
+            status: Some(self.status),
+            message_count: Some(self.message_count),
+            history_version: Some(self.history_version),
+            turn_marker,
+            updated_at_ms: Some(self.updated_at_ms),
+            ..SessionPatch::default()
+        };
+        let sent = match self.ctx.writer() {
+            Some(writer) => writer
+                .cast(StoreWriterMsg::Append {
+                    session_id: self.id.clone(),
+                    gen: self.gen,
+                    events,
+                    patch,
+                    notify: myself.clone(),
+                })
+                .is_ok(),
+            None => false,
+        };
+        if sent {
+            self.append_in_flight = true;
+        } else {
+            self.append_failed(
+                self.gen,
+                from_seq,
+                tether_protocol::codes::STORAGE_UNAVAILABLE,
+            );
+        }
+    }
+
+    /// Moves committed events into the ring and out to the peers, in order.
+    pub(super) fn committed(&mut self, myself: &ActorRef<SessionMsg>, gen: u64, upto_seq: u64) {
+        if gen != self.gen {
+            return;
+        }
+        self.append_in_flight = false;
+        while let Some(front) = self.pending.front() {
+            match front.seq {
+                Some(seq) if seq > upto_seq => break,
+                _ => {}
+            }
+            let Some(p) = self.pending.pop_front() else {
+                break;
+            };
+            match (p.seq, p.params) {
+                (Some(seq), Some(params)) => {
+                    self.committed_seq = seq;
+                    self.committed_message_count = p.message_count;
+                    self.ring.push(RingEntry { seq, params });
+                    self.fan_out(&p.frame, FrameClass::Durable);
+                }
+                _ => self.fan_out(&p.frame, FrameClass::Transient),
+            }
+        }
+        self.resolve_waiters(myself);
+        if self.pending.is_empty() {
+            for w in self.flush_waiters.drain(..) {
+                let _ = w.send(());
+            }
+        }
+    }
+
+    /// Drops what was not written, rewinds the seq and moves to a new gen so
+    /// that no later append of the old gen can land after the gap.
+    pub(super) fn append_failed(&mut self, gen: u64, from_seq: u64, code: i64) {
+        if gen != self.gen {
+            return;
+        }
+        self.append_in_flight = false;
+        warn!(session_id = %self.id, from_seq, code, "durable events not written; rewinding");
+        // Transients emitted after the failed events go with them.
+        if let Some(i) = self
+            .pending
+            .iter()
+            .position(|p| p.seq.is_some_and(|s| s >= from_seq))
+        {
+            self.pending.truncate(i);
+        }
+        self.unsent.retain(|r| r.seq < from_seq);
+        self.next_seq = from_seq;
+        self.gen += 1;
+        self.message_count = self
+            .pending
+            .back()
+            .map(|p| p.message_count)
+            .unwrap_or(self.committed_message_count);
+        let failed: Vec<_> = {
+            let (failed, keep) = std::mem::take(&mut self.waiters)
+                .into_iter()
+                .partition(|(seq, _)| *seq >= from_seq);
+            self.waiters = keep;
+            failed
+        };
+        for (_, waiter) in failed {
+            let err = RpcError::new(code, storage_message(code));
+            match waiter {
+                Waiter::Close(reply) => {
+                    self.status = SessionStatus::Idle;
+                    if let Some(reply) = reply {
+                        let _ = reply.send(Err(err));
+                    }
+                }
+                Waiter::Submit { reply, .. } => {
+                    let _ = reply.send(Err(err));
+                }
+            }
+        }
+        self.forget_unwritten_turns(from_seq);
+        if self.pending.is_empty() {
+            for w in self.flush_waiters.drain(..) {
+                let _ = w.send(());
+            }
+        }
+    }
+
+    pub(super) fn resolve_waiters(&mut self, myself: &ActorRef<SessionMsg>) {
+        let committed = self.committed_seq;
+        let (done, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.waiters)
+            .into_iter()
+            .partition(|(seq, _)| *seq <= committed);
+        self.waiters = keep;
+        for (_, waiter) in done {
+            match waiter {
+                Waiter::Close(reply) => {
+                    info!(session_id = %self.id, "session closed");
+                    if let Some(reply) = reply {
+                        let _ = reply.send(Ok(()));
+                    }
+                    myself.stop(Some("closed".into()));
+                }
+                Waiter::Submit { reply, result } => {
+                    let _ = reply.send(Ok(result));
+                }
+            }
+        }
+    }
+
+    /// Pushes a frame to every peer; a joining peer's frames are held until
+    /// its resume reply is queued.
+    pub(super) fn fan_out(&mut self, frame: &Bytes, class: FrameClass) {
+        let limit = self.ctx.config.outbox_frames;
+        let mut gone = Vec::new();
+        for (peer_id, slot) in self.peers.iter_mut() {
+            match &mut slot.held {
+                Some(held) => {
+                    if held.len() >= limit && class == FrameClass::Durable {
+                        slot.outbox
+                            .close(crate::outbox::CLOSE_SLOW_CONSUMER, "slow consumer");
+                        gone.push(peer_id.clone());
+                    } else if held.len() < limit {
+                        held.push((frame.clone(), class));
+                    }
+                }
+                None => {
+                    if slot.outbox.push(frame.clone(), class) == Pushed::Closed {
+                        gone.push(peer_id.clone());
+                    }
+                }
+            }
+        }
+        for peer_id in gone {
+            debug!(session_id = %self.id, peer_id = %peer_id, "peer gone during fan-out");
+            self.detach(&peer_id);
+        }
+    }
+}
+
+/// The message of a storage error code.
+pub(crate) fn storage_message(code: i64) -> &'static str {
+    match code {
+        tether_protocol::codes::STORAGE_FULL => "storage full: nothing was written",
+        tether_protocol::codes::STORAGE_UNAVAILABLE => "storage unavailable",
+        _ => "storage write failed: nothing was written",
+    }
+}
