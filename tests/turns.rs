@@ -514,3 +514,35 @@ async fn stats_show_running_turns_and_hosts() {
     assert_eq!(busy, 1);
     c.ok("session.interrupt", json!({"session_id": id})).await;
 }
+
+#[tokio::test]
+async fn a_turn_past_its_deadline_ends_with_host_timeout() {
+    let dir = tempdir();
+    let gw = Gateway::start(dir.path(), &["--turn-deadline-s", "1"]);
+    let mut c = gw.client().await;
+    let id = session(&mut c).await;
+    let t = submit(&mut c, &id, "/hang").await;
+    let evs = turn_events(&mut c, t["turn_id"].as_str().unwrap()).await;
+    let p = complete(&evs);
+    assert_eq!(p["status"], "error");
+    assert_eq!(p["failure_reason"], "host_timeout");
+    assert_eq!(p["recoverable"], true);
+    assert_eq!(p["text"], "…", "the text streamed so far is kept");
+    // Exactly one complete, and the session serves the next prompt.
+    let t = submit(&mut c, &id, "next").await;
+    let evs = turn_events(&mut c, t["turn_id"].as_str().unwrap()).await;
+    assert_eq!(complete(&evs)["text"], "next");
+    let all = c
+        .ok(
+            "session.events.since",
+            json!({"session_id": id, "last_seen": 0}),
+        )
+        .await;
+    let completes = all["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "message.complete")
+        .count();
+    assert_eq!(completes, 2);
+}

@@ -43,6 +43,8 @@ pub(crate) struct RunningTurn {
     /// Assistant text streamed so far (`offset` of the next delta = its length).
     pub text: String,
     pub reasoning_bytes: u64,
+    /// The deadline timer, cancelled when the turn ends.
+    pub deadline: Option<tokio::task::AbortHandle>,
 }
 
 /// A prompt waiting behind the running turn.
@@ -97,6 +99,7 @@ impl SessionState {
                 dispatched: false,
                 text: String::new(),
                 reasoning_bytes: 0,
+                deadline: None,
             });
             self.set_status(SessionStatus::Running);
             self.dispatch_turn(myself);
@@ -202,10 +205,15 @@ impl SessionState {
         }
         let deadline = self.ctx.config.turn_deadline;
         let me = myself.clone();
-        tokio::spawn(async move {
+        let timer = tokio::spawn(async move {
             tokio::time::sleep(deadline).await;
             let _ = me.cast(SessionMsg::TurnDeadline { turn_id });
         });
+        // Cancelled when the turn ends: an hour-long timer per finished turn
+        // would otherwise pile up under load.
+        if let Some(turn) = self.turns.running.as_mut() {
+            turn.deadline = Some(timer.abort_handle());
+        }
     }
 
     fn engine_config(&self) -> Map<String, Value> {
@@ -342,6 +350,9 @@ impl SessionState {
         let Some(turn) = self.turns.running.take_if(|t| &t.tag.turn_id == turn_id) else {
             return;
         };
+        if let Some(timer) = &turn.deadline {
+            timer.abort();
+        }
         let tag = turn.tag.clone();
         if let Some((_, message)) = failure {
             self.emit_durable(
@@ -382,6 +393,7 @@ impl SessionState {
                     dispatched: false,
                     text: String::new(),
                     reasoning_bytes: 0,
+                    deadline: None,
                 });
                 self.dispatch_turn(myself);
             }
@@ -483,6 +495,9 @@ impl SessionState {
             .is_some_and(|t| t.user_seq >= from_seq)
         {
             if let Some(t) = self.turns.running.take() {
+                if let Some(timer) = &t.deadline {
+                    timer.abort();
+                }
                 if let Some(hosts) = self.ctx.hosts() {
                     let _ = hosts.cast(HostSupervisorMsg::Abandon {
                         turn_id: t.tag.turn_id,
