@@ -22,10 +22,12 @@ pub async fn serve_stdio(ctx: &tether_actors::Ctx) -> anyhow::Result<()> {
             if out.write_all(&bytes).await.is_err() || out.write_all(b"\n").await.is_err() {
                 break;
             }
-            if rx_is_idle(&mut out).await.is_err() {
+            // Flush only when nothing else is ready: one write per burst.
+            if rx.is_empty() && out.flush().await.is_err() {
                 break;
             }
         }
+        let _ = out.flush().await;
         rx.close();
     });
     let permits = Arc::new(Semaphore::new(32));
@@ -63,8 +65,4 @@ pub async fn serve_stdio(ctx: &tether_actors::Ctx) -> anyhow::Result<()> {
     peer.stop(None);
     let _ = tokio::time::timeout(std::time::Duration::from_secs(2), writer).await;
     Ok(())
-}
-
-async fn rx_is_idle(out: &mut tokio::io::Stdout) -> std::io::Result<()> {
-    out.flush().await
 }

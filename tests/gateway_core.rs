@@ -4,7 +4,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{seqs, tempdir, Client, Gateway};
+use common::{seqs, tempdir, Gateway};
 use serde_json::{json, Value};
 
 fn is_hex16(s: &str) -> bool {
@@ -523,6 +523,3 @@ async fn a_frame_over_the_limit_gets_4013_and_the_connection_stays() {
     c.send_text(&"y".repeat(9000)).await;
     assert_eq!(c.expect_close().await, 1009);
 }
-
-#[allow(dead_code)]
-async fn unused(_: Client) {}

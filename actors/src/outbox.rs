@@ -181,6 +181,11 @@ impl OutboxReceiver {
         Some(item)
     }
 
+    /// Whether nothing is queued right now.
+    pub fn is_empty(&self) -> bool {
+        self.rx.is_empty()
+    }
+
     /// Marks the outbox closed from the consumer side (socket gone), so
     /// producers stop pushing.
     pub fn close(&mut self) {
