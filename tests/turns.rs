@@ -546,3 +546,59 @@ async fn a_turn_past_its_deadline_ends_with_host_timeout() {
         .count();
     assert_eq!(completes, 2);
 }
+
+#[tokio::test]
+async fn a_close_on_disconnect_session_closes_when_its_last_peer_leaves() {
+    let dir = tempdir();
+    let gw = Gateway::start(dir.path(), &[]);
+    let mut a = gw.client().await;
+    let r = a
+        .ok("session.create", json!({"close_on_disconnect": true}))
+        .await;
+    assert_eq!(r["session"]["close_on_disconnect"], true);
+    let id = r["session"]["session_id"].as_str().unwrap().to_string();
+    let mut b = gw.client().await;
+    b.ok(
+        "session.resume",
+        json!({"session_id": id, "omit_messages": true}),
+    )
+    .await;
+    let t = submit(&mut a, &id, "/hang").await;
+    first_delta(&mut a).await;
+    // One peer leaving is not enough: B is still attached, the turn runs on.
+    a.close().await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let s = b.ok("session.events.stats", json!({})).await;
+    assert_eq!(s["active_turns"][0]["turn_id"], t["turn_id"]);
+    b.close().await;
+    // Nobody is left: the session is closed with reason "disconnect".
+    let mut c = gw.client().await;
+    let mut closed = None;
+    for _ in 0..50 {
+        let r = c
+            .call("session.resume", json!({"session_id": id, "attach": false}))
+            .await;
+        if r["error"]["code"] == 4002 {
+            closed = Some(r);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        closed.is_some(),
+        "the session was not closed after its last peer left"
+    );
+    let all = c
+        .ok(
+            "session.events.since",
+            json!({"session_id": id, "last_seen": 0}),
+        )
+        .await;
+    let evs = all["events"].as_array().unwrap();
+    let n = evs.len();
+    assert_eq!(evs[n - 2]["type"], "message.complete");
+    assert_eq!(evs[n - 2]["turn_id"], t["turn_id"]);
+    assert_eq!(evs[n - 2]["payload"]["status"], "interrupted");
+    assert_eq!(evs[n - 1]["type"], "session.closed");
+    assert_eq!(evs[n - 1]["payload"]["reason"], "disconnect");
+}

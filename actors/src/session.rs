@@ -31,7 +31,7 @@ use tether_protocol::{
     SinceResult, SubmitResult, Todos, TurnId,
 };
 use tether_store::{EventRow, SessionRow};
-use tracing::debug;
+use tracing::{debug, info};
 
 pub use attach::ResumeReply;
 
@@ -201,6 +201,9 @@ pub struct SessionState {
     flush_waiters: Vec<RpcReplyPort<()>>,
     ring: Ring,
     peers: HashMap<PeerId, PeerSlot>,
+    /// Whether any peer was ever attached (a `close_on_disconnect` session
+    /// created without one is not "left" by anybody).
+    ever_attached: bool,
     engine_pin: Option<serde_json::Value>,
     turns: Turns,
     transcript: Transcript,
@@ -264,6 +267,7 @@ impl Actor for Session {
             flush_waiters: Vec::new(),
             ring,
             peers: HashMap::new(),
+            ever_attached: false,
             engine_pin: row.engine_pin,
             turns: Turns {
                 todos,
@@ -361,6 +365,7 @@ impl Actor for Session {
                 code,
             } => state.append_failed(gen, from_seq, code),
         }
+        state.close_if_left(&myself);
         state.send_unsent(&myself);
         state.publish_gauges();
         Ok(())
@@ -411,6 +416,22 @@ impl SessionState {
             debug!(session_id = %self.id, peer_id = %peer_id, peers = self.peers.len(), "peer detached");
         }
         was
+    }
+
+    /// PROTOCOL 1.7: a `close_on_disconnect` session whose last peer left is
+    /// closed at once, its running turn interrupted.
+    fn close_if_left(&mut self, myself: &ActorRef<SessionMsg>) {
+        if !self.peers.is_empty() {
+            self.ever_attached = true;
+            return;
+        }
+        if !(self.ever_attached && self.close_on_disconnect) || self.status == SessionStatus::Closed
+        {
+            return;
+        }
+        info!(session_id = %self.id, "last peer left a close_on_disconnect session; closing");
+        self.stop_turns(myself);
+        self.close("disconnect", None);
     }
 
     fn close(&mut self, reason: &str, reply: Option<RpcReplyPort<Result<(), RpcError>>>) {

@@ -413,11 +413,19 @@ impl SessionState {
         myself: &ActorRef<SessionMsg>,
         reply: RpcReplyPort<Result<InterruptResult, RpcError>>,
     ) {
+        let status = if self.stop_turns(myself) {
+            InterruptStatus::Interrupted
+        } else {
+            InterruptStatus::Idle
+        };
+        let _ = reply.send(Ok(InterruptResult { status }));
+    }
+
+    /// Ends the running turn as interrupted and drops the queue; whether a
+    /// turn was running.
+    pub(super) fn stop_turns(&mut self, myself: &ActorRef<SessionMsg>) -> bool {
         let Some(turn_id) = self.turns.running.as_ref().map(|t| t.tag.turn_id.clone()) else {
-            let _ = reply.send(Ok(InterruptResult {
-                status: InterruptStatus::Idle,
-            }));
-            return;
+            return false;
         };
         if let Some(hosts) = self.ctx.hosts() {
             let _ = hosts.cast(HostSupervisorMsg::Abandon {
@@ -441,9 +449,7 @@ impl SessionState {
             );
         }
         self.turns.marker_dirty = true;
-        let _ = reply.send(Ok(InterruptResult {
-            status: InterruptStatus::Interrupted,
-        }));
+        true
     }
 
     /// The turn deadline passed: give up on the host and end the turn.
