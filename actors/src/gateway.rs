@@ -192,7 +192,15 @@ impl GatewayState {
                 };
                 let (actor, _) = Actor::spawn_linked(None, StoreWriter, args, supervisor).await?;
                 let id = actor.get_id();
+                let restarted = self.writer_tx.borrow().is_none() && !self.children.is_empty();
                 let _ = self.writer_tx.send(Some(actor));
+                if restarted {
+                    // Appends that were at the old writer may be lost; every
+                    // live session checks against the store and re-sends.
+                    if let Ok(registry) = self.ctx.registry() {
+                        let _ = registry.cast(RegistryMsg::WriterRestarted);
+                    }
+                }
                 id
             }
             Child::Registry => {

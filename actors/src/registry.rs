@@ -84,6 +84,8 @@ pub enum RegistryMsg {
     FlushAll {
         reply: RpcReplyPort<()>,
     },
+    /// The StoreWriter was restarted: sessions must rebase.
+    WriterRestarted,
     /// Internal: a new session's first events are committed.
     Created {
         row: Box<SessionRow>,
@@ -194,6 +196,11 @@ impl Actor for Registry {
                 }
             }
             RegistryMsg::FlushAll { reply } => state.flush_all(reply),
+            RegistryMsg::WriterRestarted => {
+                for live in state.live.values() {
+                    let _ = live.actor.cast(SessionMsg::WriterRestarted);
+                }
+            }
         }
         Ok(())
     }

@@ -130,6 +130,10 @@ pub enum SessionMsg {
     Committed { gen: u64, upto_seq: u64 },
     /// From the writer: the append starting at `from_seq` was not written.
     AppendFailed { gen: u64, from_seq: u64, code: i64 },
+    /// The StoreWriter was restarted: an append in flight may be lost.
+    WriterRestarted,
+    /// Internal: what the new writer says is committed.
+    Rebased { barrier: Result<Barrier, i64> },
 }
 
 /// How a session is started: from its stored row (after a barrier told it
@@ -154,6 +158,8 @@ struct Pending {
     message_count: u64,
     /// The transcript message this event is, if it is one.
     message: Option<Message>,
+    /// Emission time, kept to rebuild the store row after a writer restart.
+    ts_ms: i64,
 }
 
 /// Something to do when a seq is committed (or fails).
@@ -193,6 +199,8 @@ pub struct SessionState {
     pending: VecDeque<Pending>,
     /// Rows emitted but not yet sent to the writer.
     unsent: Vec<EventRow>,
+    /// Waiting for the new writer's barrier after a writer restart.
+    rebasing: bool,
     /// Whether an append of this session is at the writer now. One at a
     /// time: what is emitted meanwhile goes out as one larger append when
     /// it returns, so a busy session makes fewer, bigger writes.
@@ -263,6 +271,7 @@ impl Actor for Session {
             pending: VecDeque::new(),
             unsent: Vec::new(),
             append_in_flight: false,
+            rebasing: false,
             waiters: Vec::new(),
             flush_waiters: Vec::new(),
             ring,
@@ -364,6 +373,8 @@ impl Actor for Session {
                 from_seq,
                 code,
             } => state.append_failed(gen, from_seq, code),
+            SessionMsg::WriterRestarted => state.writer_restarted(&myself),
+            SessionMsg::Rebased { barrier } => state.rebased(&myself, barrier),
         }
         state.close_if_left(&myself);
         state.send_unsent(&myself);

@@ -99,3 +99,117 @@ async fn exceeding_the_intensity_stops_the_gateway_instead_of_hanging() {
         "no registry is published after the stop"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_appending_through_a_writer_restart_is_neither_stuck_nor_gapped() {
+    use tether_actors::event::EventRecord;
+    use tether_actors::registry::Resolved;
+    use tether_actors::session::SessionMsg;
+    use tether_protocol::{now_ms, EventType, TextPayload};
+
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start(dir.path()).await;
+    let registry = gw.ctx().registry().unwrap();
+    let created = match registry
+        .call(
+            |reply| RegistryMsg::Create {
+                profile: "default".into(),
+                params: CreateParams {
+                    attach: false,
+                    ..CreateParams::default()
+                },
+                attach: None,
+                reply,
+            },
+            None,
+        )
+        .await
+        .unwrap()
+    {
+        CallResult::Success(Ok(c)) => c,
+        other => panic!("create failed: {other:?}"),
+    };
+    let id = created.result.session.session_id.clone();
+    let key = ("default".to_string(), id.clone());
+    let actor = match registry
+        .call(
+            |reply| RegistryMsg::Resolve {
+                key,
+                load: true,
+                reply,
+            },
+            None,
+        )
+        .await
+        .unwrap()
+    {
+        CallResult::Success(Ok(Resolved::Live(a))) => a,
+        other => panic!("not live: {other:?}"),
+    };
+    let emit = |n: usize| {
+        let events = (0..n)
+            .map(|_| {
+                EventRecord::new(
+                    EventType::MessageSystem,
+                    &TextPayload { text: "x".into() },
+                    None,
+                    now_ms(),
+                )
+            })
+            .collect();
+        SessionMsg::Emit { events }
+    };
+    for i in 0..400 {
+        actor.cast(emit(5)).unwrap();
+        if i == 200 {
+            let w = gw.ctx().writer().expect("writer up");
+            w.get_cell().kill();
+            next_writer(&gw, w.get_id()).await;
+        }
+        tokio::task::yield_now().await;
+    }
+    // Not stuck: everything emitted settles (committed, or refused while no
+    // writer was up), and the session goes on appending.
+    let flushed = actor
+        .call(
+            |reply| SessionMsg::Flush { reply },
+            Some(Duration::from_secs(10)),
+        )
+        .await
+        .expect("session alive");
+    assert!(
+        matches!(flushed, CallResult::Success(())),
+        "session stuck after the writer restart"
+    );
+    actor.cast(emit(3)).unwrap();
+    actor
+        .call(
+            |reply| SessionMsg::Flush { reply },
+            Some(Duration::from_secs(10)),
+        )
+        .await
+        .expect("session alive");
+    let info = match actor
+        .call(|reply| SessionMsg::Info { reply }, None)
+        .await
+        .unwrap()
+    {
+        CallResult::Success(i) => i,
+        other => panic!("info: {other:?}"),
+    };
+    // No gap, no duplicate: the store holds exactly 1..=latest_seq.
+    let rows = gw
+        .ctx()
+        .reader
+        .events_since(&id, 0, 100_000)
+        .await
+        .expect("read events");
+    let seqs: Vec<u64> = rows.iter().map(|r| r.seq).collect();
+    assert_eq!(seqs, (1..=info.latest_seq).collect::<Vec<_>>());
+    assert!(
+        info.latest_seq > 1000,
+        "most events were committed: {}",
+        info.latest_seq
+    );
+    gw.shutdown(Duration::from_secs(5)).await;
+}

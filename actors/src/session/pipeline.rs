@@ -7,7 +7,7 @@ use bytes::Bytes;
 use ractor::ActorRef;
 use serde::Serialize;
 use tether_protocol::{now_ms, EventType, RpcError, SessionStatus};
-use tether_store::SessionPatch;
+use tether_store::{EventRow, SessionPatch};
 use tracing::{debug, info, warn};
 
 use super::{Pending, SessionMsg, SessionState, Waiter};
@@ -56,6 +56,7 @@ impl SessionState {
                     frame,
                     message_count: self.message_count,
                     message: None,
+                    ts_ms: rec.ts_ms,
                 });
             }
             return;
@@ -75,6 +76,7 @@ impl SessionState {
             frame,
             message_count: self.message_count,
             message,
+            ts_ms: rec.ts_ms,
         });
     }
 
@@ -256,6 +258,101 @@ impl SessionState {
             self.detach(&peer_id);
         }
     }
+
+    /// The writer was restarted. If an append of ours was at the old one it
+    /// may or may not have been committed: ask the new writer (a barrier)
+    /// before sending anything else.
+    pub(super) fn writer_restarted(&mut self, myself: &ActorRef<SessionMsg>) {
+        if !self.append_in_flight || self.rebasing {
+            return;
+        }
+        self.rebasing = true;
+        let writer = self.ctx.writer();
+        let id = self.id.clone();
+        let me = myself.clone();
+        tokio::spawn(async move {
+            let barrier = match writer {
+                Some(w) => match w
+                    .call(
+                        |reply| StoreWriterMsg::Barrier {
+                            session_id: id,
+                            reply,
+                        },
+                        Some(std::time::Duration::from_secs(10)),
+                    )
+                    .await
+                {
+                    Ok(ractor::rpc::CallResult::Success(Ok(b))) => Ok(b),
+                    Ok(ractor::rpc::CallResult::Success(Err(e))) => Err(e.code()),
+                    _ => Err(tether_protocol::codes::STORAGE_UNAVAILABLE),
+                },
+                None => Err(tether_protocol::codes::STORAGE_UNAVAILABLE),
+            };
+            let _ = me.cast(SessionMsg::Rebased { barrier });
+        });
+    }
+
+    /// What is on disk is committed; the rest of `pending` is sent again
+    /// under the new writer's gen, so nothing emitted is lost or doubled.
+    pub(super) fn rebased(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        barrier: Result<crate::store_writer::Barrier, i64>,
+    ) {
+        self.rebasing = false;
+        let barrier = match barrier {
+            Ok(b) => b,
+            Err(code) => {
+                let from_seq = self.committed_seq + 1;
+                self.append_failed(self.gen, from_seq, code);
+                return;
+            }
+        };
+        let gen = self.gen;
+        self.committed(myself, gen, barrier.latest_seq);
+        self.gen = barrier.gen;
+        let first_unsent = self.unsent.first().map_or(u64::MAX, |r| r.seq);
+        let mut rows: Vec<_> = self
+            .pending
+            .iter()
+            .filter(|p| p.seq.is_some_and(|s| s < first_unsent))
+            .filter_map(|p| {
+                p.params
+                    .as_deref()
+                    .and_then(|params| row_from_params(params, p.ts_ms))
+            })
+            .collect();
+        info!(session_id = %self.id, latest_seq = barrier.latest_seq, resent = rows.len(), "rebased after a writer restart");
+        rows.append(&mut self.unsent);
+        self.unsent = rows;
+        self.turns.marker_dirty = true;
+    }
+}
+
+/// Rebuilds the store row of an event from its encoded params.
+pub(crate) fn row_from_params(
+    params: &serde_json::value::RawValue,
+    ts_ms: i64,
+) -> Option<EventRow> {
+    #[derive(serde::Deserialize)]
+    struct Params<'a> {
+        #[serde(rename = "type")]
+        kind: String,
+        seq: u64,
+        turn_id: Option<String>,
+        trace_id: Option<String>,
+        #[serde(borrow)]
+        payload: &'a serde_json::value::RawValue,
+    }
+    let p: Params = serde_json::from_str(params.get()).ok()?;
+    Some(EventRow {
+        seq: p.seq,
+        kind: p.kind,
+        payload: p.payload.get().to_string(),
+        turn_id: p.turn_id,
+        trace_id: p.trace_id,
+        ts_ms,
+    })
 }
 
 /// The message of a storage error code.
@@ -264,5 +361,32 @@ pub(crate) fn storage_message(code: i64) -> &'static str {
         tether_protocol::codes::STORAGE_FULL => "storage full: nothing was written",
         tether_protocol::codes::STORAGE_UNAVAILABLE => "storage unavailable",
         _ => "storage write failed: nothing was written",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tether_protocol::{SessionId, TextPayload, TraceId, TurnId};
+
+    #[test]
+    fn a_row_rebuilt_from_params_equals_the_original() {
+        let tag = TurnTag {
+            turn_id: TurnId::new(),
+            trace_id: TraceId::new(),
+        };
+        for turn in [None, Some(tag)] {
+            let mut rec = EventRecord::new(
+                EventType::MessageUser,
+                &TextPayload {
+                    text: "héllo \"x\"".into(),
+                },
+                turn,
+                1_764_470_000_123,
+            );
+            rec.seq = Some(7);
+            let params = rec.params_of(&SessionId::new());
+            assert_eq!(row_from_params(&params, rec.ts_ms), Some(rec.to_row()));
+        }
     }
 }
