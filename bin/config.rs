@@ -105,6 +105,17 @@ pub struct ServeArgs {
     /// Most late control handlers kept at once.
     #[arg(long, env = "TETHER_LATE_ACK_CAP", default_value_t = 64)]
     pub late_ack_cap: usize,
+    /// Requests per second a peer may send (burst twice that); 0 = no limit.
+    #[arg(long, env = "TETHER_RATE_LIMIT_RPS", default_value_t = 200)]
+    pub rate_limit_rps: u32,
+    /// A browser origin allowed besides the gateway's own (repeatable;
+    /// comma-separated in TETHER_ALLOW_ORIGIN).
+    #[arg(
+        long = "allow-origin",
+        env = "TETHER_ALLOW_ORIGIN",
+        value_delimiter = ','
+    )]
+    pub allow_origin: Vec<String>,
     /// Set when --control-wait-s came from a flag, env or file (not the
     /// default): only then may it shorten the compress wait.
     #[arg(skip)]
@@ -137,6 +148,8 @@ struct FileConfig {
     compress_ceiling_s: Option<u64>,
     late_ack_ttl_s: Option<u64>,
     late_ack_cap: Option<usize>,
+    rate_limit_rps: Option<u32>,
+    allow_origin: Option<Vec<String>>,
 }
 
 impl ServeArgs {
@@ -182,7 +195,8 @@ impl ServeArgs {
                 turn_deadline_s,
                 compress_ceiling_s,
                 late_ack_ttl_s,
-                late_ack_cap
+                late_ack_cap,
+                rate_limit_rps
             );
             if let Some(v) = file.control_wait_s {
                 if from_default("control_wait_s") {
@@ -195,6 +209,9 @@ impl ServeArgs {
             }
             if self.host_command.is_none() {
                 self.host_command = file.host_command;
+            }
+            if self.allow_origin.is_empty() {
+                self.allow_origin = file.allow_origin.unwrap_or_default();
             }
         }
         self.check()?;

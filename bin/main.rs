@@ -4,9 +4,12 @@
 mod bench;
 mod config;
 mod host;
+mod http;
 mod logging;
+mod origin;
 mod serve;
 mod server;
+mod sse;
 mod stdio;
 mod ws;
 
@@ -24,8 +27,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run the gateway.
-    Serve(config::ServeArgs),
+    /// Run the gateway. (Boxed: its many flags dwarf the other commands.)
+    Serve(Box<config::ServeArgs>),
     /// Measure the gateway's throughput in-process (see docs/BENCHMARKS.md).
     Bench(bench::BenchArgs),
     /// Run a compute host: a worker that runs turns for a gateway over
@@ -73,6 +76,7 @@ fn main() -> ExitCode {
         },
         Command::Serve(args) => {
             let sub = matches.subcommand_matches("serve");
+            let args = *args;
             let args = match sub.map(|m| args.clone().resolve(m)).unwrap_or(Ok(args)) {
                 Ok(a) => a,
                 Err(e) => {

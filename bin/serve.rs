@@ -84,6 +84,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         max_queued: args.max_queued,
         turn_deadline: Duration::from_secs(args.turn_deadline_s),
         compress_wait: args.compress_wait(),
+        rate_limit_rps: args.rate_limit_rps,
         ..GatewayConfig::default()
     };
     let mut gateway = GatewayHandle::start(GatewayArgs {
@@ -115,6 +116,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let app = AppState {
         ctx: gateway.ctx().clone(),
         shutdown: shutdown_rx.clone(),
+        allowed_origins: Arc::new(args.allow_origin.clone()),
     };
     let mut http_shutdown = shutdown_rx.clone();
     let server = axum::serve(crate::server::nodelay(listener), router(app)).with_graceful_shutdown(

@@ -2,8 +2,9 @@
 
 use axum::extract::{State, WebSocketUpgrade};
 use axum::response::Response;
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::Router;
+use std::sync::Arc;
 use tether_actors::Ctx;
 use tokio::sync::watch;
 
@@ -15,6 +16,9 @@ pub struct AppState {
     pub ctx: Ctx,
     /// Becomes `true` when the gateway drains.
     pub shutdown: watch::Receiver<bool>,
+    /// Origins a browser may call from besides the gateway's own
+    /// (PROTOCOL 1.1, `crate::origin`).
+    pub allowed_origins: Arc<Vec<String>>,
 }
 
 /// The listener with `TCP_NODELAY` on every accepted socket: events are
@@ -32,7 +36,15 @@ pub fn nodelay(
 }
 
 pub fn router(app: AppState) -> Router {
-    Router::new().route("/ws", get(ws_upgrade)).with_state(app)
+    Router::new()
+        .route("/ws", get(ws_upgrade))
+        .route("/rpc", post(crate::http::post_rpc))
+        .route("/v1/sessions/{id}/events", get(crate::sse::session_events))
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            crate::origin::check_origin,
+        ))
+        .with_state(app)
 }
 
 /// Socket buffers: axum's defaults (128 KiB each way) are sized for large

@@ -523,3 +523,44 @@ async fn a_frame_over_the_limit_gets_4013_and_the_connection_stays() {
     c.send_text(&"y".repeat(9000)).await;
     assert_eq!(c.expect_close().await, 1009);
 }
+
+#[tokio::test]
+async fn a_peer_over_its_rate_gets_4029_and_a_flooding_one_is_closed_with_1008() {
+    let dir = tempdir();
+    let gw = Gateway::start(dir.path(), &["--rate-limit-rps", "5"]);
+    let mut c = gw.client().await;
+    // A burst of 20 in one batch: the first 10 (the burst) pass.
+    let batch: Vec<Value> = (0..20)
+        .map(|i| json!({"jsonrpc":"2.0","id": i,"method":"gateway.ping"}))
+        .collect();
+    c.send_text(&Value::Array(batch).to_string()).await;
+    let answers = c.next_frame().await;
+    let answers = answers.as_array().expect("batch answer");
+    let limited: Vec<_> = answers
+        .iter()
+        .filter(|a| a["error"]["code"] == 4029)
+        .collect();
+    assert_eq!(answers.len() - limited.len(), 10, "{answers:?}");
+    assert!(
+        limited[0]["error"]["data"]["retry_after_ms"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    // Flooding for more than 3 s in a row ends the connection with 1008.
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_millis(4500) {
+        if !c
+            .try_send_text(r#"{"jsonrpc":"2.0","id":1,"method":"gateway.ping"}"#)
+            .await
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let code = c.expect_close().await;
+    assert_eq!(code, 1008);
+    // Others are not affected.
+    let mut d = gw.client().await;
+    d.ok("gateway.ping", json!({})).await;
+}

@@ -36,6 +36,8 @@ pub struct GatewayConfig {
     pub turn_deadline: Duration,
     /// How long `session.compress` waits before answering `pending`.
     pub compress_wait: Duration,
+    /// Requests per second a peer may send (burst: twice that); 0 = no limit.
+    pub rate_limit_rps: u32,
 }
 
 impl Default for GatewayConfig {
@@ -55,6 +57,7 @@ impl Default for GatewayConfig {
             max_queued: 16,
             turn_deadline: Duration::from_secs(3600),
             compress_wait: Duration::from_secs(120),
+            rate_limit_rps: 200,
         }
     }
 }

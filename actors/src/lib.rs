@@ -14,6 +14,7 @@ mod info;
 pub mod late_acks;
 pub mod outbox;
 pub mod peer;
+pub mod rate;
 pub mod registry;
 pub mod ring;
 pub mod session;

@@ -26,6 +26,7 @@ use tracing::debug;
 
 use crate::ctx::Ctx;
 use crate::outbox::{FrameClass, Outbox};
+use crate::rate::{RateLimiter, Verdict};
 use crate::registry::RegistryMsg;
 use crate::session::{PeerLink, SessionMsg};
 
@@ -67,6 +68,7 @@ pub struct PeerState {
     ctx: Ctx,
     /// Sessions this peer is attached to, to detach from on disconnect.
     attached: HashMap<(String, SessionId), ActorRef<SessionMsg>>,
+    limiter: RateLimiter,
 }
 
 pub struct Peer;
@@ -81,12 +83,14 @@ impl Actor for Peer {
         _myself: ActorRef<Self::Msg>,
         args: PeerArgs,
     ) -> Result<Self::State, ActorProcessingErr> {
+        let rps = args.ctx.config.rate_limit_rps;
         let state = PeerState {
             peer_id: args.peer_id,
             identity: args.identity,
             outbox: args.outbox,
             ctx: args.ctx,
             attached: HashMap::new(),
+            limiter: RateLimiter::new(rps, rps.saturating_mul(2), std::time::Instant::now()),
         };
         // Counted before the client can see `gateway.ready` (and so before
         // anything it does next can ask for the count).
@@ -112,12 +116,19 @@ impl Actor for Peer {
                 drop(permit);
             }
             PeerMsg::Close { code, reason } => state.outbox.close(code, &reason),
-            PeerMsg::Binary => state.reply_error(&RpcError::parse_error(
-                "binary frames are not JSON-RPC; send text frames",
-            )),
+            PeerMsg::Binary => {
+                let err = state.admit().err().unwrap_or_else(|| {
+                    RpcError::parse_error("binary frames are not JSON-RPC; send text frames")
+                });
+                state.reply_error(&err);
+            }
             PeerMsg::TooLarge { len } => {
                 debug!(peer_id = %state.peer_id, len, "frame too large");
-                state.reply_error(&RpcError::frame_too_large(state.ctx.config.max_frame_bytes));
+                let err = state
+                    .admit()
+                    .err()
+                    .unwrap_or_else(|| RpcError::frame_too_large(state.ctx.config.max_frame_bytes));
+                state.reply_error(&err);
             }
         }
         Ok(())
@@ -197,7 +208,10 @@ impl PeerState {
     async fn on_text(&mut self, text: &str) {
         let mut after = AfterReply::default();
         match parse_frame(text) {
-            Incoming::Invalid(err) => self.reply_error(&err),
+            Incoming::Invalid(err) => {
+                let err = self.admit().err().unwrap_or(err);
+                self.reply_error(&err);
+            }
             Incoming::Single(item) => {
                 if let Some(answer) = self.answer(item, &mut after).await {
                     self.push_reply(answer);
@@ -223,8 +237,30 @@ impl PeerState {
         }
     }
 
+    /// Takes a token for one unit of work (PROTOCOL 1.10): 4029 when the
+    /// peer is over its rate; a peer over it for 3 s in a row is closed.
+    fn admit(&mut self) -> Result<(), RpcError> {
+        match self.limiter.check(std::time::Instant::now()) {
+            Verdict::Allow => Ok(()),
+            Verdict::Limit { retry_after } => {
+                Err(RpcError::rate_limited(retry_after.as_millis().max(1) as u64))
+            }
+            Verdict::Close => {
+                tracing::warn!(peer_id = %self.peer_id, "peer kept exceeding its rate limit; closing");
+                self.outbox.close(1008, "rate limit exceeded");
+                Err(RpcError::rate_limited(1000))
+            }
+        }
+    }
+
     /// Executes one batch member; `None` for notifications.
     async fn answer(&mut self, item: Item, after: &mut AfterReply) -> Option<String> {
+        if let Err(e) = self.admit() {
+            return match item {
+                Item::Error { id, .. } => id.map(|id| encode_error(&id, &e)),
+                Item::Call(call) => call.id.map(|id| encode_error(&id, &e)),
+            };
+        }
         match item {
             Item::Error { id, error } => id.map(|id| encode_error(&id, &error)),
             Item::Call(call) => {

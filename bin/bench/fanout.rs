@@ -121,6 +121,7 @@ fn serve(
         let app = AppState {
             ctx: gw.handle.ctx().clone(),
             shutdown: shutdown_rx,
+            allowed_origins: Default::default(),
         };
         tokio::spawn(
             async move { axum::serve(crate::server::nodelay(listener), router(app)).await },

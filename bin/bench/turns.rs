@@ -85,7 +85,13 @@ fn serve(
 ) -> anyhow::Result<()> {
     let rt = pinned_runtime("tether-gw", server_cpu, 1)?;
     rt.block_on(async move {
-        let gw = start_gateway_with_hosts(GatewayConfig::default(), Some(hosts)).await?;
+        // One closed-loop session submits hundreds of prompts a second, past
+        // the default per-peer rate limit; the bench measures turns, not it.
+        let config = GatewayConfig {
+            rate_limit_rps: 0,
+            ..GatewayConfig::default()
+        };
+        let gw = start_gateway_with_hosts(config, Some(hosts)).await?;
         // Wait for the hosts to say hello.
         for _ in 0..500 {
             if gw.handle.ctx().hosts_up() > 0 {
@@ -99,6 +105,7 @@ fn serve(
         let app = AppState {
             ctx: gw.handle.ctx().clone(),
             shutdown,
+            allowed_origins: Default::default(),
         };
         tokio::spawn(
             async move { axum::serve(crate::server::nodelay(listener), router(app)).await },

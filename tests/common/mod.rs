@@ -171,6 +171,11 @@ impl Client {
         }
     }
 
+    /// Sends unless the connection is gone; whether it was sent.
+    pub async fn try_send_text(&mut self, text: &str) -> bool {
+        self.ws.send(Message::Text(text.into())).await.is_ok()
+    }
+
     /// Reads until the close frame; returns its code.
     pub async fn expect_close(&mut self) -> u16 {
         loop {

@@ -1,0 +1,178 @@
+//! `POST /rpc`: one JSON-RPC request or batch per HTTP request (PROTOCOL 1.9).
+//!
+//! Each POST is its own peer, spawned with `can_attach: false` (an `attach`
+//! in the request is taken as false) and stopped once the answer is read.
+//! Decisions of this transport:
+//!
+//! - **Content type.** `application/json`, with any parameters (`;
+//!   charset=utf-8`), compared case-insensitively; anything else, or no
+//!   `Content-Type` at all, is 415.
+//! - **Size.** A body over `max_frame_bytes` is 413 (by `Content-Length`
+//!   before reading, or while reading a body without one). Unlike a
+//!   WebSocket frame there is no 4013 answer for a body up to 4× the limit:
+//!   HTTP has its own status for it.
+//! - **Body not UTF-8**: 200 with the -32700 error, as for a binary frame.
+//! - **Notifications only** (a notification or a batch of them): the peer
+//!   executes them and answers nothing, so the response is 204 No Content
+//!   with an empty body.
+//! - **When the answer is ready.** The request text travels to the peer
+//!   with a semaphore permit that the peer drops once it has handled the
+//!   text (and queued its answer, if any); the transport waits for that,
+//!   then reads the outbox. The wait is bounded by `call_timeout` + 5 s;
+//!   past it the response is 504.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use tether_actors::{Identity, Outbound, OutboxReceiver, PeerMsg};
+use tokio::sync::Semaphore;
+use tracing::warn;
+
+use crate::server::AppState;
+
+/// Margin over `call_timeout` before a POST gives up with 504.
+const ANSWER_MARGIN: Duration = Duration::from_secs(5);
+/// Bound on waiting for a POST's peer to stop.
+const STOP_WAIT: Duration = Duration::from_secs(1);
+
+/// `POST /rpc`.
+pub async fn post_rpc(State(app): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    if !is_json(&headers) {
+        return status_text(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "Content-Type must be application/json",
+        );
+    }
+    let max = app.ctx.config.max_frame_bytes;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max as u64) {
+        return too_large(max);
+    }
+    let bytes = match read_limited(body, max).await {
+        Ok(b) => b,
+        Err(ReadError::TooLarge) => return too_large(max),
+        Err(ReadError::Broken) => return status_text(StatusCode::BAD_REQUEST, "cannot read body"),
+    };
+    let msg = match String::from_utf8(bytes) {
+        Ok(text) => PeerMsg::Text { text, permit: None },
+        Err(_) => PeerMsg::Binary,
+    };
+    let identity = Identity {
+        profile: "default".into(),
+        fixed: false,
+        can_attach: false,
+    };
+    let (peer, mut rx) = match tether_actors::spawn_peer(&app.ctx, identity).await {
+        Ok(p) => p,
+        Err(e) => {
+            warn!(error = %e, "could not start a peer");
+            return status_text(StatusCode::SERVICE_UNAVAILABLE, "gateway unavailable");
+        }
+    };
+    let wait = app.ctx.config.call_timeout + ANSWER_MARGIN;
+    let answer = tokio::time::timeout(wait, handle(&peer, msg, &mut rx)).await;
+    // Waiting for the stop makes the peer count exact once the response
+    // is out (a client's next request sees this peer gone).
+    let _ = peer.stop_and_wait(None, Some(STOP_WAIT)).await;
+    rx.close();
+    match answer {
+        Err(_) => status_text(StatusCode::GATEWAY_TIMEOUT, "no answer in time"),
+        Ok(None) => StatusCode::NO_CONTENT.into_response(),
+        Ok(Some(frame)) => {
+            let mut resp = Response::new(Body::from(frame));
+            resp.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            resp
+        }
+    }
+}
+
+/// Hands the frame to the peer and returns its answer, `None` when it
+/// answered nothing (notifications only).
+async fn handle(
+    peer: &ractor::ActorRef<PeerMsg>,
+    msg: PeerMsg,
+    rx: &mut OutboxReceiver,
+) -> Option<bytes::Bytes> {
+    let done = Arc::new(Semaphore::new(1));
+    let msg = match msg {
+        PeerMsg::Text { text, .. } => {
+            let permit = done.clone().acquire_owned().await.ok()?;
+            PeerMsg::Text {
+                text,
+                permit: Some(permit),
+            }
+        }
+        // Answered at once; the next frame after `gateway.ready` is it.
+        other => other,
+    };
+    let is_text = matches!(msg, PeerMsg::Text { .. });
+    peer.cast(msg).ok()?;
+    // `gateway.ready` is queued before `spawn_peer` returns.
+    let _ready = rx.recv().await?;
+    if is_text {
+        // The permit is dropped after the answer (if any) is queued.
+        let _ = done.acquire().await;
+        match rx.try_recv()? {
+            Outbound::Frame(frame) => Some(frame),
+            Outbound::Close { .. } => None,
+        }
+    } else {
+        match rx.recv().await? {
+            Outbound::Frame(frame) => Some(frame),
+            Outbound::Close { .. } => None,
+        }
+    }
+}
+
+/// `application/json`, optionally with parameters.
+fn is_json(headers: &HeaderMap) -> bool {
+    let Some(ct) = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    let essence = ct.split(';').next().unwrap_or("").trim();
+    essence.eq_ignore_ascii_case("application/json")
+}
+
+enum ReadError {
+    TooLarge,
+    Broken,
+}
+
+/// Reads the body, giving up as soon as it passes `max` bytes.
+async fn read_limited(body: Body, max: usize) -> Result<Vec<u8>, ReadError> {
+    let mut buf = Vec::new();
+    let mut stream = body.into_data_stream();
+    while let Some(data) = stream.next().await {
+        let data = data.map_err(|_| ReadError::Broken)?;
+        if buf.len() + data.len() > max {
+            return Err(ReadError::TooLarge);
+        }
+        buf.extend_from_slice(&data);
+    }
+    Ok(buf)
+}
+
+fn too_large(max: usize) -> Response {
+    status_text(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        &format!("body over max_frame_bytes ({max})"),
+    )
+}
+
+pub fn status_text(status: StatusCode, text: &str) -> Response {
+    (status, text.to_string()).into_response()
+}

@@ -1,0 +1,703 @@
+//! Black-box tests of the HTTP transport: `POST /rpc`, the SSE events
+//! endpoint and the Origin rule (PROTOCOL 1.1, 1.9), over hand-written
+//! HTTP/1.1 on a plain TCP socket.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{tempdir, Gateway, FRAME_WAIT};
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+
+/// A complete HTTP response.
+struct Resp {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Resp {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!(
+                "body is not JSON ({e}): {:?}",
+                String::from_utf8_lossy(&self.body)
+            )
+        })
+    }
+}
+
+fn head_text(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], len: usize) -> String {
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if method == "POST" {
+        req.push_str(&format!("Content-Length: {len}\r\n"));
+    }
+    req.push_str("\r\n");
+    req
+}
+
+/// Reads the status line and headers.
+async fn read_head<R: tokio::io::AsyncBufRead + Unpin>(r: &mut R) -> (u16, Vec<(String, String)>) {
+    let mut line = String::new();
+    r.read_line(&mut line).await.expect("status line");
+    let status: u16 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("bad status line {line:?}"));
+    let mut headers = Vec::new();
+    loop {
+        line.clear();
+        r.read_line(&mut line).await.expect("header line");
+        let l = line.trim_end();
+        if l.is_empty() {
+            break;
+        }
+        let (k, v) = l.split_once(':').expect("header");
+        headers.push((k.trim().to_string(), v.trim().to_string()));
+    }
+    (status, headers)
+}
+
+/// One request on its own connection (`Connection: close`).
+async fn http(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Resp {
+    let fut = async {
+        let mut tcp = TcpStream::connect(addr).await.expect("connect");
+        let head = head_text(addr, method, path, headers, body.len());
+        tcp.write_all(head.as_bytes()).await.expect("write");
+        tcp.write_all(body).await.expect("write body");
+        let mut r = BufReader::new(tcp);
+        let (status, headers) = read_head(&mut r).await;
+        let chunked = headers.iter().any(|(k, v)| {
+            k.eq_ignore_ascii_case("transfer-encoding") && v.eq_ignore_ascii_case("chunked")
+        });
+        let mut body = Vec::new();
+        if chunked {
+            while let Some(chunk) = read_chunk(&mut r).await {
+                body.extend_from_slice(&chunk);
+            }
+        } else {
+            r.read_to_end(&mut body).await.expect("body");
+        }
+        Resp {
+            status,
+            headers,
+            body,
+        }
+    };
+    tokio::time::timeout(FRAME_WAIT, fut)
+        .await
+        .expect("timed out waiting for an HTTP response")
+}
+
+/// Next chunk of a chunked body; `None` at the last chunk or EOF.
+async fn read_chunk<R: tokio::io::AsyncBufRead + Unpin>(r: &mut R) -> Option<Vec<u8>> {
+    let mut line = String::new();
+    if r.read_line(&mut line).await.ok()? == 0 {
+        return None;
+    }
+    let size = usize::from_str_radix(line.trim().split(';').next()?.trim(), 16).ok()?;
+    if size == 0 {
+        return None;
+    }
+    let mut buf = vec![0; size + 2];
+    r.read_exact(&mut buf).await.ok()?;
+    buf.truncate(size);
+    Some(buf)
+}
+
+/// `POST /rpc` with a JSON body.
+async fn rpc(addr: &str, body: &str) -> Resp {
+    http(
+        addr,
+        "POST",
+        "/rpc",
+        &[("Content-Type", "application/json")],
+        body.as_bytes(),
+    )
+    .await
+}
+
+/// `POST /rpc` of one request; returns its `result`, asserting success.
+async fn ok(addr: &str, method: &str, params: Value) -> Value {
+    let body = json!({"jsonrpc":"2.0","id":1,"method":method,"params":params}).to_string();
+    let r = rpc(addr, &body).await;
+    assert_eq!(r.status, 200);
+    let v = r.json();
+    assert!(v.get("error").is_none(), "{method} failed: {v}");
+    v["result"].clone()
+}
+
+/// A session with 3 seed messages: durable events 1..4.
+async fn seeded(addr: &str) -> String {
+    let r = ok(
+        addr,
+        "session.create",
+        json!({"title":"sse","messages":[
+            {"role":"user","text":"one"},
+            {"role":"assistant","text":"two"},
+            {"role":"user","text":"three"}]}),
+    )
+    .await;
+    r["session"]["session_id"].as_str().unwrap().to_string()
+}
+
+/// One SSE event as received.
+#[derive(Debug, Default)]
+struct SseEvent {
+    id: Option<String>,
+    event: Option<String>,
+    data: String,
+    comments: Vec<String>,
+}
+
+impl SseEvent {
+    fn params(&self) -> Value {
+        serde_json::from_str(&self.data).expect("data is JSON")
+    }
+}
+
+/// An open `text/event-stream`, read incrementally.
+struct Sse {
+    r: BufReader<TcpStream>,
+    chunked: bool,
+    buf: String,
+}
+
+impl Sse {
+    async fn open(addr: &str, path: &str, headers: &[(&str, &str)]) -> Result<Sse, Resp> {
+        let mut tcp = TcpStream::connect(addr).await.expect("connect");
+        let head = head_text(addr, "GET", path, headers, 0);
+        tcp.write_all(head.as_bytes()).await.expect("write");
+        let mut r = BufReader::new(tcp);
+        let (status, headers) = tokio::time::timeout(FRAME_WAIT, read_head(&mut r))
+            .await
+            .expect("timed out waiting for the SSE head");
+        let chunked = headers.iter().any(|(k, v)| {
+            k.eq_ignore_ascii_case("transfer-encoding") && v.eq_ignore_ascii_case("chunked")
+        });
+        if status != 200 {
+            let mut body = Vec::new();
+            if chunked {
+                while let Some(c) = read_chunk(&mut r).await {
+                    body.extend_from_slice(&c);
+                }
+            } else {
+                let _ = r.read_to_end(&mut body).await;
+            }
+            return Err(Resp {
+                status,
+                headers,
+                body,
+            });
+        }
+        let ct = headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case("content-type"))
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default();
+        assert!(ct.starts_with("text/event-stream"), "content-type {ct}");
+        Ok(Sse {
+            r,
+            chunked,
+            buf: String::new(),
+        })
+    }
+
+    /// Next line of the stream; `None` at its end.
+    async fn line(&mut self) -> Option<String> {
+        loop {
+            if let Some(pos) = self.buf.find('\n') {
+                let line: String = self.buf.drain(..=pos).collect();
+                return Some(line.trim_end_matches(['\n', '\r']).to_string());
+            }
+            let more = if self.chunked {
+                read_chunk(&mut self.r).await?
+            } else {
+                let mut b = vec![0; 4096];
+                let n = self.r.read(&mut b).await.ok()?;
+                if n == 0 {
+                    return None;
+                }
+                b.truncate(n);
+                b
+            };
+            self.buf
+                .push_str(std::str::from_utf8(&more).expect("UTF-8"));
+        }
+    }
+
+    /// Next event or comment block; `None` when the stream ended.
+    async fn block(&mut self) -> Option<SseEvent> {
+        let fut = async {
+            let mut ev = SseEvent::default();
+            let mut any = false;
+            loop {
+                let line = self.line().await?;
+                if line.is_empty() {
+                    if any {
+                        return Some(ev);
+                    }
+                    continue;
+                }
+                any = true;
+                if let Some(c) = line.strip_prefix(':') {
+                    ev.comments.push(c.trim().to_string());
+                } else if let Some(v) = line.strip_prefix("id: ") {
+                    ev.id = Some(v.to_string());
+                } else if let Some(v) = line.strip_prefix("event: ") {
+                    ev.event = Some(v.to_string());
+                } else if let Some(v) = line.strip_prefix("data: ") {
+                    if !ev.data.is_empty() {
+                        ev.data.push('\n');
+                    }
+                    ev.data.push_str(v);
+                } else {
+                    panic!("unexpected SSE line {line:?}");
+                }
+            }
+        };
+        tokio::time::timeout(FRAME_WAIT, fut)
+            .await
+            .expect("timed out waiting for an SSE event")
+    }
+
+    /// Next event, skipping keep-alive comments.
+    async fn event(&mut self) -> SseEvent {
+        loop {
+            let b = self.block().await.expect("stream ended");
+            if b.event.is_some() {
+                return b;
+            }
+        }
+    }
+
+    /// The stream ends within the frame wait.
+    async fn expect_end(&mut self) {
+        while let Some(b) = self.block().await {
+            assert!(b.event.is_none(), "unexpected event {b:?}");
+        }
+    }
+}
+
+async fn sse(addr: &str, path: &str, headers: &[(&str, &str)]) -> Sse {
+    match Sse::open(addr, path, headers).await {
+        Ok(s) => s,
+        Err(r) => panic!(
+            "GET {path}: {} {}",
+            r.status,
+            String::from_utf8_lossy(&r.body)
+        ),
+    }
+}
+
+#[tokio::test]
+async fn post_rpc_answers_requests_and_batches_in_the_body() {
+    let dir = tempdir();
+    let gw = Gateway::start(dir.path(), &[]);
+    let addr = gw.addr.as_str();
+
+    let r = rpc(addr, r#"{"jsonrpc":"2.0","id":7,"method":"gateway.ping"}"#).await;
+    assert_eq!(r.status, 200);
+    assert!(r
+        .header("content-type")
+        .unwrap()
+        .starts_with("application/json"));
+    let v = r.json();
+    assert_eq!(v["id"], 7);
+    assert_eq!(v["result"]["ok"], true);
+
+    // A charset parameter is fine.
+    let r = http(
+        addr,
+        "POST",
+        "/rpc",
+        &[("Content-Type", "application/json; charset=utf-8")],
+        br#"{"jsonrpc":"2.0","id":"x","method":"gateway.ping"}"#,
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["result"]["ok"], true);
+
+    let r = rpc(
+        addr,
+        r#"[{"jsonrpc":"2.0","id":1,"method":"gateway.ping"},
+            {"jsonrpc":"2.0","method":"gateway.ping"},
+            {"jsonrpc":"2.0","id":2,"method":"nope"}]"#,
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    let v = r.json();
+    let arr = v.as_array().expect("batch answer is an array");
+    assert_eq!(arr.len(), 2, "{v}");
+    let by_id = |id: Value| arr.iter().find(|a| a["id"] == id).cloned().unwrap();
+    assert_eq!(by_id(json!(1))["result"]["ok"], true);
+    assert_eq!(by_id(json!(2))["error"]["code"], -32601);
+
+    // Notifications only: executed, nothing to answer.
+    let r = rpc(addr, r#"{"jsonrpc":"2.0","method":"gateway.ping"}"#).await;
+    assert_eq!(r.status, 204);
+    assert!(r.body.is_empty());
+    let r = rpc(
+        addr,
+        r#"[{"jsonrpc":"2.0","method":"gateway.ping"},{"jsonrpc":"2.0","method":"gateway.ping"}]"#,
+    )
+    .await;
+    assert_eq!(r.status, 204);
+}
+
+#[tokio::test]
+async fn post_rpc_refuses_bad_bodies_with_the_right_status() {
+    let dir = tempdir();
+    let gw = Gateway::start(dir.path(), &["--max-frame-bytes", "2048"]);
+    let addr = gw.addr.as_str();
+    let ping = br#"{"jsonrpc":"2.0","id":1,"method":"gateway.ping"}"#;
+
+    let r = http(
+        addr,
+        "POST",
+        "/rpc",
+        &[("Content-Type", "text/plain")],
+        ping,
+    )
+    .await;
+    assert_eq!(r.status, 415);
+    let r = http(addr, "POST", "/rpc", &[], ping).await;
+    assert_eq!(r.status, 415);
+
+    let big = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"gateway.ping","params":{{"pad":"{}"}}}}"#,
+        "x".repeat(3000)
+    );
+    let r = rpc(addr, &big).await;
+    assert_eq!(r.status, 413);
+    // Just under the limit is served.
+    let fits = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"gateway.ping","params":{{"pad":"{}"}}}}"#,
+        "x".repeat(1900)
+    );
+    let r = rpc(addr, &fits).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["result"]["ok"], true);
+
+    let r = rpc(addr, "{not json").await;
+    assert_eq!(r.status, 200);
+    let v = r.json();
+    assert_eq!(v["error"]["code"], -32700);
+    assert_eq!(v["id"], Value::Null);
+
+    // Not UTF-8: the same as a binary frame.
+    let r = http(
+        addr,
+        "POST",
+        "/rpc",
+        &[("Content-Type", "application/json")],
+        &[0xff, 0xfe, b'{'],
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["error"]["code"], -32700);
+
+    let r = rpc(addr, "[]").await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["error"]["code"], -32600);
+}
+
+#[tokio::test]
+async fn a_post_peer_never_attaches() {
+    let dir = tempdir();
+    let gw = Gateway::start(dir.path(), &[]);
+    let addr = gw.addr.as_str();
+    let r = ok(
+        addr,
+        "session.create",
+        json!({"title":"posted","attach":true}),
+    )
+    .await;
+    assert_eq!(r["session"]["peers"], 0, "{r}");
+    let id = r["session"]["session_id"].as_str().unwrap();
+    let r = ok(
+        addr,
+        "session.resume",
+        json!({"session_id": id, "attach": true}),
+    )
+    .await;
+    assert_eq!(r["session"]["peers"], 0, "{r}");
+    // Each POST was a peer of its own, gone once answered.
+    let stats = ok(addr, "session.events.stats", json!({})).await;
+    assert_eq!(stats["peers"], 1, "{stats}");
+}
+
+#[tokio::test]
+async fn sse_replays_after_last_event_id_then_streams_live_exactly_once() {
+    let dir = tempdir();
+    let gw = Gateway::start(dir.path(), &[]);
+    let addr = gw.addr.as_str();
+    let id = seeded(addr).await;
+
+    // The header wins over the query.
+    let path = format!("/v1/sessions/{id}/events?last_seen=0");
+    let mut s = sse(addr, &path, &[("Last-Event-ID", "2")]).await;
+    let a = s.event().await;
+    let b = s.event().await;
+    assert_eq!(a.id.as_deref(), Some("3"));
+    assert_eq!(a.event.as_deref(), Some("message.complete"));
+    assert_eq!(b.id.as_deref(), Some("4"));
+    assert_eq!(b.event.as_deref(), Some("message.user"));
+    let p = b.params();
+    assert_eq!(p["seq"], 4);
+    assert_eq!(p["session_id"], id.as_str());
+    assert_eq!(p["type"], "message.user");
+    assert_eq!(p["payload"]["text"], "three");
+    assert!(!b.data.contains('\n'));
+
+    let r = ok(addr, "session.close", json!({"session_id": id})).await;
+    assert_eq!(r["closed"], true);
+    let c = s.event().await;
+    assert_eq!(c.id.as_deref(), Some("5"));
+    assert_eq!(c.event.as_deref(), Some("session.closed"));
+    assert_eq!(c.params()["seq"], 5);
+    // Nothing follows `session.closed`: the stream ends.
+    s.expect_end().await;
+
+    // A closed session cannot be streamed.
+    let r = Sse::open(addr, &format!("/v1/sessions/{id}/events"), &[]).await;
+    assert_eq!(r.err().expect("closed session refused").status, 404);
+}
+
+#[tokio::test]
+async fn sse_last_seen_zero_gives_everything() {
+    let dir = tempdir();
+    let gw = Gateway::start(dir.path(), &[]);
+    let addr = gw.addr.as_str();
+    let id = seeded(addr).await;
+    let mut s = sse(addr, &format!("/v1/sessions/{id}/events?last_seen=0"), &[]).await;
+    let mut got = Vec::new();
+    for _ in 0..4 {
+        let e = s.event().await;
+        got.push((e.id.clone().unwrap(), e.event.clone().unwrap()));
+    }
+    let want: Vec<(String, String)> = [
+        ("1", "session.created"),
+        ("2", "message.user"),
+        ("3", "message.complete"),
+        ("4", "message.user"),
+    ]
+    .iter()
+    .map(|(a, b)| (a.to_string(), b.to_string()))
+    .collect();
+    assert_eq!(got, want);
+}
+
+#[tokio::test]
+async fn sse_without_a_watermark_streams_live_events_with_ids_on_durable_ones_only() {
+    let dir = tempdir();
+    let gw = Gateway::start(dir.path(), &[]);
+    let addr = gw.addr.as_str();
+    let id = seeded(addr).await;
+    let mut s = sse(addr, &format!("/v1/sessions/{id}/events"), &[]).await;
+    let r = ok(
+        addr,
+        "prompt.submit",
+        json!({"session_id": id, "text": "hello there"}),
+    )
+    .await;
+    assert_eq!(r["status"], "started");
+    let mut deltas = String::new();
+    let first = s.event().await;
+    assert_eq!(first.event.as_deref(), Some("message.user"));
+    assert_eq!(first.id.as_deref(), Some("5"));
+    let mut last = 5;
+    loop {
+        let e = s.event().await;
+        let p = e.params();
+        match e.event.as_deref().unwrap() {
+            "message.delta" => {
+                assert!(e.id.is_none(), "transient event with an id: {e:?}");
+                deltas.push_str(p["payload"]["text"].as_str().unwrap());
+            }
+            kind => {
+                let seq: u64 = e.id.as_deref().expect("durable id").parse().unwrap();
+                assert_eq!(seq, last + 1, "{kind}");
+                last = seq;
+                if kind == "message.complete" {
+                    assert_eq!(p["payload"]["text"], "hello there");
+                    break;
+                }
+            }
+        }
+    }
+    assert_eq!(deltas, "hello there");
+}
+
+#[tokio::test]
+async fn sse_of_an_unknown_session_or_another_profile_is_404() {
+    let dir = tempdir();
+    let gw = Gateway::start(dir.path(), &[]);
+    let addr = gw.addr.as_str();
+    let id = seeded(addr).await;
+    let r = Sse::open(
+        addr,
+        "/v1/sessions/s_01JNOSUCHSESSION0000000000/events",
+        &[],
+    )
+    .await;
+    assert_eq!(r.err().expect("unknown session refused").status, 404);
+    let r = Sse::open(
+        addr,
+        &format!("/v1/sessions/{id}/events?profile=other"),
+        &[],
+    )
+    .await;
+    assert_eq!(r.err().expect("other profile refused").status, 404);
+    let r = Sse::open(addr, &format!("/v1/sessions/{id}/events?last_seen=x"), &[]).await;
+    assert_eq!(r.err().expect("bad watermark refused").status, 400);
+    // The right profile, named explicitly, is served.
+    let mut s = sse(
+        addr,
+        &format!("/v1/sessions/{id}/events?profile=default&last_seen=3"),
+        &[],
+    )
+    .await;
+    assert_eq!(s.event().await.id.as_deref(), Some("4"));
+}
+
+#[tokio::test]
+async fn a_foreign_origin_is_refused_and_the_own_one_is_served() {
+    let dir = tempdir();
+    let gw = Gateway::start(dir.path(), &[]);
+    let addr = gw.addr.as_str();
+    let ping = br#"{"jsonrpc":"2.0","id":1,"method":"gateway.ping"}"#;
+    let json_ct = ("Content-Type", "application/json");
+
+    let r = http(
+        addr,
+        "POST",
+        "/rpc",
+        &[json_ct, ("Origin", "http://evil.example")],
+        ping,
+    )
+    .await;
+    assert_eq!(r.status, 403);
+    let own = format!("http://{addr}");
+    let r = http(addr, "POST", "/rpc", &[json_ct, ("Origin", &own)], ping).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["result"]["ok"], true);
+
+    // The events stream and the WebSocket upgrade too.
+    let id = seeded(addr).await;
+    let path = format!("/v1/sessions/{id}/events?last_seen=3");
+    let r = Sse::open(addr, &path, &[("Origin", "http://evil.example")]).await;
+    assert_eq!(r.err().expect("foreign origin refused").status, 403);
+    let mut s = sse(addr, &path, &[("Origin", &own)]).await;
+    assert_eq!(s.event().await.id.as_deref(), Some("4"));
+
+    let ws_headers = [
+        ("Upgrade", "websocket"),
+        ("Connection", "Upgrade"),
+        ("Sec-WebSocket-Version", "13"),
+        ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="),
+    ];
+    let mut evil = ws_headers.to_vec();
+    evil.push(("Origin", "http://127.0.0.1:1"));
+    let r = http(addr, "GET", "/ws", &evil, b"").await;
+    assert_eq!(r.status, 403);
+
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let mut req = gw.url().into_client_request().unwrap();
+    req.headers_mut().insert("Origin", own.parse().unwrap());
+    let (mut ws, resp) = tokio::time::timeout(
+        Duration::from_secs(10),
+        tokio_tungstenite::connect_async(req),
+    )
+    .await
+    .expect("upgrade in time")
+    .expect("own origin upgrades");
+    assert_eq!(resp.status(), 101);
+    use futures::StreamExt;
+    let first = tokio::time::timeout(FRAME_WAIT, ws.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(first.to_text().unwrap().contains("gateway.ready"));
+}
+
+/// The session's `peers`, read over `POST /rpc` without attaching.
+async fn peers(addr: &str, id: &str) -> u64 {
+    let r = ok(
+        addr,
+        "session.resume",
+        json!({"session_id": id, "attach": false, "omit_messages": true}),
+    )
+    .await;
+    r["session"]["peers"].as_u64().unwrap()
+}
+
+#[tokio::test]
+async fn an_sse_stream_is_an_attached_peer_until_the_client_goes_or_the_gateway_drains() {
+    let dir = tempdir();
+    let mut gw = Gateway::start(dir.path(), &[]);
+    let addr = gw.addr.clone();
+    let id = seeded(&addr).await;
+    let s = sse(&addr, &format!("/v1/sessions/{id}/events"), &[]).await;
+    assert_eq!(peers(&addr, &id).await, 1);
+    drop(s);
+    let mut n = 1;
+    for _ in 0..100 {
+        n = peers(&addr, &id).await;
+        if n == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(n, 0, "the stream's peer did not detach");
+
+    // A drain ends open streams, and the gateway exits cleanly.
+    let mut s = sse(&addr, &format!("/v1/sessions/{id}/events"), &[]).await;
+    assert_eq!(peers(&addr, &id).await, 1);
+    let code = tokio::task::spawn_blocking(move || gw.terminate())
+        .await
+        .unwrap();
+    assert_eq!(code, Some(0));
+    s.expect_end().await;
+}
+
+#[tokio::test]
+async fn an_origin_on_the_allow_list_is_served() {
+    let dir = tempdir();
+    let gw = Gateway::start(dir.path(), &["--allow-origin", "http://app.example:3000"]);
+    let addr = gw.addr.as_str();
+    let ping = br#"{"jsonrpc":"2.0","id":1,"method":"gateway.ping"}"#;
+    let json_ct = ("Content-Type", "application/json");
+    let r = http(
+        addr,
+        "POST",
+        "/rpc",
+        &[json_ct, ("Origin", "http://app.example:3000")],
+        ping,
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    let r = http(
+        addr,
+        "POST",
+        "/rpc",
+        &[json_ct, ("Origin", "http://app.example:3001")],
+        ping,
+    )
+    .await;
+    assert_eq!(r.status, 403);
+}
