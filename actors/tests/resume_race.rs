@@ -2,44 +2,18 @@
 //! session keeps emitting gets each durable event after its watermark
 //! exactly once, in order, and the reply before any live frame.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use ractor::rpc::CallResult;
 use serde_json::Value;
 use tether_actors::event::EventRecord;
-use tether_actors::registry::{RegistryMsg, Resolved};
 use tether_actors::session::SessionMsg;
-use tether_actors::store_writer::WriterFactory;
-use tether_actors::{
-    spawn_peer, GatewayArgs, GatewayConfig, GatewayHandle, Identity, Outbound, OutboxReceiver,
-    PeerMsg,
-};
-use tether_protocol::{now_ms, CreateParams, EventType, TextPayload};
-use tether_store::{open_sqlite, open_sqlite_writer, StoreConfig};
+use tether_actors::{spawn_peer, GatewayConfig, Identity, Outbound, OutboxReceiver, PeerMsg};
+use tether_protocol::{now_ms, EventType, TextPayload};
+
+mod common;
 
 const TOTAL: u64 = 1500;
-
-async fn start(dir: &std::path::Path, ring_events: usize) -> GatewayHandle {
-    let cfg = StoreConfig::new(dir.join("tether.db"));
-    let opened = open_sqlite(&cfg).await.expect("open store");
-    let factory: WriterFactory = Arc::new(move || {
-        let cfg = cfg.clone();
-        Box::pin(async move { open_sqlite_writer(&cfg).await })
-    });
-    GatewayHandle::start(GatewayArgs {
-        config: GatewayConfig {
-            ring_events,
-            ..GatewayConfig::default()
-        },
-        hosts: None,
-        reader: opened.reader,
-        epoch: opened.epoch,
-        writer_factory: factory,
-    })
-    .await
-    .expect("start gateway")
-}
 
 async fn next_json(rx: &mut OutboxReceiver) -> Value {
     match tokio::time::timeout(Duration::from_secs(10), rx.recv()).await {
@@ -96,44 +70,15 @@ async fn resume_and_collect(
 async fn resumes_racing_a_live_stream_see_every_event_exactly_once() {
     let dir = tempfile::tempdir().unwrap();
     // A small ring so that early watermarks are served from the store.
-    let gw = start(dir.path(), 16).await;
-    let registry = gw.ctx().registry().unwrap();
-    let created = match registry
-        .call(
-            |reply| RegistryMsg::Create {
-                profile: "default".into(),
-                params: CreateParams {
-                    attach: false,
-                    ..CreateParams::default()
-                },
-                attach: None,
-                reply,
-            },
-            None,
-        )
-        .await
-        .unwrap()
-    {
-        CallResult::Success(Ok(c)) => c,
-        other => panic!("create failed: {other:?}"),
-    };
-    let id = created.result.session.session_id.clone();
-    let key = ("default".to_string(), id.clone());
-    let actor = match registry
-        .call(
-            |reply| RegistryMsg::Resolve {
-                key,
-                load: true,
-                reply,
-            },
-            None,
-        )
-        .await
-        .unwrap()
-    {
-        CallResult::Success(Ok(Resolved::Live(a))) => a,
-        other => panic!("not live: {other:?}"),
-    };
+    let gw = common::start(
+        dir.path(),
+        GatewayConfig {
+            ring_events: 16,
+            ..GatewayConfig::default()
+        },
+    )
+    .await;
+    let (id, actor) = common::live_session(&gw).await;
 
     let emitter = {
         let actor = actor.clone();

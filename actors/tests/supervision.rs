@@ -1,32 +1,17 @@
 //! The root restarts core actors within their intensity and shuts the
 //! gateway down cleanly beyond it.
 
-use std::sync::Arc;
+mod common;
+
 use std::time::Duration;
 
 use ractor::rpc::CallResult;
 use tether_actors::registry::RegistryMsg;
-use tether_actors::store_writer::WriterFactory;
-use tether_actors::{GatewayArgs, GatewayConfig, GatewayHandle};
+use tether_actors::{GatewayConfig, GatewayHandle};
 use tether_protocol::CreateParams;
-use tether_store::{open_sqlite, open_sqlite_writer, StoreConfig};
 
 async fn start(dir: &std::path::Path) -> GatewayHandle {
-    let cfg = StoreConfig::new(dir.join("tether.db"));
-    let opened = open_sqlite(&cfg).await.expect("open store");
-    let factory: WriterFactory = Arc::new(move || {
-        let cfg = cfg.clone();
-        Box::pin(async move { open_sqlite_writer(&cfg).await })
-    });
-    GatewayHandle::start(GatewayArgs {
-        config: GatewayConfig::default(),
-        hosts: None,
-        reader: opened.reader,
-        epoch: opened.epoch,
-        writer_factory: factory,
-    })
-    .await
-    .expect("start gateway")
+    common::start(dir, GatewayConfig::default()).await
 }
 
 /// Waits until the root has published a writer other than `old`.
@@ -102,63 +87,12 @@ async fn exceeding_the_intensity_stops_the_gateway_instead_of_hanging() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_appending_through_a_writer_restart_is_neither_stuck_nor_gapped() {
-    use tether_actors::event::EventRecord;
-    use tether_actors::registry::Resolved;
     use tether_actors::session::SessionMsg;
-    use tether_protocol::{now_ms, EventType, TextPayload};
 
     let dir = tempfile::tempdir().unwrap();
     let gw = start(dir.path()).await;
-    let registry = gw.ctx().registry().unwrap();
-    let created = match registry
-        .call(
-            |reply| RegistryMsg::Create {
-                profile: "default".into(),
-                params: CreateParams {
-                    attach: false,
-                    ..CreateParams::default()
-                },
-                attach: None,
-                reply,
-            },
-            None,
-        )
-        .await
-        .unwrap()
-    {
-        CallResult::Success(Ok(c)) => c,
-        other => panic!("create failed: {other:?}"),
-    };
-    let id = created.result.session.session_id.clone();
-    let key = ("default".to_string(), id.clone());
-    let actor = match registry
-        .call(
-            |reply| RegistryMsg::Resolve {
-                key,
-                load: true,
-                reply,
-            },
-            None,
-        )
-        .await
-        .unwrap()
-    {
-        CallResult::Success(Ok(Resolved::Live(a))) => a,
-        other => panic!("not live: {other:?}"),
-    };
-    let emit = |n: usize| {
-        let events = (0..n)
-            .map(|_| {
-                EventRecord::new(
-                    EventType::MessageSystem,
-                    &TextPayload { text: "x".into() },
-                    None,
-                    now_ms(),
-                )
-            })
-            .collect();
-        SessionMsg::Emit { events }
-    };
+    let (id, actor) = common::live_session(&gw).await;
+    let emit = common::emit;
     for i in 0..400 {
         actor.cast(emit(5)).unwrap();
         if i == 200 {
