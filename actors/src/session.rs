@@ -201,6 +201,8 @@ pub struct SessionState {
     unsent: Vec<EventRow>,
     /// Waiting for the new writer's barrier after a writer restart.
     rebasing: bool,
+    /// The writer the append in flight was sent to.
+    in_flight_to: Option<ractor::ActorId>,
     /// Whether an append of this session is at the writer now. One at a
     /// time: what is emitted meanwhile goes out as one larger append when
     /// it returns, so a busy session makes fewer, bigger writes.
@@ -272,6 +274,7 @@ impl Actor for Session {
             unsent: Vec::new(),
             append_in_flight: false,
             rebasing: false,
+            in_flight_to: None,
             waiters: Vec::new(),
             flush_waiters: Vec::new(),
             ring,

@@ -100,7 +100,8 @@ impl SessionState {
             updated_at_ms: Some(self.updated_at_ms),
             ..SessionPatch::default()
         };
-        let sent = match self.ctx.writer() {
+        let writer = self.ctx.writer();
+        let sent = match &writer {
             Some(writer) => writer
                 .cast(StoreWriterMsg::Append {
                     session_id: self.id.clone(),
@@ -114,6 +115,7 @@ impl SessionState {
         };
         if sent {
             self.append_in_flight = true;
+            self.in_flight_to = writer.map(|w| w.get_id());
         } else {
             self.append_failed(
                 self.gen,
@@ -259,11 +261,17 @@ impl SessionState {
         }
     }
 
+    /// Whether an append is in flight at a writer that is no longer the
+    /// current one (its answer will never come).
+    fn in_flight_at_old_writer(&self) -> bool {
+        self.append_in_flight && self.in_flight_to != self.ctx.writer().map(|w| w.get_id())
+    }
+
     /// The writer was restarted. If an append of ours was at the old one it
     /// may or may not have been committed: ask the new writer (a barrier)
     /// before sending anything else.
     pub(super) fn writer_restarted(&mut self, myself: &ActorRef<SessionMsg>) {
-        if !self.append_in_flight || self.rebasing {
+        if !self.in_flight_at_old_writer() || self.rebasing {
             return;
         }
         self.rebasing = true;
@@ -300,11 +308,22 @@ impl SessionState {
         barrier: Result<crate::store_writer::Barrier, i64>,
     ) {
         self.rebasing = false;
+        if !self.in_flight_at_old_writer() {
+            // Answered meanwhile (by the old writer before it died), or the
+            // append in flight went to the new writer: nothing to rebase.
+            return;
+        }
         let barrier = match barrier {
             Ok(b) => b,
             Err(code) => {
-                let from_seq = self.committed_seq + 1;
-                self.append_failed(self.gen, from_seq, code);
+                // What the old writer committed is unknown, so nothing may
+                // be dropped or renumbered: ask again shortly.
+                warn!(session_id = %self.id, code, "barrier after a writer restart failed; retrying");
+                let me = myself.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                    let _ = me.cast(SessionMsg::WriterRestarted);
+                });
                 return;
             }
         };
