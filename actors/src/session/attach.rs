@@ -9,12 +9,14 @@
 //! `last_seen` reaches the client exactly once, in order, and no live frame
 //! overtakes the reply.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use ractor::{ActorRef, RpcReplyPort};
 use serde_json::value::RawValue;
 use tether_protocol::{PeerId, ResumeParams, ResumeResult, RpcError, SessionStatus};
 
-use super::replay::{read_range, to_box};
+use super::replay::read_range;
 use super::{PeerLink, PeerSlot, SessionMsg, SessionState};
 use crate::event::frame_of;
 use crate::outbox::{FrameClass, Pushed};
@@ -32,7 +34,7 @@ pub struct ResumeReply {
 enum Replay {
     None,
     Resync,
-    Ready(Vec<Box<RawValue>>),
+    Ready(Vec<Arc<RawValue>>),
     Store { after: u64 },
 }
 
@@ -78,8 +80,8 @@ impl SessionState {
                 Coverage::Full => Replay::Ready(
                     self.ring
                         .range(after, h, usize::MAX)
-                        .iter()
-                        .map(|e| to_box(&e.params))
+                        .into_iter()
+                        .map(|e| e.params)
                         .collect(),
                 ),
                 Coverage::Partial => Replay::Store { after },

@@ -16,14 +16,6 @@ use super::SessionState;
 use crate::event::EventRecord;
 use crate::ring::Coverage;
 
-/// Copies a shared params object into the owned form the result types use.
-pub(crate) fn to_box(params: &Arc<RawValue>) -> Box<RawValue> {
-    RawValue::from_string(params.get().to_owned()).unwrap_or_else(|_| {
-        // Unreachable: the params were produced by serde_json.
-        RawValue::from_string("{}".to_owned()).unwrap_or_default()
-    })
-}
-
 /// Reads stored events `after < seq <= upto`, at most `limit`, as params
 /// objects. Also says whether more remain below `upto`.
 pub(crate) async fn read_range(
@@ -32,7 +24,7 @@ pub(crate) async fn read_range(
     after: u64,
     upto: u64,
     limit: u32,
-) -> Result<(Vec<Box<RawValue>>, bool), RpcError> {
+) -> Result<(Vec<Arc<RawValue>>, bool), RpcError> {
     if after >= upto {
         return Ok((Vec::new(), false));
     }
@@ -51,7 +43,7 @@ pub(crate) async fn read_range(
             )
         })?;
         last = row.seq;
-        events.push(to_box(&rec.params_of(session_id)));
+        events.push(rec.params_of(session_id));
     }
     Ok((events, last < upto))
 }
@@ -93,7 +85,7 @@ pub(super) fn since(
         let entries = state.ring.range(after, h, params.limit as usize);
         let has_more = entries.last().is_some_and(|e| e.seq < h);
         let _ = reply.send(Ok(SinceResult {
-            events: entries.iter().map(|e| to_box(&e.params)).collect(),
+            events: entries.into_iter().map(|e| e.params).collect(),
             latest_seq: h,
             truncated: after + 1 < state.retained_from_seq,
             has_more,

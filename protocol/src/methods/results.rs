@@ -5,6 +5,8 @@
 //! `…|null`) unless the contract says the field is absent, which is marked
 //! "omitted" below.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
@@ -106,11 +108,11 @@ pub struct Todos {
 /// Compares already-encoded events by their text. `RawValue` has no
 /// `PartialEq` of its own; the text is what goes on the wire, so it is the
 /// right notion of equality here.
-fn raw_eq(a: &[Box<RawValue>], b: &[Box<RawValue>]) -> bool {
+fn raw_eq(a: &[Arc<RawValue>], b: &[Arc<RawValue>]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.get() == y.get())
 }
 
-fn opt_raw_eq(a: &Option<Vec<Box<RawValue>>>, b: &Option<Vec<Box<RawValue>>>) -> bool {
+fn opt_raw_eq(a: &Option<Vec<Arc<RawValue>>>, b: &Option<Vec<Arc<RawValue>>>) -> bool {
     match (a, b) {
         (None, None) => true,
         (Some(a), Some(b)) => raw_eq(a, b),
@@ -130,10 +132,11 @@ pub struct ResumeResult {
     pub active_turn: Option<ActiveTurn>,
     pub todos: Option<Todos>,
     /// Missed durable events (the params objects of their frames), kept
-    /// pre-encoded so a replay from the ring costs no re-serialization.
+    /// pre-encoded and shared with the session's ring, so a replay from the
+    /// ring costs neither a copy nor a re-serialization.
     /// Omitted when `last_seen` was not given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub events: Option<Vec<Box<RawValue>>>,
+    pub events: Option<Vec<Arc<RawValue>>>,
     /// Omitted when `last_seen` was not given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub truncated: Option<bool>,
@@ -225,8 +228,8 @@ pub enum CompressResult {
 /// `session.events.since`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SinceResult {
-    /// The params objects of the event frames, pre-encoded.
-    pub events: Vec<Box<RawValue>>,
+    /// The params objects of the event frames, pre-encoded (shared).
+    pub events: Vec<Arc<RawValue>>,
     pub latest_seq: u64,
     /// Some requested events were removed by retention.
     pub truncated: bool,

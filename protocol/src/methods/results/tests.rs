@@ -38,8 +38,8 @@ fn info_json() -> Value {
            "peers":1,"close_on_disconnect":false})
 }
 
-fn raw(s: &str) -> Box<RawValue> {
-    RawValue::from_string(s.to_owned()).unwrap()
+fn raw(s: &str) -> std::sync::Arc<RawValue> {
+    RawValue::from_string(s.to_owned()).unwrap().into()
 }
 
 #[test]
