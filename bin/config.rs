@@ -108,6 +108,21 @@ pub struct ServeArgs {
     /// Requests per second a peer may send (burst twice that); 0 = no limit.
     #[arg(long, env = "TETHER_RATE_LIMIT_RPS", default_value_t = 200)]
     pub rate_limit_rps: u32,
+    /// How long a session without peers stays live before it is parked,
+    /// in seconds (0 parks an idle orphan at once).
+    #[arg(long, env = "TETHER_ORPHAN_GRACE_S", default_value_t = 20)]
+    pub orphan_grace_s: u64,
+    /// An orphaned session's running turn silent this long is interrupted
+    /// and the session parked, in seconds.
+    #[arg(long, env = "TETHER_ACTIVITY_STALE_S", default_value_t = 600)]
+    pub activity_stale_s: u64,
+    /// A session without peers idle this long is parked, in seconds.
+    #[arg(long, env = "TETHER_SESSION_TTL_S", default_value_t = 21_600)]
+    pub session_ttl_s: u64,
+    /// Above this many live sessions the least recently active idle ones
+    /// without peers are parked.
+    #[arg(long, env = "TETHER_MAX_LIVE_SESSIONS", default_value_t = 10_000)]
+    pub max_live_sessions: usize,
     /// A browser origin allowed besides the gateway's own (repeatable;
     /// comma-separated in TETHER_ALLOW_ORIGIN).
     #[arg(
@@ -149,6 +164,10 @@ struct FileConfig {
     late_ack_ttl_s: Option<u64>,
     late_ack_cap: Option<usize>,
     rate_limit_rps: Option<u32>,
+    orphan_grace_s: Option<u64>,
+    activity_stale_s: Option<u64>,
+    session_ttl_s: Option<u64>,
+    max_live_sessions: Option<usize>,
     allow_origin: Option<Vec<String>>,
 }
 
@@ -196,7 +215,11 @@ impl ServeArgs {
                 compress_ceiling_s,
                 late_ack_ttl_s,
                 late_ack_cap,
-                rate_limit_rps
+                rate_limit_rps,
+                orphan_grace_s,
+                activity_stale_s,
+                session_ttl_s,
+                max_live_sessions
             );
             if let Some(v) = file.control_wait_s {
                 if from_default("control_wait_s") {
@@ -230,6 +253,12 @@ impl ServeArgs {
         }
         if self.turn_deadline_s == 0 {
             bail!("--turn-deadline-s must be at least 1");
+        }
+        if self.activity_stale_s == 0 || self.session_ttl_s == 0 {
+            bail!("--activity-stale-s and --session-ttl-s must be at least 1");
+        }
+        if self.max_live_sessions == 0 {
+            bail!("--max-live-sessions must be at least 1");
         }
         if !self.listen.ip().is_loopback() && !self.stdio {
             // Tokens arrive with profiles; until then only loopback peers.

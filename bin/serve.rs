@@ -85,6 +85,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         turn_deadline: Duration::from_secs(args.turn_deadline_s),
         compress_wait: args.compress_wait(),
         rate_limit_rps: args.rate_limit_rps,
+        orphan_grace: Duration::from_secs(args.orphan_grace_s),
+        activity_stale: Duration::from_secs(args.activity_stale_s),
+        session_ttl: Duration::from_secs(args.session_ttl_s),
+        max_live_sessions: args.max_live_sessions,
         ..GatewayConfig::default()
     };
     let mut gateway = GatewayHandle::start(GatewayArgs {

@@ -38,6 +38,18 @@ pub struct GatewayConfig {
     pub compress_wait: Duration,
     /// Requests per second a peer may send (burst: twice that); 0 = no limit.
     pub rate_limit_rps: u32,
+    /// How long a session without peers stays live before it is parked
+    /// (`--orphan-grace-s`; zero parks an idle orphan at once).
+    pub orphan_grace: Duration,
+    /// An orphan's running turn silent this long is interrupted and the
+    /// session parked (`--activity-stale-s`).
+    pub activity_stale: Duration,
+    /// An orphan idle this long is parked even within its grace
+    /// (`--session-ttl-s`).
+    pub session_ttl: Duration,
+    /// Above this many live sessions, the least recently active idle
+    /// orphans are parked (`--max-live-sessions`).
+    pub max_live_sessions: usize,
 }
 
 impl Default for GatewayConfig {
@@ -58,6 +70,10 @@ impl Default for GatewayConfig {
             turn_deadline: Duration::from_secs(3600),
             compress_wait: Duration::from_secs(120),
             rate_limit_rps: 200,
+            orphan_grace: Duration::from_secs(20),
+            activity_stale: Duration::from_secs(600),
+            session_ttl: Duration::from_secs(6 * 3600),
+            max_live_sessions: 10_000,
         }
     }
 }

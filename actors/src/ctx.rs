@@ -5,7 +5,7 @@
 //! nobody caches one: the root publishes the current refs on `watch`
 //! channels and callers read the latest one each time they need it.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use ractor::ActorRef;
@@ -15,6 +15,8 @@ use tokio::sync::watch;
 
 use crate::config::GatewayConfig;
 use crate::host_supervisor::HostSupervisorMsg;
+use crate::metrics::OutboxMetrics;
+use crate::reaper::ReaperMsg;
 use crate::registry::RegistryMsg;
 use crate::store_writer::StoreWriterMsg;
 
@@ -27,8 +29,11 @@ pub struct Ctx {
     pub(crate) writer: watch::Receiver<Option<ActorRef<StoreWriterMsg>>>,
     pub(crate) registry: watch::Receiver<Option<ActorRef<RegistryMsg>>>,
     pub(crate) hosts: watch::Receiver<Option<ActorRef<HostSupervisorMsg>>>,
+    pub(crate) reaper: watch::Receiver<Option<ActorRef<ReaperMsg>>>,
     /// Host slots that are up now, kept by the host supervisor.
     pub(crate) hosts_up: Arc<AtomicUsize>,
+    /// Counters every peer outbox of this gateway adds to.
+    pub outbox_metrics: Arc<OutboxMetrics>,
 }
 
 impl Ctx {
@@ -40,6 +45,12 @@ impl Ctx {
     /// The current host supervisor, if it is up.
     pub fn hosts(&self) -> Option<ActorRef<HostSupervisorMsg>> {
         self.hosts.borrow().clone()
+    }
+
+    /// The current reaper, if it is up (a session that cannot reach it
+    /// stays live until the next one asks it to report again).
+    pub fn reaper(&self) -> Option<ActorRef<ReaperMsg>> {
+        self.reaper.borrow().clone()
     }
 
     /// How many host slots can take work now.
@@ -66,6 +77,15 @@ pub struct SessionGauges {
     pub ring_events: AtomicU64,
     pub ring_bytes: AtomicU64,
     pub running: AtomicBool,
+    /// A turn runs, a prompt is queued or a compression is in flight: the
+    /// reapers must not park it.
+    pub busy: AtomicBool,
+    /// Last event emitted (ms since the epoch): the reapers' notion of
+    /// activity, including a running turn's host frames.
+    pub last_activity_ms: AtomicI64,
+    /// The session parked itself and is stopping: a message that reaches it
+    /// now was never handled and may be retried on the next live actor.
+    pub parked: AtomicBool,
 }
 
 impl SessionGauges {
@@ -79,6 +99,18 @@ impl SessionGauges {
 
     pub(crate) fn set_running(&self, running: bool) {
         self.running.store(running, Ordering::Relaxed);
+    }
+
+    pub fn busy(&self) -> bool {
+        self.busy.load(Ordering::Relaxed)
+    }
+
+    pub fn last_activity_ms(&self) -> i64 {
+        self.last_activity_ms.load(Ordering::Relaxed)
+    }
+
+    pub fn parked(&self) -> bool {
+        self.parked.load(Ordering::Acquire)
     }
 
     pub(crate) fn set(&self, peers: usize, ring_events: usize, ring_bytes: usize) {

@@ -24,6 +24,7 @@ use crate::ctx::Ctx;
 use crate::host_supervisor::{HostSupervisor, HostSupervisorArgs, HostSupervisorMsg};
 use crate::outbox::{outbox, OutboxReceiver};
 use crate::peer::{Identity, Peer, PeerArgs, PeerMsg};
+use crate::reaper::{Reaper, ReaperMsg};
 use crate::registry::{Registry, RegistryMsg};
 use crate::store_writer::{StoreWriter, StoreWriterArgs, StoreWriterMsg, WriterFactory};
 use crate::supervisor::{Decision, RestartTracker};
@@ -34,6 +35,7 @@ pub enum Child {
     StoreWriter,
     Registry,
     HostSupervisor,
+    Reaper,
 }
 
 pub enum GatewayMsg {
@@ -58,6 +60,7 @@ pub struct RootArgs {
     writer_tx: watch::Sender<Option<ActorRef<StoreWriterMsg>>>,
     registry_tx: watch::Sender<Option<ActorRef<RegistryMsg>>>,
     hosts_tx: watch::Sender<Option<ActorRef<HostSupervisorMsg>>>,
+    reaper_tx: watch::Sender<Option<ActorRef<ReaperMsg>>>,
     host_config: Option<HostConfig>,
     factory: WriterFactory,
 }
@@ -67,6 +70,7 @@ pub struct GatewayState {
     writer_tx: watch::Sender<Option<ActorRef<StoreWriterMsg>>>,
     registry_tx: watch::Sender<Option<ActorRef<RegistryMsg>>>,
     hosts_tx: watch::Sender<Option<ActorRef<HostSupervisorMsg>>>,
+    reaper_tx: watch::Sender<Option<ActorRef<ReaperMsg>>>,
     host_config: Option<HostConfig>,
     factory: WriterFactory,
     children: HashMap<ActorId, Child>,
@@ -92,18 +96,27 @@ impl Actor for Gateway {
             writer_tx: args.writer_tx,
             registry_tx: args.registry_tx,
             hosts_tx: args.hosts_tx,
+            reaper_tx: args.reaper_tx,
             host_config: args.host_config,
             factory: args.factory,
             children: HashMap::new(),
-            trackers: [Child::StoreWriter, Child::Registry, Child::HostSupervisor]
-                .into_iter()
-                .map(|c| (c, RestartTracker::new(policy)))
-                .collect(),
+            trackers: [
+                Child::StoreWriter,
+                Child::Registry,
+                Child::HostSupervisor,
+                Child::Reaper,
+            ]
+            .into_iter()
+            .map(|c| (c, RestartTracker::new(policy)))
+            .collect(),
             stopping: false,
         };
         // Started here, not via messages, so the gateway is usable as soon
         // as `spawn` returns.
         state.start(&myself, Child::StoreWriter).await?;
+        // The reaper before the registry: sessions brought live at once
+        // (none today, but a restarted registry's) report to it.
+        state.start(&myself, Child::Reaper).await?;
         state.start(&myself, Child::Registry).await?;
         if state.host_config.is_some() {
             state.start(&myself, Child::HostSupervisor).await?;
@@ -173,6 +186,7 @@ impl Actor for Gateway {
         let _ = state.writer_tx.send(None);
         let _ = state.registry_tx.send(None);
         let _ = state.hosts_tx.send(None);
+        let _ = state.reaper_tx.send(None);
         Ok(())
     }
 }
@@ -210,6 +224,21 @@ impl GatewayState {
                 let _ = self.registry_tx.send(Some(actor));
                 id
             }
+            Child::Reaper => {
+                let (actor, _) =
+                    Actor::spawn_linked(None, Reaper, self.ctx.clone(), supervisor).await?;
+                let id = actor.get_id();
+                let restarted = !self.children.is_empty();
+                let _ = self.reaper_tx.send(Some(actor));
+                if restarted {
+                    // The new reaper knows no orphan: have every live
+                    // session report again.
+                    if let Ok(registry) = self.ctx.registry() {
+                        let _ = registry.cast(RegistryMsg::ReaperRestarted);
+                    }
+                }
+                id
+            }
             Child::HostSupervisor => {
                 let Some(config) = self.host_config.clone() else {
                     return Ok(());
@@ -243,6 +272,9 @@ impl GatewayState {
             }
             Child::HostSupervisor => {
                 let _ = self.hosts_tx.send(None);
+            }
+            Child::Reaper => {
+                let _ = self.reaper_tx.send(None);
             }
         }
         if self.stopping {
@@ -318,6 +350,7 @@ impl GatewayHandle {
         let (writer_tx, writer_rx) = watch::channel(None);
         let (registry_tx, registry_rx) = watch::channel(None);
         let (hosts_tx, hosts_rx) = watch::channel(None);
+        let (reaper_tx, reaper_rx) = watch::channel(None);
         let ctx = Ctx {
             config: Arc::new(args.config),
             reader: args.reader,
@@ -325,13 +358,16 @@ impl GatewayHandle {
             writer: writer_rx,
             registry: registry_rx,
             hosts: hosts_rx,
+            reaper: reaper_rx,
             hosts_up: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+            outbox_metrics: Arc::default(),
         };
         let root = RootArgs {
             ctx: ctx.clone(),
             writer_tx,
             registry_tx,
             hosts_tx,
+            reaper_tx,
             host_config: args.hosts,
             factory: args.writer_factory,
         };
@@ -377,7 +413,11 @@ pub async fn spawn_peer(
     ctx: &Ctx,
     identity: Identity,
 ) -> Result<(ActorRef<PeerMsg>, OutboxReceiver), ractor::SpawnErr> {
-    let (tx, rx) = outbox(ctx.config.outbox_frames, ctx.config.outbox_bytes);
+    let (tx, rx) = outbox(
+        ctx.config.outbox_frames,
+        ctx.config.outbox_bytes,
+        ctx.outbox_metrics.clone(),
+    );
     let args = PeerArgs {
         peer_id: PeerId::new(),
         identity,

@@ -1,6 +1,6 @@
-//! The tether actor system: a root `Gateway` supervising the `StoreWriter`
-//! and the `Registry` of live `Session`s, and the `Peer` actors that speak
-//! for client connections. Knows nothing of sockets beyond the [`outbox`].
+//! The tether actor system: a root `Gateway` supervising the `StoreWriter`,
+//! the `Registry` of live `Session`s, the `HostSupervisor` and the `Reaper`,
+//! and the `Peer` actors that speak for client connections. Knows nothing of sockets beyond the [`outbox`].
 #![forbid(unsafe_code)]
 
 pub mod config;
@@ -12,9 +12,11 @@ pub mod host_registry;
 pub mod host_supervisor;
 mod info;
 pub mod late_acks;
+pub mod metrics;
 pub mod outbox;
 pub mod peer;
 pub mod rate;
+pub mod reaper;
 pub mod registry;
 pub mod ring;
 pub mod session;

@@ -15,6 +15,7 @@ use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use ractor::{
     Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent,
@@ -32,16 +33,26 @@ use load::{end_interrupted_turns, load_session};
 
 use crate::ctx::{Ctx, SessionGauges};
 use crate::event::EventRecord;
+use crate::reaper::{ParkReason, ReaperMsg};
 use crate::session::{PeerLink, Session, SessionArgs, SessionMsg};
 use crate::store_writer::Barrier;
 
 /// A live session is found by profile and id.
 pub type SessionKey = (String, SessionId);
 
+/// A live session as a lookup hands it out.
+#[derive(Debug, Clone)]
+pub struct LiveSession {
+    pub actor: ActorRef<SessionMsg>,
+    /// Read by a caller whose message went unanswered: a session that
+    /// parked in between never handled it, so it may be sent again.
+    pub gauges: Arc<SessionGauges>,
+}
+
 /// What a lookup found.
 #[derive(Debug, Clone)]
 pub enum Resolved {
-    Live(ActorRef<SessionMsg>),
+    Live(LiveSession),
     /// Exists in the store but is not live (only with `load: false`).
     Stored(Box<SessionRow>),
     Closed(Box<SessionRow>),
@@ -86,6 +97,20 @@ pub enum RegistryMsg {
     },
     /// The StoreWriter was restarted: sessions must rebase.
     WriterRestarted,
+    /// The Reaper was restarted: sessions must report to the new one.
+    ReaperRestarted,
+    /// From the reaper: park this session if it is still parkable.
+    Park {
+        key: SessionKey,
+        gen: u64,
+        reason: ParkReason,
+    },
+    /// Internal: the session answered a park.
+    ParkDone {
+        key: SessionKey,
+        gen: u64,
+        parked: bool,
+    },
     /// Internal: a new session's first events are committed.
     Created {
         row: Box<SessionRow>,
@@ -118,7 +143,15 @@ pub struct Loaded {
 struct Live {
     actor: ActorRef<SessionMsg>,
     gauges: Arc<SessionGauges>,
+    /// Until then the session is not parked: whoever resolved it is about
+    /// to send it a message, and parking now would make that message miss.
+    leased_until: Instant,
 }
+
+/// How long a resolve protects a session from the reapers. A peer sends
+/// its message right after the resolve answers; this only has to outlast
+/// that hop under load.
+const RESOLVE_LEASE: Duration = Duration::from_secs(2);
 
 pub struct RegistryState {
     ctx: Ctx,
@@ -126,6 +159,9 @@ pub struct RegistryState {
     by_actor: HashMap<ActorId, SessionKey>,
     /// Loads in flight and the callers waiting for them.
     loading: HashMap<SessionKey, Vec<RpcReplyPort<Result<Resolved, RpcError>>>>,
+    /// Resolves waiting for a parked session's actor to stop before it is
+    /// loaded again (never two actors for one session).
+    after_park: HashMap<SessionKey, Vec<RpcReplyPort<Result<Resolved, RpcError>>>>,
     peers_by_profile: HashMap<String, u64>,
 }
 
@@ -147,6 +183,7 @@ impl Actor for Registry {
             live: HashMap::new(),
             by_actor: HashMap::new(),
             loading: HashMap::new(),
+            after_park: HashMap::new(),
             peers_by_profile: HashMap::new(),
         })
     }
@@ -181,7 +218,8 @@ impl Actor for Registry {
                     .into_iter()
                     .filter_map(|id| {
                         let live = state.live.get(&(profile.clone(), id.clone()))?;
-                        Some((id, live.gauges.peers()))
+                        // A session parking right now is as good as parked.
+                        (!live.gauges.parked()).then(|| (id, live.gauges.peers()))
                     })
                     .collect();
                 let _ = reply.send(counts);
@@ -201,13 +239,27 @@ impl Actor for Registry {
                     let _ = live.actor.cast(SessionMsg::WriterRestarted);
                 }
             }
+            RegistryMsg::ReaperRestarted => {
+                for live in state.live.values() {
+                    let _ = live.actor.cast(SessionMsg::ReportToReaper);
+                }
+                state.report_live_count();
+            }
+            RegistryMsg::Park { key, gen, reason } => state.park(&myself, key, gen, reason),
+            RegistryMsg::ParkDone { key, gen, parked } => {
+                if !parked {
+                    if let Some(reaper) = state.ctx.reaper() {
+                        let _ = reaper.cast(ReaperMsg::ParkRefused { key, gen });
+                    }
+                }
+            }
         }
         Ok(())
     }
 
     async fn handle_supervisor_evt(
         &self,
-        _myself: ActorRef<Self::Msg>,
+        myself: ActorRef<Self::Msg>,
         evt: SupervisionEvent,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
@@ -215,11 +267,11 @@ impl Actor for Registry {
         // session exits. A stopped session just leaves the map.
         match evt {
             SupervisionEvent::ActorTerminated(cell, _, reason) => {
-                state.forget(&cell, reason.as_deref().unwrap_or("stopped"));
+                state.forget(&myself, &cell, reason.as_deref().unwrap_or("stopped"));
             }
             SupervisionEvent::ActorFailed(cell, err) => {
                 warn!(error = %err, "session actor failed; it will be reloaded from the store on next use");
-                state.forget(&cell, "failed");
+                state.forget(&myself, &cell, "failed");
             }
             _ => {}
         }
@@ -248,38 +300,120 @@ impl RegistryState {
         load: bool,
         reply: RpcReplyPort<Result<Resolved, RpcError>>,
     ) {
-        if let Some(live) = self.live.get(&key) {
-            let _ = reply.send(Ok(Resolved::Live(live.actor.clone())));
+        if let Some(live) = self.live.get_mut(&key) {
+            if live.gauges.parked() {
+                // Parked and stopping: load it again once it is gone.
+                if load {
+                    self.after_park.entry(key).or_default().push(reply);
+                } else {
+                    self.resolve_stored(key, reply);
+                }
+                return;
+            }
+            live.leased_until = Instant::now() + RESOLVE_LEASE;
+            let _ = reply.send(Ok(Resolved::Live(LiveSession {
+                actor: live.actor.clone(),
+                gauges: live.gauges.clone(),
+            })));
             return;
         }
         if !load {
-            // Read the row on a task; the caller only needs stored data.
-            let reader = self.ctx.reader.clone();
-            tokio::spawn(async move {
-                let found = reader.get_session(&key.0, &key.1).await;
-                let _ = reply.send(match found {
-                    Ok(Some(row)) if row.status == SessionStatus::Closed => {
-                        Ok(Resolved::Closed(Box::new(row)))
-                    }
-                    Ok(Some(row)) => Ok(Resolved::Stored(Box::new(row))),
-                    Ok(None) => Ok(Resolved::NotFound),
-                    Err(e) => Err(RpcError::new(e.code(), e.to_string())),
-                });
-            });
+            self.resolve_stored(key, reply);
             return;
         }
+        self.load(myself, key, vec![reply]);
+    }
+
+    /// Reads the row on a task; the caller only needs stored data.
+    fn resolve_stored(&self, key: SessionKey, reply: RpcReplyPort<Result<Resolved, RpcError>>) {
+        let reader = self.ctx.reader.clone();
+        tokio::spawn(async move {
+            let found = reader.get_session(&key.0, &key.1).await;
+            let _ = reply.send(match found {
+                Ok(Some(row)) if row.status == SessionStatus::Closed => {
+                    Ok(Resolved::Closed(Box::new(row)))
+                }
+                Ok(Some(row)) => Ok(Resolved::Stored(Box::new(row))),
+                Ok(None) => Ok(Resolved::NotFound),
+                Err(e) => Err(RpcError::new(e.code(), e.to_string())),
+            });
+        });
+    }
+
+    /// Brings a stored session live; concurrent callers share one load.
+    fn load(
+        &mut self,
+        myself: &ActorRef<RegistryMsg>,
+        key: SessionKey,
+        replies: Vec<RpcReplyPort<Result<Resolved, RpcError>>>,
+    ) {
         match self.loading.entry(key.clone()) {
-            Entry::Occupied(mut waiting) => waiting.get_mut().push(reply),
+            Entry::Occupied(mut waiting) => waiting.get_mut().extend(replies),
             Entry::Vacant(slot) => {
-                slot.insert(vec![reply]);
+                slot.insert(replies);
                 let reader = self.ctx.reader.clone();
                 let writer = self.ctx.writer();
                 let myself = myself.clone();
                 tokio::spawn(async move {
+                    // The barrier inside queues behind a parked session's
+                    // last patch at the writer, so the row read is current.
                     let result = load_session(reader.as_ref(), writer, &key).await;
                     let _ = myself.cast(RegistryMsg::Loaded { key, result });
                 });
             }
+        }
+    }
+
+    /// Asks a session to park, unless a resolve leased it just now. The
+    /// session has the last word: it refuses with a peer, a turn or a
+    /// queued prompt.
+    fn park(
+        &mut self,
+        myself: &ActorRef<RegistryMsg>,
+        key: SessionKey,
+        gen: u64,
+        reason: ParkReason,
+    ) {
+        let Some(live) = self.live.get(&key) else {
+            return;
+        };
+        if live.leased_until > Instant::now() {
+            let _ = myself.cast(RegistryMsg::ParkDone {
+                key,
+                gen,
+                parked: false,
+            });
+            return;
+        }
+        let actor = live.actor.clone();
+        let myself = myself.clone();
+        tokio::spawn(async move {
+            let parked = matches!(
+                actor
+                    .call(
+                        |reply| SessionMsg::Park { reason, reply },
+                        Some(Duration::from_secs(10))
+                    )
+                    .await,
+                Ok(ractor::rpc::CallResult::Success(true))
+            );
+            let _ = myself.cast(RegistryMsg::ParkDone { key, gen, parked });
+        });
+    }
+
+    fn gauges_of(&self, actor: &ActorRef<SessionMsg>) -> Arc<SessionGauges> {
+        self.by_actor
+            .get(&actor.get_id())
+            .and_then(|key| self.live.get(key))
+            .map(|l| l.gauges.clone())
+            .unwrap_or_default()
+    }
+
+    fn report_live_count(&self) {
+        if let Some(reaper) = self.ctx.reaper() {
+            let _ = reaper.cast(ReaperMsg::LiveCount {
+                live: self.live.len(),
+            });
         }
     }
 
@@ -302,11 +436,25 @@ impl RegistryState {
                 todos,
             })) => {
                 if row.status == SessionStatus::Parked {
+                    // Live again: say so in the store too (listings read it).
                     row.status = SessionStatus::Idle;
+                    if let Some(writer) = self.ctx.writer() {
+                        let _ = writer.cast(crate::store_writer::StoreWriterMsg::Patch {
+                            session_id: row.id.clone(),
+                            patch: tether_store::SessionPatch {
+                                status: Some(SessionStatus::Idle),
+                                ..Default::default()
+                            },
+                            reply: None,
+                        });
+                    }
                 }
                 self.spawn_session(myself, key, row, barrier, todos, Vec::new())
                     .await
-                    .map(Resolved::Live)
+                    .map(|actor| {
+                        let gauges = self.gauges_of(&actor);
+                        Resolved::Live(LiveSession { actor, gauges })
+                    })
             }
         };
         for w in waiters {
@@ -342,15 +490,31 @@ impl RegistryState {
             Live {
                 actor: actor.clone(),
                 gauges,
+                leased_until: Instant::now() + RESOLVE_LEASE,
             },
         );
+        self.report_live_count();
         Ok(actor)
     }
 
-    fn forget(&mut self, cell: &ActorCell, reason: &str) {
-        if let Some(key) = self.by_actor.remove(&cell.get_id()) {
-            info!(session_id = %key.1, reason, "session left the registry");
+    fn forget(&mut self, myself: &ActorRef<RegistryMsg>, cell: &ActorCell, reason: &str) {
+        let Some(key) = self.by_actor.remove(&cell.get_id()) else {
+            return;
+        };
+        info!(session_id = %key.1, reason, "session left the registry");
+        if self
+            .live
+            .get(&key)
+            .is_some_and(|l| l.actor.get_id() == cell.get_id())
+        {
             self.live.remove(&key);
+        }
+        if let Some(reaper) = self.ctx.reaper() {
+            let _ = reaper.cast(ReaperMsg::Gone { key: key.clone() });
+        }
+        self.report_live_count();
+        if let Some(waiting) = self.after_park.remove(&key) {
+            self.load(myself, key, waiting);
         }
     }
 
@@ -385,6 +549,8 @@ impl RegistryState {
             ring,
             active_turns: Vec::new(),
             hosts: Vec::new(),
+            // Process-wide, unlike the rest: outboxes belong to no profile.
+            outbox: self.ctx.outbox_metrics.snapshot(),
         };
         let hosts = self.ctx.hosts();
         tokio::spawn(async move {

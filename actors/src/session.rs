@@ -16,6 +16,7 @@ mod compress;
 mod history;
 mod marker;
 mod pipeline;
+mod reap;
 pub(crate) mod replay;
 mod turns;
 
@@ -38,11 +39,13 @@ pub use attach::ResumeReply;
 use crate::ctx::{Ctx, SessionGauges};
 use crate::event::EventRecord;
 use crate::outbox::{FrameClass, Outbox};
+use crate::reaper::ParkReason;
 use crate::ring::{Ring, RingEntry};
 use crate::store_writer::Barrier;
 use crate::turn::{ControlOutcome, TurnUpdate};
 use compress::{Compacting, CompressReply};
 use history::Transcript;
+use reap::Reported;
 use turns::Turns;
 
 /// A peer as a session sees it: an id and the outbox to push frames into.
@@ -134,6 +137,14 @@ pub enum SessionMsg {
     WriterRestarted,
     /// Internal: what the new writer says is committed.
     Rebased { barrier: Result<Barrier, i64> },
+    /// From the Registry (for the reaper): park if still parkable; answers
+    /// whether the session parked (and is stopping).
+    Park {
+        reason: ParkReason,
+        reply: RpcReplyPort<bool>,
+    },
+    /// A new reaper knows nothing: report orphaned/adopted again.
+    ReportToReaper,
 }
 
 /// How a session is started: from its stored row (after a barrier told it
@@ -154,6 +165,8 @@ struct Pending {
     seq: Option<u64>,
     params: Option<Arc<RawValue>>,
     frame: Bytes,
+    /// A transient delta's fields, for outboxes that merge deltas.
+    delta: Option<Arc<crate::event::DeltaMeta>>,
     /// Segment message count once this event is committed.
     message_count: u64,
     /// The transcript message this event is, if it is one.
@@ -221,6 +234,8 @@ pub struct SessionState {
     pending_compress: Option<(Option<String>, CompressReply)>,
     /// The turn marker found in the store at start, handled in post_start.
     marker_at_start: Option<serde_json::Value>,
+    /// What the reaper was last told (`None`: nothing yet).
+    reported: Option<Reported>,
     ctx: Ctx,
     gauges: Arc<SessionGauges>,
 }
@@ -289,10 +304,16 @@ impl Actor for Session {
             compacting: None,
             pending_compress: None,
             marker_at_start: row.turn_marker,
+            reported: None,
             ctx,
             gauges,
         };
         state.publish_gauges();
+        // Being brought live counts as activity for the idle TTL.
+        state
+            .gauges
+            .last_activity_ms
+            .store(now_ms(), std::sync::atomic::Ordering::Relaxed);
         debug!(session_id = %state.id, latest_seq = state.committed_seq, "session live");
         Ok(state)
     }
@@ -305,6 +326,7 @@ impl Actor for Session {
         let marker = state.marker_at_start.take();
         state.end_orphaned_turns(marker);
         state.send_unsent(&myself);
+        state.report_to_reaper(true);
         Ok(())
     }
 
@@ -378,10 +400,13 @@ impl Actor for Session {
             } => state.append_failed(gen, from_seq, code),
             SessionMsg::WriterRestarted => state.writer_restarted(&myself),
             SessionMsg::Rebased { barrier } => state.rebased(&myself, barrier),
+            SessionMsg::Park { reason, reply } => state.park(&myself, reason, reply),
+            SessionMsg::ReportToReaper => state.report_to_reaper(true),
         }
         state.close_if_left(&myself);
         state.send_unsent(&myself);
         state.publish_gauges();
+        state.report_to_reaper(false);
         Ok(())
     }
 

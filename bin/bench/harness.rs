@@ -116,7 +116,7 @@ pub async fn session_actor(
         )
         .await?
     {
-        CallResult::Success(Ok(Resolved::Live(actor))) => Ok(actor),
+        CallResult::Success(Ok(Resolved::Live(live))) => Ok(live.actor),
         other => Err(anyhow!("session {id} not live: {other:?}")),
     }
 }

@@ -58,39 +58,43 @@ impl PeerState {
             Request::SessionClose(p) => self.close(p).await,
             Request::EventsSince(p) => self.since(p).await,
             Request::PromptSubmit(p) => {
-                let actor = self
-                    .live_session(p.profile.as_deref(), &p.session_id)
-                    .await?;
                 let text = p.text;
-                let result = ask(
-                    &actor,
-                    |reply| SessionMsg::Submit { text, reply },
-                    self.timeout(),
-                )
-                .await??;
+                let result = self
+                    .ask_live(
+                        p.profile.as_deref(),
+                        &p.session_id,
+                        self.timeout(),
+                        |reply| SessionMsg::Submit {
+                            text: text.clone(),
+                            reply,
+                        },
+                    )
+                    .await??;
                 ok(&result)
             }
             Request::SessionInterrupt(p) => {
-                let actor = self
-                    .live_session(p.profile.as_deref(), &p.session_id)
-                    .await?;
-                let result = ask(
-                    &actor,
-                    |reply| SessionMsg::Interrupt { reply },
-                    self.timeout(),
-                )
-                .await??;
+                let result = self
+                    .ask_live(
+                        p.profile.as_deref(),
+                        &p.session_id,
+                        self.timeout(),
+                        |reply| SessionMsg::Interrupt { reply },
+                    )
+                    .await??;
                 ok(&result)
             }
             Request::SessionCompress(p) => {
-                let actor = self
-                    .live_session(p.profile.as_deref(), &p.session_id)
-                    .await?;
                 let focus = p.focus;
                 // The session answers within its compress wait (or `pending`).
                 let wait = self.ctx.config.compress_wait + self.timeout();
-                let result =
-                    ask(&actor, |reply| SessionMsg::Compress { focus, reply }, wait).await??;
+                let result = self
+                    .ask_live(p.profile.as_deref(), &p.session_id, wait, |reply| {
+                        SessionMsg::Compress {
+                            focus: focus.clone(),
+                            reply,
+                        }
+                    })
+                    .await??;
                 ok(&result)
             }
             Request::EventsStats => {
@@ -148,16 +152,35 @@ impl PeerState {
         Ok((profile, found))
     }
 
-    /// The live actor of a session the caller may use (bringing it live).
-    async fn live_session(
+    /// Brings a session live and asks it. A session that parked between
+    /// the lookup and the message never handled the message (it stops
+    /// between messages), so it is looked up again and asked once more.
+    async fn ask_live<T, F>(
         &self,
         profile: Option<&str>,
         session_id: &SessionId,
-    ) -> Result<ActorRef<SessionMsg>, RpcError> {
-        match self.resolve(profile, session_id, true).await?.1 {
-            Resolved::Live(actor) => Ok(actor),
-            Resolved::Closed(_) => Err(RpcError::session_closed()),
-            Resolved::Stored(_) | Resolved::NotFound => Err(RpcError::session_not_found()),
+        timeout: Duration,
+        build: F,
+    ) -> Result<T, RpcError>
+    where
+        T: Send + 'static,
+        F: Fn(RpcReplyPort<T>) -> SessionMsg,
+    {
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let live = match self.resolve(profile, session_id, true).await?.1 {
+                Resolved::Live(live) => live,
+                Resolved::Closed(_) => return Err(RpcError::session_closed()),
+                Resolved::Stored(_) | Resolved::NotFound => {
+                    return Err(RpcError::session_not_found())
+                }
+            };
+            let answer = ask(&live.actor, &build, timeout).await;
+            if answer.is_err() && live.gauges.parked() && attempts < 3 {
+                continue;
+            }
+            return answer;
         }
     }
 
@@ -191,27 +214,42 @@ impl PeerState {
         p: ResumeParams,
         after: &mut AfterReply,
     ) -> Result<Box<RawValue>, RpcError> {
-        let (profile, found) = self
-            .resolve(p.profile.as_deref(), &p.session_id, true)
-            .await?;
-        let actor = match found {
-            Resolved::Live(actor) => actor,
-            Resolved::Closed(_) => return Err(RpcError::session_closed()),
-            Resolved::Stored(_) | Resolved::NotFound => return Err(RpcError::session_not_found()),
+        let Some(profile) = self.scope(p.profile.as_deref()) else {
+            return Err(RpcError::session_not_found());
         };
         let attach = p.attach && self.identity.can_attach;
         let peer = attach.then(|| self.link());
         let key = (profile, p.session_id.clone());
-        let reply = ask(
-            &actor,
-            |reply| SessionMsg::Resume {
-                params: p,
-                peer,
-                reply,
-            },
-            self.timeout(),
-        )
-        .await;
+        let mut attempts = 0;
+        let (actor, reply) = loop {
+            attempts += 1;
+            let live = match self
+                .resolve(p.profile.as_deref(), &p.session_id, true)
+                .await?
+                .1
+            {
+                Resolved::Live(live) => live,
+                Resolved::Closed(_) => return Err(RpcError::session_closed()),
+                Resolved::Stored(_) | Resolved::NotFound => {
+                    return Err(RpcError::session_not_found())
+                }
+            };
+            let reply = ask(
+                &live.actor,
+                |reply| SessionMsg::Resume {
+                    params: p.clone(),
+                    peer: peer.clone(),
+                    reply,
+                },
+                self.timeout(),
+            )
+            .await;
+            // Parked between the lookup and the message: never handled.
+            if reply.is_err() && live.gauges.parked() && attempts < 3 {
+                continue;
+            }
+            break (live.actor, reply);
+        };
         match reply {
             Ok(Ok(r)) => {
                 if r.joining {
@@ -288,7 +326,7 @@ impl PeerState {
         .await?;
         let sessions = rows
             .iter()
-            .map(|row| info_from_row(row, counts.get(&row.id).copied().unwrap_or(0)))
+            .map(|row| info_from_row(row, counts.get(&row.id).copied()))
             .collect();
         ok(&ListResult {
             sessions,
@@ -297,24 +335,22 @@ impl PeerState {
     }
 
     async fn close(&mut self, p: CloseParams) -> Result<Box<RawValue>, RpcError> {
-        let (_, found) = self
-            .resolve(p.profile.as_deref(), &p.session_id, true)
-            .await?;
-        match found {
-            Resolved::Live(actor) => {
-                ask(
-                    &actor,
-                    |reply| SessionMsg::Close {
-                        reason: "client".into(),
-                        reply: Some(reply),
-                    },
-                    self.timeout(),
-                )
-                .await??;
-            }
+        let closed = self
+            .ask_live(
+                p.profile.as_deref(),
+                &p.session_id,
+                self.timeout(),
+                |reply| SessionMsg::Close {
+                    reason: "client".into(),
+                    reply: Some(reply),
+                },
+            )
+            .await;
+        match closed {
+            Ok(Ok(())) => {}
             // Closing a closed session is a no-op success.
-            Resolved::Closed(_) => {}
-            Resolved::Stored(_) | Resolved::NotFound => return Err(RpcError::session_not_found()),
+            Ok(Err(e)) | Err(e) if e.code == tether_protocol::codes::SESSION_CLOSED => {}
+            Ok(Err(e)) | Err(e) => return Err(e),
         }
         ok(&CloseResult { closed: true })
     }
@@ -324,9 +360,9 @@ impl PeerState {
             .resolve(p.profile.as_deref(), &p.session_id, false)
             .await?;
         let result = match found {
-            Resolved::Live(actor) => {
+            Resolved::Live(live) => {
                 ask(
-                    &actor,
+                    &live.actor,
                     |reply| SessionMsg::Since { params: p, reply },
                     self.timeout(),
                 )

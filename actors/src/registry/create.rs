@@ -159,7 +159,7 @@ impl RegistryState {
                 }
                 let _ = reply.send(Ok(CreatedSession {
                     result: CreateResult {
-                        session: info_from_row(&info_row, attached),
+                        session: info_from_row(&info_row, Some(attached)),
                         epoch: self.ctx.epoch.to_string(),
                     },
                     actor,

@@ -3,6 +3,8 @@
 //! `Committed` move events into the ring and out to every peer, in
 //! emission order. A failed append rewinds the seq under a new `gen`.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use ractor::ActorRef;
 use serde::Serialize;
@@ -11,7 +13,7 @@ use tether_store::{EventRow, SessionPatch};
 use tracing::{debug, info, warn};
 
 use super::{Pending, SessionMsg, SessionState, Waiter};
-use crate::event::{frame_of, EventRecord, TurnTag};
+use crate::event::{frame_of, DeltaMeta, EventRecord, TurnTag};
 use crate::outbox::{FrameClass, Pushed};
 use crate::ring::RingEntry;
 use crate::store_writer::StoreWriterMsg;
@@ -44,16 +46,23 @@ impl SessionState {
     pub(crate) fn emit(&mut self, mut rec: EventRecord) {
         let now = now_ms();
         self.updated_at_ms = now;
+        // Every event is activity, including a running turn's host frames.
+        self.gauges
+            .last_activity_ms
+            .store(now, std::sync::atomic::Ordering::Relaxed);
         if !rec.kind.is_durable() {
             let params = rec.params_of(&self.id);
             let frame = frame_of(&params);
+            // Deltas carry what a pressured outbox needs to merge them.
+            let delta = rec.delta_meta(&self.id).map(Arc::new);
             if self.pending.is_empty() {
-                self.fan_out(&frame, FrameClass::Transient);
+                self.fan_out(&frame, transient_class(delta));
             } else {
                 self.pending.push_back(Pending {
                     seq: None,
                     params: None,
                     frame,
+                    delta,
                     message_count: self.message_count,
                     message: None,
                     ts_ms: rec.ts_ms,
@@ -74,6 +83,7 @@ impl SessionState {
             seq: Some(seq),
             params: Some(params),
             frame,
+            delta: None,
             message_count: self.message_count,
             message,
             ts_ms: rec.ts_ms,
@@ -146,7 +156,7 @@ impl SessionState {
                     self.ring.push(RingEntry { seq, params });
                     self.fan_out(&p.frame, FrameClass::Durable);
                 }
-                _ => self.fan_out(&p.frame, FrameClass::Transient),
+                _ => self.fan_out(&p.frame, transient_class(p.delta)),
             }
         }
         self.resolve_waiters(myself);
@@ -245,11 +255,11 @@ impl SessionState {
                             .close(crate::outbox::CLOSE_SLOW_CONSUMER, "slow consumer");
                         gone.push(peer_id.clone());
                     } else if held.len() < limit {
-                        held.push((frame.clone(), class));
+                        held.push((frame.clone(), class.clone()));
                     }
                 }
                 None => {
-                    if slot.outbox.push(frame.clone(), class) == Pushed::Closed {
+                    if slot.outbox.push(frame.clone(), class.clone()) == Pushed::Closed {
                         gone.push(peer_id.clone());
                     }
                 }
@@ -381,6 +391,10 @@ pub(crate) fn storage_message(code: i64) -> &'static str {
         tether_protocol::codes::STORAGE_UNAVAILABLE => "storage unavailable",
         _ => "storage write failed: nothing was written",
     }
+}
+
+fn transient_class(delta: Option<Arc<DeltaMeta>>) -> FrameClass {
+    delta.map_or(FrameClass::Transient, FrameClass::Delta)
 }
 
 #[cfg(test)]

@@ -69,7 +69,7 @@ pub async fn live_session(gw: &GatewayHandle) -> (SessionId, ActorRef<SessionMsg
         .await
         .expect("registry answers")
     {
-        CallResult::Success(Ok(Resolved::Live(a))) => a,
+        CallResult::Success(Ok(Resolved::Live(live))) => live.actor,
         other => panic!("not live: {other:?}"),
     };
     (id, actor)

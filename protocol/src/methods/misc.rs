@@ -40,6 +40,18 @@ pub struct HostStat {
     pub restarts: u32,
 }
 
+/// What peer outboxes did under pressure since the gateway started (1.8).
+/// Process-wide: unlike the rest of the stats these are not per profile.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutboxStats {
+    /// Deltas merged into the delta queued before them.
+    pub coalesced: u64,
+    /// Transient frames dropped because an outbox was full.
+    pub dropped: u64,
+    /// Peers closed with 1013 "slow consumer".
+    pub slow_consumer_closes: u64,
+}
+
 /// `session.events.stats` (covers only the caller's profile).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StatsResult {
@@ -48,6 +60,9 @@ pub struct StatsResult {
     pub ring: RingStats,
     pub active_turns: Vec<ActiveTurnStat>,
     pub hosts: Vec<HostStat>,
+    /// Absent from older gateways' replies, hence the default.
+    #[serde(default)]
+    pub outbox: OutboxStats,
 }
 
 #[cfg(test)]
@@ -98,6 +113,11 @@ mod tests {
                     restarts: 3,
                 },
             ],
+            outbox: OutboxStats {
+                coalesced: 5,
+                dropped: 1,
+                slow_consumer_closes: 2,
+            },
         };
         let v = serde_json::to_value(&s).unwrap();
         assert_eq!(
@@ -106,7 +126,8 @@ mod tests {
                 "active_turns":[{"session_id":"s_1","turn_id":"t_1","trace_id":"3f9c2a1b7d4e",
                                  "elapsed_s":1.5,"host_id":0}],
                 "hosts":[{"host_id":0,"pid":1234,"state":"up","active_turns":1,"restarts":0},
-                         {"host_id":1,"pid":null,"state":"down","active_turns":0,"restarts":3}]})
+                         {"host_id":1,"pid":null,"state":"down","active_turns":0,"restarts":3}],
+                "outbox":{"coalesced":5,"dropped":1,"slow_consumer_closes":2}})
         );
         let back: StatsResult = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
         assert_eq!(back, s);

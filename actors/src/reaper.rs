@@ -1,0 +1,355 @@
+//! `Reaper`: decides when a live session without peers is parked.
+//!
+//! Sessions tell it when they lose their last peer (`Orphaned`), get one
+//! back (`Adopted`) and, while orphaned, when their work ends (`Settled`).
+//! The reaper owns every timer: the orphan grace, the activity staleness of
+//! a running turn, the idle TTL, and the LRU cap on live sessions. It never
+//! parks anything itself: it asks the Registry, which asks the Session, and
+//! the Session refuses if it has a peer, a running turn or a queued prompt
+//! by then. So the reaper may be wrong about a session (its messages race
+//! with the session's life) without a session ever being parked mid-turn.
+//!
+//! Every orphan entry carries a generation. A timer names the generation it
+//! was armed for; one that fires for a session that was adopted (and maybe
+//! orphaned again) in between finds another generation and does nothing.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tether_protocol::now_ms;
+use tracing::{debug, info};
+
+use crate::ctx::{Ctx, SessionGauges};
+use crate::registry::{RegistryMsg, SessionKey};
+
+/// Why a session is parked (PROTOCOL `session.reclaimed` reasons, plus the
+/// staleness of a running turn).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParkReason {
+    /// The orphan grace passed with nobody attached.
+    Orphan,
+    /// Idle longer than the session TTL.
+    Ttl,
+    /// More sessions live than `max_live_sessions`; this one was the least
+    /// recently active orphan.
+    Lru,
+    /// Its running turn reported no activity within the staleness window:
+    /// interrupt it, then park.
+    Stale,
+}
+
+impl ParkReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ParkReason::Orphan => "orphan",
+            ParkReason::Ttl => "ttl",
+            ParkReason::Lru => "lru",
+            ParkReason::Stale => "stale",
+        }
+    }
+}
+
+pub enum ReaperMsg {
+    /// The session has no peer now (or was brought live without one).
+    Orphaned {
+        key: SessionKey,
+        gauges: Arc<SessionGauges>,
+    },
+    /// A peer attached: every timer of the session is void.
+    Adopted { key: SessionKey },
+    /// An orphaned session's turn (and queue) ended.
+    Settled { key: SessionKey },
+    /// The session stopped (parked, closed, crashed).
+    Gone { key: SessionKey },
+    /// From the registry: how many sessions are live now.
+    LiveCount { live: usize },
+    /// From the registry: the session refused (or missed) a park.
+    ParkRefused { key: SessionKey, gen: u64 },
+    /// Internal: a timer armed for generation `gen` fired.
+    Due { key: SessionKey, gen: u64 },
+}
+
+struct Orphan {
+    gen: u64,
+    /// When the grace ends (ms since the epoch).
+    grace_end_ms: i64,
+    gauges: Arc<SessionGauges>,
+    /// A park was asked for and not yet refused.
+    parking: bool,
+}
+
+pub struct ReaperState {
+    ctx: Ctx,
+    orphans: HashMap<SessionKey, Orphan>,
+    next_gen: u64,
+    live: usize,
+}
+
+pub struct Reaper;
+
+impl Actor for Reaper {
+    type Msg = ReaperMsg;
+    type State = ReaperState;
+    type Arguments = Ctx;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        ctx: Ctx,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        // A restarted reaper starts empty; the root asks the registry to
+        // have every live session report again, so orphans are re-learned.
+        Ok(ReaperState {
+            ctx,
+            orphans: HashMap::new(),
+            next_gen: 1,
+            live: 0,
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            ReaperMsg::Orphaned { key, gauges } => state.orphaned(&myself, key, gauges),
+            ReaperMsg::Adopted { key } | ReaperMsg::Gone { key } => {
+                state.orphans.remove(&key);
+            }
+            ReaperMsg::Settled { key } => {
+                if let Some(o) = state.orphans.get(&key) {
+                    if now_ms() >= o.grace_end_ms {
+                        let gen = o.gen;
+                        state.check(&myself, key, gen);
+                    }
+                }
+            }
+            ReaperMsg::LiveCount { live } => {
+                state.live = live;
+                state.enforce_cap();
+            }
+            ReaperMsg::ParkRefused { key, gen } => {
+                if let Some(o) = state.orphans.get_mut(&key) {
+                    if o.gen == gen {
+                        o.parking = false;
+                        // Something raced the park (an append in flight,
+                        // a turn that just started): look again shortly.
+                        arm(&myself, key, gen, Duration::from_secs(1));
+                    }
+                }
+            }
+            ReaperMsg::Due { key, gen } => state.check(&myself, key, gen),
+        }
+        Ok(())
+    }
+}
+
+impl ReaperState {
+    fn orphaned(
+        &mut self,
+        myself: &ActorRef<ReaperMsg>,
+        key: SessionKey,
+        gauges: Arc<SessionGauges>,
+    ) {
+        let gen = self.next_gen;
+        self.next_gen += 1;
+        let grace = self.ctx.config.orphan_grace;
+        debug!(session_id = %key.1, gen, grace_s = grace.as_secs(), "session orphaned");
+        self.orphans.insert(
+            key.clone(),
+            Orphan {
+                gen,
+                grace_end_ms: now_ms() + grace.as_millis() as i64,
+                gauges,
+                parking: false,
+            },
+        );
+        self.check(myself, key, gen);
+        self.enforce_cap();
+    }
+
+    /// A timer fired (or a session settled): park, wait on, or interrupt.
+    fn check(&mut self, myself: &ActorRef<ReaperMsg>, key: SessionKey, gen: u64) {
+        let Some(o) = self.orphans.get(&key) else {
+            return;
+        };
+        if o.gen != gen || o.parking {
+            // Adopted (and maybe orphaned again) since this timer was armed.
+            return;
+        }
+        let seen = Seen {
+            now_ms: now_ms(),
+            grace_end_ms: o.grace_end_ms,
+            last_activity_ms: o.gauges.last_activity_ms(),
+            busy: o.gauges.busy(),
+        };
+        match verdict(&seen, &Limits::of(&self.ctx)) {
+            Verdict::Park(reason) => self.park(key, reason),
+            Verdict::Wait(after) => arm(myself, key, gen, after),
+        }
+    }
+
+    /// Parks the least recently active idle orphans while more sessions are
+    /// live than the cap. Sessions with peers are never candidates.
+    fn enforce_cap(&mut self) {
+        let cap = self.ctx.config.max_live_sessions;
+        let parking = self.orphans.values().filter(|o| o.parking).count();
+        let excess = self.live.saturating_sub(cap).saturating_sub(parking);
+        if excess == 0 {
+            return;
+        }
+        let mut idle: Vec<(i64, SessionKey)> = self
+            .orphans
+            .iter()
+            .filter(|(_, o)| !o.parking && !o.gauges.busy())
+            .map(|(k, o)| (o.gauges.last_activity_ms(), k.clone()))
+            .collect();
+        idle.sort_unstable();
+        for (_, key) in idle.into_iter().take(excess) {
+            self.park(key, ParkReason::Lru);
+        }
+    }
+
+    fn park(&mut self, key: SessionKey, reason: ParkReason) {
+        let Some(o) = self.orphans.get_mut(&key) else {
+            return;
+        };
+        o.parking = true;
+        let gen = o.gen;
+        info!(session_id = %key.1, profile = %key.0, reason = reason.as_str(), "reclaiming session");
+        match self.ctx.registry() {
+            Ok(registry) => {
+                let _ = registry.cast(RegistryMsg::Park { key, gen, reason });
+            }
+            // The registry is restarting: its sessions report again to the
+            // next one, which re-arms everything.
+            Err(_) => o.parking = false,
+        }
+    }
+}
+
+/// What the reaper knows of an orphan when one of its timers fires.
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    now_ms: i64,
+    grace_end_ms: i64,
+    last_activity_ms: i64,
+    busy: bool,
+}
+
+/// The reapers' windows, in ms.
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    stale_ms: i64,
+    ttl_ms: i64,
+}
+
+impl Limits {
+    fn of(ctx: &Ctx) -> Self {
+        Self {
+            stale_ms: ctx.config.activity_stale.as_millis() as i64,
+            ttl_ms: ctx.config.session_ttl.as_millis() as i64,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    Park(ParkReason),
+    /// Look again after this long.
+    Wait(Duration),
+}
+
+/// PROTOCOL 1.7 as a pure function: a busy orphan is only ever interrupted
+/// (after the grace, once silent for the staleness window); an idle one is
+/// parked after the grace or the TTL, whichever ends first.
+fn verdict(s: &Seen, l: &Limits) -> Verdict {
+    let idle_ms = s.now_ms.saturating_sub(s.last_activity_ms);
+    let grace_left = s.grace_end_ms - s.now_ms;
+    let wait = |ms: i64| Verdict::Wait(Duration::from_millis(ms.max(1) as u64));
+    if s.busy {
+        let stale_left = l.stale_ms - idle_ms;
+        if grace_left <= 0 && stale_left <= 0 {
+            return Verdict::Park(ParkReason::Stale);
+        }
+        return wait(stale_left.max(grace_left));
+    }
+    if grace_left <= 0 {
+        Verdict::Park(ParkReason::Orphan)
+    } else if idle_ms >= l.ttl_ms {
+        Verdict::Park(ParkReason::Ttl)
+    } else {
+        wait(grace_left.min(l.ttl_ms - idle_ms))
+    }
+}
+
+fn arm(myself: &ActorRef<ReaperMsg>, key: SessionKey, gen: u64, after: Duration) {
+    // The timer task runs detached; a stale one is disarmed by `gen`.
+    drop(myself.send_after(after, move || ReaperMsg::Due { key, gen }));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: Limits = Limits {
+        stale_ms: 600_000,
+        ttl_ms: 6 * 3_600_000,
+    };
+
+    fn seen(now_ms: i64, grace_end_ms: i64, last_activity_ms: i64, busy: bool) -> Seen {
+        Seen {
+            now_ms,
+            grace_end_ms,
+            last_activity_ms,
+            busy,
+        }
+    }
+
+    #[test]
+    fn an_idle_orphan_waits_out_its_grace_then_is_parked() {
+        let v = verdict(&seen(1_000, 21_000, 1_000, false), &LIMITS);
+        assert_eq!(v, Verdict::Wait(Duration::from_secs(20)));
+        let v = verdict(&seen(21_000, 21_000, 1_000, false), &LIMITS);
+        assert_eq!(v, Verdict::Park(ParkReason::Orphan));
+    }
+
+    #[test]
+    fn a_zero_grace_parks_an_idle_orphan_at_once() {
+        let v = verdict(&seen(5_000, 5_000, 5_000, false), &LIMITS);
+        assert_eq!(v, Verdict::Park(ParkReason::Orphan));
+    }
+
+    #[test]
+    fn the_ttl_parks_before_a_longer_grace_ends() {
+        let ttl = LIMITS.ttl_ms;
+        let v = verdict(&seen(ttl, 10 * ttl, 0, false), &LIMITS);
+        assert_eq!(v, Verdict::Park(ParkReason::Ttl));
+        // Idle for half the TTL: wait for the other half.
+        let v = verdict(&seen(ttl / 2, 10 * ttl, 0, false), &LIMITS);
+        assert_eq!(v, Verdict::Wait(Duration::from_millis((ttl / 2) as u64)));
+    }
+
+    #[test]
+    fn a_busy_orphan_is_never_parked_only_interrupted_when_stale() {
+        // Past the grace but the host spoke 10 s ago: wait until stale.
+        let v = verdict(&seen(100_000, 20_000, 90_000, true), &LIMITS);
+        assert_eq!(v, Verdict::Wait(Duration::from_millis(590_000)));
+        // Silent for the whole window after the grace: interrupt.
+        let v = verdict(&seen(700_000, 20_000, 100_000, true), &LIMITS);
+        assert_eq!(v, Verdict::Park(ParkReason::Stale));
+        // Silent long enough but still within the grace: wait for the grace.
+        let v = verdict(&seen(700_000, 750_000, 0, true), &LIMITS);
+        assert_eq!(v, Verdict::Wait(Duration::from_millis(50_000)));
+        // Even past the TTL a busy orphan is not parked.
+        let v = verdict(
+            &seen(LIMITS.ttl_ms * 2, 0, LIMITS.ttl_ms * 2 - 1, true),
+            &LIMITS,
+        );
+        assert!(matches!(v, Verdict::Wait(_)));
+    }
+}

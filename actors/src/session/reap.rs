@@ -1,0 +1,130 @@
+//! The session's side of the reapers: reporting when it is orphaned,
+//! adopted or settled, and parking itself when the Registry asks.
+//!
+//! The reaper's view of a session is only advisory. The session decides a
+//! park in its own mailbox, where peers, turns and the queue are exact: it
+//! refuses with a peer attached, a turn running, a prompt queued, a
+//! compression in flight, or events not yet committed.
+
+use ractor::{ActorRef, RpcReplyPort};
+use tether_protocol::SessionStatus;
+use tether_store::SessionPatch;
+use tracing::info;
+
+use super::{SessionMsg, SessionState};
+use crate::reaper::{ParkReason, ReaperMsg};
+use crate::store_writer::StoreWriterMsg;
+
+/// What the reaper was last told about this session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Reported {
+    orphaned: bool,
+    busy: bool,
+}
+
+impl SessionState {
+    /// Work the reapers must not interrupt by parking.
+    pub(super) fn busy(&self) -> bool {
+        self.turns.running.is_some()
+            || !self.turns.queue.is_empty()
+            || self.compacting.is_some()
+            || self.pending_compress.is_some()
+    }
+
+    /// Tells the reaper about a change of orphaned/busy since the last
+    /// report (`force` reports to a reaper that knows nothing yet).
+    pub(super) fn report_to_reaper(&mut self, force: bool) {
+        if matches!(self.status, SessionStatus::Closed | SessionStatus::Parked) {
+            return;
+        }
+        let now = Reported {
+            orphaned: self.peers.is_empty(),
+            busy: self.busy(),
+        };
+        self.gauges
+            .busy
+            .store(now.busy, std::sync::atomic::Ordering::Relaxed);
+        let before = if force { None } else { self.reported };
+        if before == Some(now) {
+            return;
+        }
+        let Some(reaper) = self.ctx.reaper() else {
+            // No reaper now; the next one asks every session to report.
+            self.reported = None;
+            return;
+        };
+        let key = (self.profile.clone(), self.id.clone());
+        let msg = match (before, now.orphaned) {
+            (Some(b), true) if b.orphaned => {
+                if b.busy && !now.busy {
+                    ReaperMsg::Settled { key }
+                } else {
+                    // Busy again while orphaned (a submit without attach):
+                    // the reaper reads `busy` from the gauges when it looks.
+                    self.reported = Some(now);
+                    return;
+                }
+            }
+            (_, true) => ReaperMsg::Orphaned {
+                key,
+                gauges: self.gauges.clone(),
+            },
+            (Some(b), false) if !b.orphaned => {
+                self.reported = Some(now);
+                return;
+            }
+            (_, false) => ReaperMsg::Adopted { key },
+        };
+        self.reported = Some(now);
+        let _ = reaper.cast(msg);
+    }
+
+    /// The Registry asks to park. With `Stale`, the silent running turn is
+    /// interrupted first (and the park itself comes once that is committed).
+    pub(super) fn park(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        reason: ParkReason,
+        reply: RpcReplyPort<bool>,
+    ) {
+        if !self.peers.is_empty() || self.status == SessionStatus::Closed {
+            let _ = reply.send(false);
+            return;
+        }
+        if reason == ParkReason::Stale && self.turns.running.is_some() {
+            info!(session_id = %self.id, "orphaned turn silent past the staleness window; interrupting");
+            self.stop_turns(myself);
+            let _ = reply.send(false);
+            return;
+        }
+        let settled = self.pending.is_empty()
+            && self.unsent.is_empty()
+            && !self.append_in_flight
+            && !self.rebasing;
+        if self.busy() || !settled {
+            let _ = reply.send(false);
+            return;
+        }
+        let Some(writer) = self.ctx.writer() else {
+            let _ = reply.send(false);
+            return;
+        };
+        // Everything is committed; only the status is left to write. The
+        // writer is FIFO, so the next load's barrier comes after this patch.
+        self.status = SessionStatus::Parked;
+        let _ = writer.cast(StoreWriterMsg::Patch {
+            session_id: self.id.clone(),
+            patch: SessionPatch {
+                status: Some(SessionStatus::Parked),
+                ..SessionPatch::default()
+            },
+            reply: None,
+        });
+        self.gauges
+            .parked
+            .store(true, std::sync::atomic::Ordering::Release);
+        info!(session_id = %self.id, reason = reason.as_str(), latest_seq = self.committed_seq, "session parked");
+        let _ = reply.send(true);
+        myself.stop(Some("parked".into()));
+    }
+}
