@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::State;
+use axum::extract::{ConnectInfo, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
@@ -41,7 +41,15 @@ const ANSWER_MARGIN: Duration = Duration::from_secs(5);
 const STOP_WAIT: Duration = Duration::from_secs(1);
 
 /// `POST /rpc`.
-pub async fn post_rpc(State(app): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+pub async fn post_rpc(
+    State(app): State<AppState>,
+    ConnectInfo(remote): ConnectInfo<std::net::SocketAddr>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    if let Err(retry_after) = app.client_buckets.take("default", remote.ip()) {
+        return rate_limited(retry_after);
+    }
     if !is_json(&headers) {
         return status_text(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -171,6 +179,25 @@ fn too_large(max: usize) -> Response {
         StatusCode::PAYLOAD_TOO_LARGE,
         &format!("body over max_frame_bytes ({max})"),
     )
+}
+
+/// 429 with `Retry-After` (whole seconds, rounded up) and the JSON-RPC
+/// error a WebSocket peer would get, so a client can handle both alike.
+pub fn rate_limited(retry_after: Duration) -> Response {
+    let ms = retry_after.as_millis().max(1) as u64;
+    let body = tether_protocol::encode_error(
+        &serde_json::Value::Null,
+        &tether_protocol::RpcError::rate_limited(ms),
+    );
+    let mut resp = Response::new(Body::from(body));
+    *resp.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+    let headers = resp.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    headers.insert(header::RETRY_AFTER, HeaderValue::from(ms.div_ceil(1000)));
+    resp
 }
 
 pub fn status_text(status: StatusCode, text: &str) -> Response {

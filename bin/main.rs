@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 mod bench;
+mod client_rate;
 mod config;
 mod host;
 mod http;

@@ -13,7 +13,7 @@ use tether_store::{open_sqlite, open_sqlite_writer, StoreConfig, Synchronous};
 use tracing::info;
 
 use crate::config::{ServeArgs, SyncMode};
-use crate::server::{router, AppState};
+use crate::server::AppState;
 
 /// How long a drain may take before the process exits anyway.
 const DRAIN_DEADLINE: Duration = Duration::from_secs(8);
@@ -121,14 +121,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         ctx: gateway.ctx().clone(),
         shutdown: shutdown_rx.clone(),
         allowed_origins: Arc::new(args.allow_origin.clone()),
+        client_buckets: Arc::new(crate::client_rate::ClientBuckets::new(args.rate_limit_rps)),
     };
     let mut http_shutdown = shutdown_rx.clone();
-    let server = axum::serve(crate::server::nodelay(listener), router(app)).with_graceful_shutdown(
-        async move {
-            let _ = http_shutdown.wait_for(|s| *s).await;
-        },
-    );
-    let mut server = tokio::spawn(async move { server.await });
+    let server = crate::server::serve(listener, app, async move {
+        let _ = http_shutdown.wait_for(|s| *s).await;
+    });
+    let mut server = tokio::spawn(server);
     // The start-up line scripts and tests wait for; logs go to stderr.
     println!("tether listening on http://{addr}");
     info!(%addr, "listening");

@@ -19,20 +19,38 @@ pub struct AppState {
     /// Origins a browser may call from besides the gateway's own
     /// (PROTOCOL 1.1, `crate::origin`).
     pub allowed_origins: Arc<Vec<String>>,
+    /// Rate limits of `POST /rpc` and SSE opens, per (profile, address).
+    pub client_buckets: Arc<crate::client_rate::ClientBuckets>,
 }
 
 /// The listener with `TCP_NODELAY` on every accepted socket: events are
 /// small frames that must leave at once, and Nagle's algorithm would hold
 /// each behind the previous one's ACK (40 ms with delayed ACKs).
-pub fn nodelay(
-    listener: tokio::net::TcpListener,
-) -> impl axum::serve::Listener<Io = tokio::net::TcpStream, Addr = std::net::SocketAddr> {
+pub fn nodelay(listener: tokio::net::TcpListener) -> NoDelay {
     use axum::serve::ListenerExt;
-    listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
-        }
-    })
+    listener.tap_io(set_nodelay)
+}
+
+/// A concrete type (not `impl Listener`) so that axum's `SocketAddr`
+/// connect info applies to it.
+pub type NoDelay = axum::serve::TapIo<tokio::net::TcpListener, fn(&mut tokio::net::TcpStream)>;
+
+fn set_nodelay(tcp: &mut tokio::net::TcpStream) {
+    if let Err(e) = tcp.set_nodelay(true) {
+        tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+    }
+}
+
+/// Serves the routes on `listener` until `shutdown` resolves.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    app: AppState,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let service = router(app).into_make_service_with_connect_info::<std::net::SocketAddr>();
+    axum::serve(nodelay(listener), service)
+        .with_graceful_shutdown(shutdown)
+        .await
 }
 
 pub fn router(app: AppState) -> Router {

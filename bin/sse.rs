@@ -31,7 +31,7 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -72,6 +72,7 @@ impl Drop for PeerGuard {
 /// `GET /v1/sessions/{id}/events`.
 pub async fn session_events(
     State(app): State<AppState>,
+    ConnectInfo(remote): ConnectInfo<std::net::SocketAddr>,
     Path(session_id): Path<String>,
     Query(query): Query<EventsQuery>,
     headers: HeaderMap,
@@ -92,6 +93,11 @@ pub async fn session_events(
         },
     };
     let profile = query.profile.unwrap_or_else(|| "default".into());
+    // Each open is a new stream: without a shared bucket a client could
+    // reopen without end.
+    if let Err(retry_after) = app.client_buckets.take(&profile, remote.ip()) {
+        return crate::http::rate_limited(retry_after);
+    }
     let mut params = json!({
         "session_id": session_id,
         "profile": profile,

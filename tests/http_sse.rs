@@ -701,3 +701,35 @@ async fn an_origin_on_the_allow_list_is_served() {
     .await;
     assert_eq!(r.status, 403);
 }
+
+#[tokio::test]
+async fn posts_from_one_address_share_a_rate_bucket() {
+    let dir = tempdir();
+    // 5 per second, burst 10: each POST is a new peer, so only a bucket
+    // shared across them can hold a client to its rate.
+    let gw = Gateway::start(dir.path(), &["--rate-limit-rps", "5"]);
+    let addr = gw.addr.as_str();
+    let ping = r#"{"jsonrpc":"2.0","id":1,"method":"gateway.ping"}"#;
+    let mut limited = None;
+    for _ in 0..40 {
+        let r = rpc(addr, ping).await;
+        if r.status == 429 {
+            limited = Some(r);
+            break;
+        }
+        assert_eq!(r.status, 200);
+    }
+    let r = limited.expect("a client over its rate is refused");
+    let retry: u64 = r
+        .header("retry-after")
+        .expect("Retry-After")
+        .parse()
+        .expect("seconds");
+    assert!(retry >= 1);
+    let v = r.json();
+    assert_eq!(v["error"]["code"], 4029);
+    assert!(v["error"]["data"]["retry_after_ms"].as_u64().unwrap() > 0);
+    // Once the bucket refills, the same client is served again.
+    tokio::time::sleep(Duration::from_millis(retry * 1000)).await;
+    assert_eq!(rpc(addr, ping).await.status, 200);
+}

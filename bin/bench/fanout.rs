@@ -18,7 +18,7 @@ use super::harness::{
     start_gateway, Ws,
 };
 use super::store::cpu_label;
-use crate::server::{router, AppState};
+use crate::server::AppState;
 
 #[derive(Debug, Args, Clone)]
 pub struct FanoutBench {
@@ -122,10 +122,9 @@ fn serve(
             ctx: gw.handle.ctx().clone(),
             shutdown: shutdown_rx,
             allowed_origins: Default::default(),
+            client_buckets: Default::default(),
         };
-        tokio::spawn(
-            async move { axum::serve(crate::server::nodelay(listener), router(app)).await },
-        );
+        tokio::spawn(crate::server::serve(listener, app, std::future::pending()));
         let _ = addr_tx.send(addr);
         let ids = ids_rx.await.context("load generator gave up")?;
         let mut actors = Vec::new();

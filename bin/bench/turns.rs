@@ -21,7 +21,7 @@ use super::harness::{
     connect, on_pinned_thread, peak_rss_kib, pinned_runtime, request, start_gateway_with_hosts, Ws,
 };
 use super::store::cpu_label;
-use crate::server::{router, AppState};
+use crate::server::AppState;
 
 #[derive(Debug, Args, Clone)]
 pub struct TurnsBench {
@@ -106,10 +106,9 @@ fn serve(
             ctx: gw.handle.ctx().clone(),
             shutdown,
             allowed_origins: Default::default(),
+            client_buckets: Default::default(),
         };
-        tokio::spawn(
-            async move { axum::serve(crate::server::nodelay(listener), router(app)).await },
-        );
+        tokio::spawn(crate::server::serve(listener, app, std::future::pending()));
         let _ = addr_tx.send(addr);
         let _ = done.await;
         gw.handle.shutdown(Duration::from_secs(5)).await;
