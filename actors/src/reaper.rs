@@ -142,7 +142,11 @@ impl Actor for Reaper {
                     }
                 }
             }
-            ReaperMsg::Due { key, gen } => state.check(&myself, key, gen),
+            ReaperMsg::Due { key, gen } => {
+                state.check(&myself, key, gen);
+                // A refused LRU park is retried through the same timer.
+                state.enforce_cap();
+            }
         }
         Ok(())
     }
