@@ -123,6 +123,20 @@ pub struct ServeArgs {
     /// without peers are parked.
     #[arg(long, env = "TETHER_MAX_LIVE_SESSIONS", default_value_t = 10_000)]
     pub max_live_sessions: usize,
+    /// Most peers attached to one session at once (4009 beyond).
+    #[arg(long, env = "TETHER_MAX_PEERS_PER_SESSION", default_value_t = 64)]
+    pub max_peers_per_session: usize,
+    /// Most open client connections (WebSocket, SSE, HTTP); more get 503.
+    #[arg(long, env = "TETHER_MAX_CONNECTIONS", default_value_t = 65_536)]
+    pub max_connections: usize,
+    /// A connection must send its request head (the WebSocket upgrade
+    /// included) within this many seconds.
+    #[arg(long, env = "TETHER_HANDSHAKE_TIMEOUT_S", default_value_t = 10)]
+    pub handshake_timeout_s: u64,
+    /// A WebSocket silent this long (no frame, no pong to the gateway's
+    /// pings) is closed, in seconds.
+    #[arg(long, env = "TETHER_IDLE_TIMEOUT_S", default_value_t = 45)]
+    pub idle_timeout_s: u64,
     /// A browser origin allowed besides the gateway's own (repeatable;
     /// comma-separated in TETHER_ALLOW_ORIGIN).
     #[arg(
@@ -168,6 +182,10 @@ struct FileConfig {
     activity_stale_s: Option<u64>,
     session_ttl_s: Option<u64>,
     max_live_sessions: Option<usize>,
+    max_peers_per_session: Option<usize>,
+    max_connections: Option<usize>,
+    handshake_timeout_s: Option<u64>,
+    idle_timeout_s: Option<u64>,
     allow_origin: Option<Vec<String>>,
 }
 
@@ -219,7 +237,11 @@ impl ServeArgs {
                 orphan_grace_s,
                 activity_stale_s,
                 session_ttl_s,
-                max_live_sessions
+                max_live_sessions,
+                max_peers_per_session,
+                max_connections,
+                handshake_timeout_s,
+                idle_timeout_s
             );
             if let Some(v) = file.control_wait_s {
                 if from_default("control_wait_s") {
@@ -257,8 +279,14 @@ impl ServeArgs {
         if self.activity_stale_s == 0 || self.session_ttl_s == 0 {
             bail!("--activity-stale-s and --session-ttl-s must be at least 1");
         }
-        if self.max_live_sessions == 0 {
-            bail!("--max-live-sessions must be at least 1");
+        if self.max_live_sessions == 0
+            || self.max_peers_per_session == 0
+            || self.max_connections == 0
+        {
+            bail!("--max-live-sessions, --max-peers-per-session and --max-connections must be at least 1");
+        }
+        if self.handshake_timeout_s == 0 || self.idle_timeout_s == 0 {
+            bail!("--handshake-timeout-s and --idle-timeout-s must be at least 1");
         }
         if !self.listen.ip().is_loopback() && !self.stdio {
             // Tokens arrive with profiles; until then only loopback peers.

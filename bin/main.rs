@@ -6,6 +6,7 @@ mod client_rate;
 mod config;
 mod host;
 mod http;
+mod listen;
 mod logging;
 mod origin;
 mod serve;

@@ -89,6 +89,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         activity_stale: Duration::from_secs(args.activity_stale_s),
         session_ttl: Duration::from_secs(args.session_ttl_s),
         max_live_sessions: args.max_live_sessions,
+        max_peers_per_session: args.max_peers_per_session,
+        idle_timeout: Duration::from_secs(args.idle_timeout_s),
         ..GatewayConfig::default()
     };
     let mut gateway = GatewayHandle::start(GatewayArgs {
@@ -123,10 +125,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         allowed_origins: Arc::new(args.allow_origin.clone()),
         client_buckets: Arc::new(crate::client_rate::ClientBuckets::new(args.rate_limit_rps)),
     };
-    let mut http_shutdown = shutdown_rx.clone();
-    let server = crate::server::serve(listener, app, async move {
-        let _ = http_shutdown.wait_for(|s| *s).await;
-    });
+    let limits = crate::listen::ListenLimits {
+        max_connections: args.max_connections,
+        handshake_timeout: Duration::from_secs(args.handshake_timeout_s),
+    };
+    let server = crate::server::serve(listener, app, limits);
     let mut server = tokio::spawn(server);
     // The start-up line scripts and tests wait for; logs go to stderr.
     println!("tether listening on http://{addr}");

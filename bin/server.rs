@@ -23,34 +23,14 @@ pub struct AppState {
     pub client_buckets: Arc<crate::client_rate::ClientBuckets>,
 }
 
-/// The listener with `TCP_NODELAY` on every accepted socket: events are
-/// small frames that must leave at once, and Nagle's algorithm would hold
-/// each behind the previous one's ACK (40 ms with delayed ACKs).
-pub fn nodelay(listener: tokio::net::TcpListener) -> NoDelay {
-    use axum::serve::ListenerExt;
-    listener.tap_io(set_nodelay)
-}
-
-/// A concrete type (not `impl Listener`) so that axum's `SocketAddr`
-/// connect info applies to it.
-pub type NoDelay = axum::serve::TapIo<tokio::net::TcpListener, fn(&mut tokio::net::TcpStream)>;
-
-fn set_nodelay(tcp: &mut tokio::net::TcpStream) {
-    if let Err(e) = tcp.set_nodelay(true) {
-        tracing::debug!(error = %e, "cannot set TCP_NODELAY");
-    }
-}
-
-/// Serves the routes on `listener` until `shutdown` resolves.
+/// Serves the routes on `listener` until the drain signal.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     app: AppState,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    limits: crate::listen::ListenLimits,
 ) -> std::io::Result<()> {
-    let service = router(app).into_make_service_with_connect_info::<std::net::SocketAddr>();
-    axum::serve(nodelay(listener), service)
-        .with_graceful_shutdown(shutdown)
-        .await
+    let shutdown = app.shutdown.clone();
+    crate::listen::serve(listener, router(app), limits, shutdown).await
 }
 
 pub fn router(app: AppState) -> Router {
@@ -71,7 +51,14 @@ pub fn router(app: AppState) -> Router {
 const READ_BUFFER: usize = 16 * 1024;
 const WRITE_BUFFER: usize = 16 * 1024;
 
-async fn ws_upgrade(ws: WebSocketUpgrade, State(app): State<AppState>) -> Response {
+async fn ws_upgrade(
+    ws: WebSocketUpgrade,
+    State(app): State<AppState>,
+    permit: Option<axum::Extension<crate::listen::ConnPermit>>,
+) -> Response {
+    // The upgraded socket outlives the HTTP connection: it carries the
+    // connection's place under --max-connections along.
+    let permit = permit.and_then(|p| p.take());
     let max = app.ctx.config.max_frame_bytes;
     // Frames up to 4× the limit are read and answered with 4013; anything
     // larger ends the connection with 1009 (PROTOCOL 1.10).
@@ -79,5 +66,5 @@ async fn ws_upgrade(ws: WebSocketUpgrade, State(app): State<AppState>) -> Respon
         .max_frame_size(4 * max)
         .read_buffer_size(READ_BUFFER)
         .write_buffer_size(WRITE_BUFFER)
-        .on_upgrade(move |socket| serve_socket(socket, app))
+        .on_upgrade(move |socket| serve_socket(socket, app, permit))
 }

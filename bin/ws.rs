@@ -5,6 +5,11 @@
 //! A few frames may be in flight to the peer at once (a semaphore permit
 //! travels with each), so a client that floods is slowed by TCP, not
 //! buffered without bound.
+//!
+//! Liveness: a socket that has sent nothing for a heartbeat is pinged (a
+//! WebSocket ping, answered by every browser and client library on its
+//! own); one silent for `--idle-timeout-s` is closed, so a peer behind a
+//! dead network path does not stay attached forever.
 
 use std::sync::Arc;
 
@@ -12,7 +17,8 @@ use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket};
 use futures::{SinkExt, StreamExt};
 use tether_actors::outbox::CLOSE_GOING_AWAY;
 use tether_actors::{Identity, Outbound, OutboxReceiver, PeerMsg};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::time::{Duration, Instant};
 use tracing::{debug, warn};
 
 use crate::server::AppState;
@@ -20,7 +26,11 @@ use crate::server::AppState;
 /// Frames a peer may have queued but not yet handled.
 const INBOUND_IN_FLIGHT: usize = 32;
 
-pub async fn serve_socket(socket: WebSocket, app: AppState) {
+pub async fn serve_socket(
+    socket: WebSocket,
+    app: AppState,
+    _permit: Option<tokio::sync::OwnedSemaphorePermit>,
+) {
     let identity = Identity {
         profile: "default".into(),
         fixed: false,
@@ -34,7 +44,13 @@ pub async fn serve_socket(socket: WebSocket, app: AppState) {
         }
     };
     let (sink, mut stream) = socket.split();
-    let mut writer = tokio::spawn(write_loop(sink, rx));
+    let (ping_tx, ping_rx) = mpsc::channel(1);
+    let mut writer = tokio::spawn(write_loop(sink, rx, ping_rx));
+    let heartbeat = Duration::from_secs(app.ctx.config.heartbeat_s.max(1));
+    let idle_timeout = app.ctx.config.idle_timeout;
+    let mut last_inbound = Instant::now();
+    let mut ticks = tokio::time::interval_at(Instant::now() + heartbeat, heartbeat);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let permits = Arc::new(Semaphore::new(INBOUND_IN_FLIGHT));
     let max = app.ctx.config.max_frame_bytes;
     let mut shutdown = app.shutdown.clone();
@@ -42,6 +58,7 @@ pub async fn serve_socket(socket: WebSocket, app: AppState) {
         tokio::select! {
             msg = stream.next() => {
                 let Some(msg) = msg else { break };
+                last_inbound = Instant::now();
                 let msg = match msg {
                     Ok(m) => m,
                     Err(e) => {
@@ -50,7 +67,7 @@ pub async fn serve_socket(socket: WebSocket, app: AppState) {
                             // The peer queues the close behind what it already
                             // sent; wait for the writer before stopping it.
                             let _ = peer.cast(PeerMsg::Close { code, reason: reason.into() });
-                            let _ = tokio::time::timeout(std::time::Duration::from_secs(2), &mut writer).await;
+                            let _ = tokio::time::timeout(Duration::from_secs(2), &mut writer).await;
                         }
                         break;
                     }
@@ -71,11 +88,24 @@ pub async fn serve_socket(socket: WebSocket, app: AppState) {
                 }
             }
             _ = &mut writer => break,
+            _ = ticks.tick() => {
+                let quiet = last_inbound.elapsed();
+                if quiet >= idle_timeout {
+                    debug!(quiet_s = quiet.as_secs(), "closing an idle websocket");
+                    let _ = peer.cast(PeerMsg::Close { code: CLOSE_GOING_AWAY, reason: "idle timeout".into() });
+                    let _ = tokio::time::timeout(Duration::from_secs(2), &mut writer).await;
+                    break;
+                }
+                if quiet >= heartbeat {
+                    // Full means a ping is already waiting: one is enough.
+                    let _ = ping_tx.try_send(());
+                }
+            }
             changed = shutdown.changed() => {
                 if changed.is_err() || *shutdown.borrow() {
                     let _ = peer.cast(PeerMsg::Close { code: CLOSE_GOING_AWAY, reason: "gateway shutting down".into() });
                     // Let the writer send the close frame.
-                    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), &mut writer).await;
+                    let _ = tokio::time::timeout(Duration::from_secs(2), &mut writer).await;
                     break;
                 }
             }
@@ -84,7 +114,7 @@ pub async fn serve_socket(socket: WebSocket, app: AppState) {
     peer.stop(None);
     // A JoinHandle must not be polled again once it returned its output.
     if !writer.is_finished() {
-        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), writer).await;
+        let _ = tokio::time::timeout(Duration::from_secs(1), writer).await;
     }
 }
 
@@ -105,8 +135,19 @@ fn close_code_for(e: &axum::Error) -> Option<(u16, &'static str)> {
 async fn write_loop(
     mut sink: futures::stream::SplitSink<WebSocket, Message>,
     mut rx: OutboxReceiver,
+    mut pings: mpsc::Receiver<()>,
 ) {
-    while let Some(item) = rx.recv().await {
+    loop {
+        let item = tokio::select! {
+            item = rx.recv() => item,
+            Some(()) = pings.recv() => {
+                if sink.send(Message::Ping(bytes::Bytes::new())).await.is_err() {
+                    break;
+                }
+                continue;
+            }
+        };
+        let Some(item) = item else { break };
         let mut close = None;
         match item {
             Outbound::Frame(bytes) => {

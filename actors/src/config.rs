@@ -50,6 +50,11 @@ pub struct GatewayConfig {
     /// Above this many live sessions, the least recently active idle
     /// orphans are parked (`--max-live-sessions`).
     pub max_live_sessions: usize,
+    /// Most peers attached to one session (`--max-peers-per-session`).
+    pub max_peers_per_session: usize,
+    /// A WebSocket silent this long is closed (`--idle-timeout-s`); the
+    /// gateway pings a quiet one every `heartbeat_s`.
+    pub idle_timeout: Duration,
 }
 
 impl Default for GatewayConfig {
@@ -74,6 +79,8 @@ impl Default for GatewayConfig {
             activity_stale: Duration::from_secs(600),
             session_ttl: Duration::from_secs(6 * 3600),
             max_live_sessions: 10_000,
+            max_peers_per_session: 64,
+            idle_timeout: Duration::from_secs(45),
         }
     }
 }

@@ -124,7 +124,7 @@ fn serve(
             allowed_origins: Default::default(),
             client_buckets: Default::default(),
         };
-        tokio::spawn(crate::server::serve(listener, app, std::future::pending()));
+        tokio::spawn(crate::server::serve(listener, app, Default::default()));
         let _ = addr_tx.send(addr);
         let ids = ids_rx.await.context("load generator gave up")?;
         let mut actors = Vec::new();

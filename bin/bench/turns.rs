@@ -108,7 +108,7 @@ fn serve(
             allowed_origins: Default::default(),
             client_buckets: Default::default(),
         };
-        tokio::spawn(crate::server::serve(listener, app, std::future::pending()));
+        tokio::spawn(crate::server::serve(listener, app, Default::default()));
         let _ = addr_tx.send(addr);
         let _ = done.await;
         gw.handle.shutdown(Duration::from_secs(5)).await;

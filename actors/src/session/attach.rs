@@ -57,6 +57,16 @@ impl SessionState {
             )));
             return;
         }
+        let max_peers = self.ctx.config.max_peers_per_session;
+        if let Some(p) = peer.as_ref().filter(|_| params.attach) {
+            if self.peers.len() >= max_peers && !self.peers.contains_key(&p.peer_id) {
+                let _ = reply.send(Err(RpcError::session_busy(format!(
+                    "the session has {} peers attached (--max-peers-per-session)",
+                    self.peers.len()
+                ))));
+                return;
+            }
+        }
         let h = self.committed_seq;
         let joining = match peer {
             Some(peer) if params.attach => {

@@ -1,0 +1,151 @@
+//! Accepting connections: the accept loop in front of the axum routes.
+//!
+//! `axum::serve` has no knobs for what a gateway facing the internet needs
+//! before any route runs, so tether runs hyper's HTTP/1 connection itself:
+//!
+//! - `TCP_NODELAY` on every socket: events are small frames that must leave
+//!   at once, and Nagle's algorithm would hold each behind the previous
+//!   one's ACK (40 ms with delayed ACKs).
+//! - A handshake timeout: a client must send its request head (the
+//!   WebSocket upgrade included) within `--handshake-timeout-s`, so sockets
+//!   opened and left silent (slowloris) do not pile up.
+//! - `--max-connections`: each connection holds a permit for its whole life
+//!   (a WebSocket takes its connection's permit along when it upgrades);
+//!   one over the cap is answered `503` and closed without touching a route.
+//! - The remote address, as axum's `ConnectInfo<SocketAddr>`, for the
+//!   per-address rate buckets of the HTTP routes.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use axum::http::Request;
+use axum::Router;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tower::ServiceExt;
+use tracing::{debug, warn};
+
+/// What the accept loop enforces.
+#[derive(Debug, Clone, Copy)]
+pub struct ListenLimits {
+    pub max_connections: usize,
+    pub handshake_timeout: Duration,
+}
+
+impl Default for ListenLimits {
+    /// Generous limits for benchmarks and embedders.
+    fn default() -> Self {
+        Self {
+            max_connections: 1 << 20,
+            handshake_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A connection's place under `--max-connections`, in every request's
+/// extensions; the WebSocket route takes it so that it outlives the HTTP
+/// connection that upgraded.
+#[derive(Clone, Default)]
+pub struct ConnPermit(Arc<Mutex<Option<OwnedSemaphorePermit>>>);
+
+impl ConnPermit {
+    pub fn take(&self) -> Option<OwnedSemaphorePermit> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+}
+
+const OVER_CAPACITY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\n\
+Content-Type: text/plain\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: 24\r\n\r\n\
+too many connections now";
+
+/// Serves `router` on `listener` until `shutdown` turns true; connections
+/// still open then are asked to finish (WebSockets are closed by their own
+/// tasks on the same signal).
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    limits: ListenLimits,
+    mut shutdown: watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    loop {
+        let (tcp, remote) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of fds or a connection reset before accept: not
+                    // fatal; back off a little so a full fd table is not
+                    // spun on.
+                    warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = async { shutdown.wait_for(|s| *s).await.map(|_| ()) } => return Ok(()),
+        };
+        if let Err(e) = tcp.set_nodelay(true) {
+            debug!(error = %e, "cannot set TCP_NODELAY");
+        }
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            tokio::spawn(refuse(tcp));
+            continue;
+        };
+        tokio::spawn(connection(
+            tcp,
+            remote,
+            router.clone(),
+            ConnPermit(Arc::new(Mutex::new(Some(permit)))),
+            limits.handshake_timeout,
+            shutdown.clone(),
+        ));
+    }
+}
+
+async fn connection(
+    tcp: TcpStream,
+    remote: SocketAddr,
+    router: Router,
+    permit: ConnPermit,
+    handshake_timeout: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let service = router.map_request(move |req: Request<Incoming>| {
+        let mut req = req.map(Body::new);
+        req.extensions_mut().insert(ConnectInfo(remote));
+        req.extensions_mut().insert(permit.clone());
+        req
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(handshake_timeout)
+        .serve_connection(TokioIo::new(tcp), TowerToHyperService::new(service))
+        .with_upgrades();
+    tokio::pin!(conn);
+    tokio::select! {
+        result = conn.as_mut() => {
+            if let Err(e) = result {
+                debug!(error = %e, %remote, "connection ended with an error");
+            }
+        }
+        _ = async { shutdown.wait_for(|s| *s).await.map(|_| ()) } => {
+            conn.as_mut().graceful_shutdown();
+            let _ = tokio::time::timeout(Duration::from_secs(2), conn).await;
+        }
+    }
+}
+
+async fn refuse(mut tcp: TcpStream) {
+    // Best effort: the client may already be gone.
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        let _ = tcp.write_all(OVER_CAPACITY).await;
+        let _ = tcp.shutdown().await;
+    })
+    .await;
+}
