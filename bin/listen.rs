@@ -13,7 +13,8 @@
 //!   (a WebSocket takes its connection's permit along when it upgrades);
 //!   one over the cap is answered `503` and closed without touching a route.
 //! - The remote address, as axum's `ConnectInfo<SocketAddr>`, for the
-//!   per-address rate buckets of the HTTP routes.
+//!   per-address rate buckets of the HTTP routes, and the local one
+//!   ([`LocalAddr`]) for the Host rule of `crate::origin`.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -48,6 +49,10 @@ impl Default for ListenLimits {
         }
     }
 }
+
+/// The address a connection was accepted on.
+#[derive(Debug, Clone, Copy)]
+pub struct LocalAddr(pub SocketAddr);
 
 /// A connection's place under `--max-connections`, in every request's
 /// extensions; the WebSocket route takes it so that it outlives the HTTP
@@ -116,9 +121,13 @@ async fn connection(
     handshake_timeout: Duration,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let local = tcp.local_addr().ok().map(LocalAddr);
     let service = router.map_request(move |req: Request<Incoming>| {
         let mut req = req.map(Body::new);
         req.extensions_mut().insert(ConnectInfo(remote));
+        if let Some(local) = local {
+            req.extensions_mut().insert(local);
+        }
         req.extensions_mut().insert(permit.clone());
         req
     });

@@ -37,7 +37,11 @@ impl Resp {
 }
 
 fn head_text(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], len: usize) -> String {
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    let mut req = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
+    // The gateway's own address unless the caller sends another Host.
+    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+        req.push_str(&format!("Host: {addr}\r\n"));
+    }
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }
@@ -732,4 +736,47 @@ async fn posts_from_one_address_share_a_rate_bucket() {
     // Once the bucket refills, the same client is served again.
     tokio::time::sleep(Duration::from_millis(retry * 1000)).await;
     assert_eq!(rpc(addr, ping).await.status, 200);
+}
+
+#[tokio::test]
+async fn a_rebound_host_name_is_refused_on_loopback() {
+    let dir = tempdir();
+    let gw = Gateway::start(dir.path(), &[]);
+    let addr = gw.addr.as_str();
+    let port = addr.rsplit_once(':').unwrap().1;
+    let evil_host = format!("evil.example:{port}");
+    let evil_origin = format!("http://{evil_host}");
+    let ping = br#"{"jsonrpc":"2.0","id":1,"method":"gateway.ping"}"#;
+    // DNS rebinding: the page's origin matches its Host, but the Host names
+    // another machine than the one this loopback socket belongs to.
+    let r = http(
+        addr,
+        "POST",
+        "/rpc",
+        &[
+            ("Host", &evil_host),
+            ("Origin", &evil_origin),
+            ("Content-Type", "application/json"),
+        ],
+        ping,
+    )
+    .await;
+    assert_eq!(r.status, 403);
+    let r = http(addr, "GET", "/ws", &[("Host", &evil_host)], b"").await;
+    assert_eq!(r.status, 403);
+    // Loopback names are served, with or without a matching Origin.
+    let local = format!("localhost:{port}");
+    let r = http(
+        addr,
+        "POST",
+        "/rpc",
+        &[
+            ("Host", &local),
+            ("Origin", &format!("http://{local}")),
+            ("Content-Type", "application/json"),
+        ],
+        ping,
+    )
+    .await;
+    assert_eq!(r.status, 200);
 }
