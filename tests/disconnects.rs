@@ -403,6 +403,8 @@ struct Held {
     session: String,
     seqs: Vec<u64>,
     drops: u32,
+    /// Events that came back in the `events` of a resume after a drop.
+    replayed: usize,
 }
 
 /// Drives one session's turns one after the other, then publishes the
@@ -437,6 +439,7 @@ async fn storm_client(
     let mut watermark = 0;
     let mut drops_left = 1 + rng.below(2) as u32;
     let mut drops = 0;
+    let mut replayed = 0;
     let mut fin_open = true;
     loop {
         let mut c = Client::connect(&url).await;
@@ -447,6 +450,9 @@ async fn storm_client(
             )
             .await;
         assert_eq!(r["resync"], false, "{r}");
+        if drops > 0 {
+            replayed += r["events"].as_array().unwrap().len();
+        }
         for e in r["events"].as_array().unwrap() {
             let seq = e["seq"].as_u64().unwrap();
             held.push(seq);
@@ -459,6 +465,7 @@ async fn storm_client(
                     session: id,
                     seqs: held,
                     drops,
+                    replayed,
                 };
             }
             let step = tokio::select! {
@@ -481,10 +488,12 @@ async fn storm_client(
             }
         }
         // Gone without a close frame, whatever was in flight is lost to
-        // this connection.
+        // this connection; the client stays away a moment while the
+        // session goes on, so its resume has something to replay.
         drop(c);
         drops_left -= 1;
         drops += 1;
+        tokio::time::sleep(Duration::from_millis(rng.below(400))).await;
     }
 }
 
@@ -561,6 +570,15 @@ async fn a_reconnect_storm_ends_with_every_client_holding_every_seq_exactly_once
         latest.insert(id.clone(), n);
     }
     assert_eq!(held.len(), STORM_SESSIONS * STORM_CLIENTS_PER_SESSION);
+    // The drops happened while events flowed: resumes had missed events
+    // to replay (not only empty catch-ups).
+    let replayed: usize = held.iter().map(|h| h.replayed).sum();
+    let drops: u32 = held.iter().map(|h| h.drops).sum();
+    eprintln!("storm: {drops} drops, {replayed} events replayed after them");
+    assert!(
+        replayed > 0,
+        "no resume after a drop had anything to replay"
+    );
     for h in &held {
         let n = latest[&h.session];
         assert!(h.drops >= 1);
