@@ -496,7 +496,21 @@ async fn stats_show_running_turns_and_hosts() {
     let id = session(&mut c).await;
     let t = submit(&mut c, &id, "/hang").await;
     first_delta(&mut c).await;
-    let s = c.ok("session.events.stats", json!({})).await;
+    // The second slot may still be starting on a loaded machine.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let s = loop {
+        let s = c.ok("session.events.stats", json!({})).await;
+        let up = s["hosts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|h| h["state"] == "up")
+            .count();
+        if up == 2 || std::time::Instant::now() > deadline {
+            break s;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     let turns = s["active_turns"].as_array().unwrap();
     assert_eq!(turns.len(), 1);
     assert_eq!(turns[0]["turn_id"], t["turn_id"]);

@@ -250,7 +250,18 @@ impl GatewayState {
                 let (actor, _) =
                     Actor::spawn_linked(None, HostSupervisor, args, supervisor).await?;
                 let id = actor.get_id();
+                let restarted = self
+                    .trackers
+                    .get(&Child::HostSupervisor)
+                    .is_some_and(|t| t.total_restarts() > 0);
                 let _ = self.hosts_tx.send(Some(actor));
+                if restarted {
+                    // The old supervisor took its hosts and their turns
+                    // down with it: every session ends what it ran there.
+                    if let Ok(registry) = self.ctx.registry() {
+                        let _ = registry.cast(RegistryMsg::HostsRestarted);
+                    }
+                }
                 id
             }
         };

@@ -340,10 +340,15 @@ impl Actor for HostSupervisor {
     }
 }
 
-fn send_update(session: &ActorRef<SessionMsg>, turn_id: TurnId, update: TurnUpdate) {
-    if session.cast(SessionMsg::Turn { turn_id, update }).is_err() {
+/// Forwards a turn update; `false` when the session actor is gone (its
+/// successor ends the turn from the store's marker, so the host should
+/// stop working on it).
+fn send_update(session: &ActorRef<SessionMsg>, turn_id: TurnId, update: TurnUpdate) -> bool {
+    let sent = session.cast(SessionMsg::Turn { turn_id, update }).is_ok();
+    if !sent {
         debug!("session is gone; turn update dropped");
     }
+    sent
 }
 
 /// Now, on tokio's clock: deadlines and restart windows follow

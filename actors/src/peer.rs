@@ -69,6 +69,8 @@ pub struct PeerState {
     /// Sessions this peer is attached to, to detach from on disconnect.
     attached: HashMap<(String, SessionId), ActorRef<SessionMsg>>,
     limiter: RateLimiter,
+    /// Counted in the registry's peers (`PeerUp` sent, `PeerDown` not yet).
+    counted: bool,
 }
 
 pub struct Peer;
@@ -91,6 +93,7 @@ impl Actor for Peer {
             ctx: args.ctx,
             attached: HashMap::new(),
             limiter: RateLimiter::new(rps, rps.saturating_mul(2), std::time::Instant::now()),
+            counted: true,
         };
         // Counted before the client can see `gateway.ready` (and so before
         // anything it does next can ask for the count).
@@ -139,21 +142,45 @@ impl Actor for Peer {
         _myself: ActorRef<Self::Msg>,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        for (_, session) in state.attached.drain() {
-            let _ = session.cast(SessionMsg::Detach {
-                peer_id: state.peer_id.clone(),
-                reply: None,
-            });
-        }
-        if let Ok(registry) = state.ctx.registry() {
-            let _ = registry.cast(RegistryMsg::PeerDown {
-                profile: state.identity.profile.clone(),
-            });
-        }
+        state.leave();
         debug!(peer_id = %state.peer_id, "peer disconnected");
         Ok(())
     }
 }
+
+impl PeerState {
+    /// Detaches from every session and stops being counted. Idempotent.
+    fn leave(&mut self) {
+        for (_, session) in self.attached.drain() {
+            let _ = session.cast(SessionMsg::Detach {
+                peer_id: self.peer_id.clone(),
+                reply: None,
+            });
+        }
+        if std::mem::take(&mut self.counted) {
+            if let Ok(registry) = self.ctx.registry() {
+                let _ = registry.cast(RegistryMsg::PeerDown {
+                    profile: self.identity.profile.clone(),
+                });
+            }
+        }
+    }
+}
+
+/// A peer killed (or crashed in a handler) skips `post_stop`: leave the
+/// sessions and close the connection here, so that its sessions do not
+/// keep a dead peer attached and its client reconnects.
+impl Drop for PeerState {
+    fn drop(&mut self) {
+        self.leave();
+        if !self.outbox.is_closed() {
+            self.outbox.close(CLOSE_PEER_LOST, "peer restarted");
+        }
+    }
+}
+
+/// WebSocket close code for a connection whose peer actor died.
+pub const CLOSE_PEER_LOST: u16 = 1011;
 
 /// Work to do once a frame's answer is queued: sessions waiting for this
 /// peer to confirm that a resume reply is in its outbox.

@@ -97,6 +97,8 @@ pub enum RegistryMsg {
     },
     /// The StoreWriter was restarted: sessions must rebase.
     WriterRestarted,
+    /// The HostSupervisor was restarted: turns on its hosts are gone.
+    HostsRestarted,
     /// The Reaper was restarted: sessions must report to the new one.
     ReaperRestarted,
     /// From the reaper: park this session if it is still parkable.
@@ -237,6 +239,11 @@ impl Actor for Registry {
             RegistryMsg::WriterRestarted => {
                 for live in state.live.values() {
                     let _ = live.actor.cast(SessionMsg::WriterRestarted);
+                }
+            }
+            RegistryMsg::HostsRestarted => {
+                for live in state.live.values() {
+                    let _ = live.actor.cast(SessionMsg::HostsLost);
                 }
             }
             RegistryMsg::ReaperRestarted => {

@@ -145,6 +145,9 @@ pub enum SessionMsg {
     },
     /// A new reaper knows nothing: report orphaned/adopted again.
     ReportToReaper,
+    /// The HostSupervisor was restarted: its hosts, and the turn and
+    /// compression this session had on them, are gone.
+    HostsLost,
 }
 
 /// How a session is started: from its stored row (after a barrier told it
@@ -189,7 +192,37 @@ struct PeerSlot {
     outbox: Outbox,
     /// `None` once joined; while joining, live frames are held here.
     held: Option<Vec<(Bytes, FrameClass)>>,
+    /// Whether dropping the slot closes the peer's connection (see Drop).
+    armed: bool,
 }
+
+impl PeerSlot {
+    fn new(outbox: Outbox, held: Option<Vec<(Bytes, FrameClass)>>) -> Self {
+        Self {
+            outbox,
+            held,
+            armed: true,
+        }
+    }
+}
+
+/// A session that dies without stopping cleanly (killed, or crashed in a
+/// handler) drops its state without telling anyone; its peers would wait
+/// for events that never come. Each slot therefore closes its peer's
+/// connection when dropped, unless the session let go of it on purpose
+/// (detach, clean stop): the client reconnects and resumes from its
+/// watermark on the session brought back from the store.
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        if self.armed && !self.outbox.is_closed() {
+            self.outbox.close(CLOSE_SESSION_LOST, "session restarted");
+        }
+    }
+}
+
+/// WebSocket close code for a peer whose session actor died (RFC 6455
+/// "internal error"); it reconnects and resumes.
+pub const CLOSE_SESSION_LOST: u16 = 1011;
 
 pub struct SessionState {
     id: SessionId,
@@ -402,6 +435,7 @@ impl Actor for Session {
             SessionMsg::Rebased { barrier } => state.rebased(&myself, barrier),
             SessionMsg::Park { reason, reply } => state.park(&myself, reason, reply),
             SessionMsg::ReportToReaper => state.report_to_reaper(true),
+            SessionMsg::HostsLost => state.hosts_lost(&myself),
         }
         state.close_if_left(&myself);
         state.send_unsent(&myself);
@@ -416,6 +450,10 @@ impl Actor for Session {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         state.gauges.set(0, 0, 0);
+        // A clean stop (closed, parked, shutdown): the peers stay connected.
+        for slot in state.peers.values_mut() {
+            slot.armed = false;
+        }
         debug!(session_id = %state.id, "session stopped");
         Ok(())
     }
@@ -450,7 +488,13 @@ impl SessionState {
     }
 
     fn detach(&mut self, peer_id: &PeerId) -> bool {
-        let was = self.peers.remove(peer_id).is_some();
+        let was = match self.peers.remove(peer_id) {
+            Some(mut slot) => {
+                slot.armed = false;
+                true
+            }
+            None => false,
+        };
         if was {
             debug!(session_id = %self.id, peer_id = %peer_id, peers = self.peers.len(), "peer detached");
         }

@@ -103,7 +103,13 @@ impl HostSupervisorState {
         );
         // Sent from this handler, so it reaches the session before any of
         // the turn's frames (they are handled after it, in this mailbox).
-        send_update(&session, turn_id, TurnUpdate::Started { host_id: slot });
+        if !send_update(
+            &session,
+            turn_id.clone(),
+            TurnUpdate::Started { host_id: slot },
+        ) {
+            self.abandon(&turn_id);
+        }
     }
 
     pub(super) fn remove_route(&mut self, turn_id: &TurnId) -> Option<Route> {
@@ -189,7 +195,9 @@ impl HostSupervisorState {
             } => trace!(host_id = slot, pid, active_turns, rss_kb, "host heartbeat"),
             FromHost::Event { turn_id, event } => {
                 if let Some(route) = self.route_of(slot, &turn_id) {
-                    send_update(&route.session, turn_id, TurnUpdate::Event(event));
+                    if !send_update(&route.session, turn_id.clone(), TurnUpdate::Event(event)) {
+                        self.abandon(&turn_id);
+                    }
                 }
             }
             FromHost::TurnEnd {

@@ -70,13 +70,8 @@ impl SessionState {
         let h = self.committed_seq;
         let joining = match peer {
             Some(peer) if params.attach => {
-                self.peers.insert(
-                    peer.peer_id,
-                    PeerSlot {
-                        outbox: peer.outbox,
-                        held: Some(Vec::new()),
-                    },
-                );
+                self.peers
+                    .insert(peer.peer_id, PeerSlot::new(peer.outbox, Some(Vec::new())));
                 true
             }
             _ => false,
@@ -162,23 +157,13 @@ impl SessionState {
                     return;
                 }
             }
-            self.peers.insert(
-                peer.peer_id,
-                PeerSlot {
-                    outbox: peer.outbox,
-                    held: None,
-                },
-            );
+            self.peers
+                .insert(peer.peer_id, PeerSlot::new(peer.outbox, None));
             return;
         }
         let peer_id = peer.peer_id.clone();
-        self.peers.insert(
-            peer.peer_id,
-            PeerSlot {
-                outbox: peer.outbox,
-                held: Some(Vec::new()),
-            },
-        );
+        self.peers
+            .insert(peer.peer_id, PeerSlot::new(peer.outbox, Some(Vec::new())));
         let reader = self.ctx.reader.clone();
         let id = self.id.clone();
         let myself = myself.clone();

@@ -516,6 +516,25 @@ impl SessionState {
         }
     }
 
+    /// The supervisor that ran this session's turn is gone (it was
+    /// restarted): end the turn as a host crash, and fail a compression
+    /// waiting for its answer, exactly as if the host had died.
+    pub(super) fn hosts_lost(&mut self, myself: &ActorRef<SessionMsg>) {
+        if let Some(turn_id) = self.turns.running.as_ref().map(|t| t.tag.turn_id.clone()) {
+            self.turn_update(
+                myself,
+                turn_id,
+                TurnUpdate::Error {
+                    reason: reasons::HOST_CRASH.into(),
+                    message: "the host supervisor was restarted".into(),
+                },
+            );
+        }
+        if let Some(request_id) = self.compacting.as_ref().map(|c| c.request_id.clone()) {
+            self.control_late(request_id, Err("the host supervisor was restarted".into()));
+        }
+    }
+
     /// Elapsed time of the running turn, for stats.
     pub(super) fn running_for(&self) -> Option<Duration> {
         self.turns

@@ -234,8 +234,13 @@ impl StoreWrite for SqliteWriter {
         if self.in_tx {
             self.rollback().await;
         }
-        Ok(ops::latest_seq(&mut self.conn, session_id)
-            .await?
-            .unwrap_or(0))
+        // Under the write lock: a commit still running on another
+        // connection (a writer that was replaced mid-commit) finishes
+        // first, so the answer includes it and a session that rebases on
+        // it never re-sends seqs that are in fact on disk.
+        self.begin().await?;
+        let read = ops::latest_seq(&mut self.conn, session_id).await;
+        self.rollback().await;
+        Ok(read?.unwrap_or(0))
     }
 }
