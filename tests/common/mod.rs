@@ -171,6 +171,41 @@ impl Client {
         }
     }
 
+    /// Next text frame exactly as sent, unparsed: for what a `Value` cannot
+    /// show (an integer id beyond u64). Panics on close or timeout.
+    pub async fn next_text(&mut self) -> String {
+        loop {
+            let msg = tokio::time::timeout(FRAME_WAIT, self.ws.next())
+                .await
+                .expect("timed out waiting for a frame")
+                .expect("connection ended")
+                .expect("websocket error");
+            match msg {
+                Message::Text(t) => return t.as_str().to_owned(),
+                Message::Close(f) => panic!("connection closed: {f:?}"),
+                _ => continue,
+            }
+        }
+    }
+
+    /// Next text frame from the socket, or the close code once the gateway
+    /// closed (1005 without one). Panics on timeout.
+    pub async fn next_or_close(&mut self) -> Result<Value, u16> {
+        loop {
+            let msg = tokio::time::timeout(FRAME_WAIT, self.ws.next())
+                .await
+                .expect("timed out waiting for a frame or a close");
+            match msg {
+                Some(Ok(Message::Text(t))) => {
+                    return Ok(serde_json::from_str(&t).expect("frame is JSON"))
+                }
+                Some(Ok(Message::Close(Some(f)))) => return Err(f.code.into()),
+                Some(Ok(Message::Close(None))) | None | Some(Err(_)) => return Err(1005),
+                Some(Ok(_)) => continue,
+            }
+        }
+    }
+
     /// Sends unless the connection is gone; whether it was sent.
     pub async fn try_send_text(&mut self, text: &str) -> bool {
         self.ws.send(Message::Text(text.into())).await.is_ok()
