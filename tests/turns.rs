@@ -435,7 +435,15 @@ async fn a_gateway_killed_mid_turn_ends_the_turn_at_restart_and_leaves_no_host()
     let t = submit(&mut c, &id, "/hang").await;
     let queued = submit(&mut c, &id, "next").await;
     first_delta(&mut c).await;
-    let pids = host_pids(&mut c).await;
+    // Both slots have a process (the idle one may still be starting).
+    let mut pids = host_pids(&mut c).await;
+    for _ in 0..300 {
+        if pids.len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        pids = host_pids(&mut c).await;
+    }
     assert_eq!(pids.len(), 2);
     drop(c);
     gw.restart(); // SIGKILL of the gateway, then a new one on the same data dir

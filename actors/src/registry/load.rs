@@ -16,24 +16,20 @@ pub(super) async fn load_session(
     writer: Option<ActorRef<StoreWriterMsg>>,
     key: &SessionKey,
 ) -> Result<Option<Loaded>, StoreError> {
-    let Some(row) = reader.get_session(&key.0, &key.1).await? else {
+    let Some(first) = reader.get_session(&key.0, &key.1).await? else {
         return Ok(None);
     };
-    if row.status == SessionStatus::Closed {
+    if first.status == SessionStatus::Closed {
         let barrier = Barrier {
-            latest_seq: row.latest_seq,
+            latest_seq: first.latest_seq,
             gen: 0,
         };
         return Ok(Some(Loaded {
-            row,
+            row: first,
             barrier,
             todos: None,
         }));
     }
-    let todos = reader
-        .latest_todos(&key.1)
-        .await?
-        .and_then(|e| serde_json::from_str::<Todos>(&e.payload).ok());
     let writer =
         writer.ok_or_else(|| StoreError::Unavailable("store writer is restarting".into()))?;
     // The barrier (not the read pool) tells the committed latest seq: an
@@ -47,16 +43,29 @@ pub(super) async fn load_session(
             None,
         )
         .await;
-    match barrier {
-        Ok(ractor::rpc::CallResult::Success(result)) => Ok(Some(Loaded {
-            row,
-            barrier: result?,
-            todos,
-        })),
-        _ => Err(StoreError::Unavailable(
-            "store writer did not answer".into(),
-        )),
-    }
+    let barrier = match barrier {
+        Ok(ractor::rpc::CallResult::Success(result)) => result?,
+        _ => {
+            return Err(StoreError::Unavailable(
+                "store writer did not answer".into(),
+            ))
+        }
+    };
+    // Read again behind the barrier: the first read only told that the
+    // session exists; its turn marker, counters and todos must include
+    // what the previous life's last append wrote.
+    let Some(row) = reader.get_session(&key.0, &key.1).await? else {
+        return Ok(None);
+    };
+    let todos = reader
+        .latest_todos(&key.1)
+        .await?
+        .and_then(|e| serde_json::from_str::<Todos>(&e.payload).ok());
+    Ok(Some(Loaded {
+        row,
+        barrier,
+        todos,
+    }))
 }
 
 /// At start, sessions whose turns were cut short by a stop are brought live:

@@ -91,17 +91,22 @@ impl SessionState {
     }
 
     /// Sends the rows emitted by this message to the writer as one append.
+    ///
+    /// While the writer is restarting (none published, or the published
+    /// one already dead) the rows stay in `unsent`: the root announces the
+    /// new writer (`WriterRestarted`) and this runs again after that
+    /// message. Failing them instead would drop events that the session
+    /// already counts as emitted, a turn's `message.complete` among them.
     pub(super) fn send_unsent(&mut self, myself: &ActorRef<SessionMsg>) {
         if self.unsent.is_empty() || self.append_in_flight {
             return;
         }
-        let events = std::mem::take(&mut self.unsent);
-        let from_seq = events.first().map(|e| e.seq).unwrap_or(0);
-        let turn_marker = if std::mem::take(&mut self.turns.marker_dirty) {
-            Some(self.turns.marker())
-        } else {
-            None
+        let Some(writer) = self.ctx.writer() else {
+            debug!(session_id = %self.id, "store writer restarting; append held");
+            return;
         };
+        let events = std::mem::take(&mut self.unsent);
+        let turn_marker = self.turns.marker_dirty.then(|| self.turns.marker());
         let patch = SessionPatch {
             status: Some(self.status),
             message_count: Some(self.message_count),
@@ -110,28 +115,26 @@ impl SessionState {
             updated_at_ms: Some(self.updated_at_ms),
             ..SessionPatch::default()
         };
-        let writer = self.ctx.writer();
-        let sent = match &writer {
-            Some(writer) => writer
-                .cast(StoreWriterMsg::Append {
-                    session_id: self.id.clone(),
-                    gen: self.gen,
-                    events,
-                    patch,
-                    notify: myself.clone(),
-                })
-                .is_ok(),
-            None => false,
-        };
-        if sent {
-            self.append_in_flight = true;
-            self.in_flight_to = writer.map(|w| w.get_id());
-        } else {
-            self.append_failed(
-                self.gen,
-                from_seq,
-                tether_protocol::codes::STORAGE_UNAVAILABLE,
-            );
+        let sent = writer.cast(StoreWriterMsg::Append {
+            session_id: self.id.clone(),
+            gen: self.gen,
+            events,
+            patch,
+            notify: myself.clone(),
+        });
+        match sent {
+            Ok(()) => {
+                self.turns.marker_dirty = false;
+                self.append_in_flight = true;
+                self.in_flight_to = Some(writer.get_id());
+            }
+            Err(ractor::MessagingErr::SendErr(StoreWriterMsg::Append { events, .. })) => {
+                debug!(session_id = %self.id, "store writer gone; append held");
+                self.unsent = events;
+            }
+            Err(_) => {
+                // Not reachable for a local actor; keep the rows regardless.
+            }
         }
     }
 
