@@ -89,7 +89,7 @@ impl Ring {
             return Coverage::Full;
         }
         match self.entries.front() {
-            Some(first) if first.seq <= after + 1 => Coverage::Full,
+            Some(first) if first.seq <= after.saturating_add(1) => Coverage::Full,
             _ => Coverage::Partial,
         }
     }

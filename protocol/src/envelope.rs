@@ -105,6 +105,12 @@ fn invalid(id: Value, detail: &str) -> Item {
     }
 }
 
+/// A JSON number written without fraction or exponent.
+fn is_integer_literal(text: &str) -> bool {
+    let digits = text.trim().trim_start_matches('-');
+    !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
+}
+
 /// Validates one request object (or batch member).
 fn parse_item(raw: &RawValue) -> Item {
     if !raw.get().trim_start().starts_with('{') {
@@ -119,6 +125,11 @@ fn parse_item(raw: &RawValue) -> Item {
     let id = match req.id {
         None => None,
         Some(raw_id) => match serde_json::from_str::<Value>(raw_id.get()) {
+            Ok(Value::Number(n)) if n.is_f64() && is_integer_literal(raw_id.get()) => {
+                // Beyond 64 bits an integer becomes a float here, and its
+                // echo would not be the id the client sent.
+                return invalid(Value::Null, "id is an integer beyond 64 bits");
+            }
             Ok(v @ (Value::Null | Value::String(_) | Value::Number(_))) => Some(v),
             _ => return invalid(Value::Null, "id must be a string, a number or null"),
         },

@@ -238,6 +238,14 @@ impl HostSupervisorState {
                 message,
             } => self.answer(slot, request_id, Err(message)),
             FromHost::Pong { .. } => {}
+            FromHost::ShutdownAck if !self.stopping => {
+                // Only an answer to our `shutdown` may take a slot out of
+                // service; a host that says it unprompted keeps serving.
+                warn!(
+                    host_id = slot,
+                    pid, "shutdown.ack without a shutdown; ignored"
+                );
+            }
             FromHost::ShutdownAck => {
                 info!(host_id = slot, pid, "compute host is finishing");
                 if let Some(s) = self.slots.get_mut(slot as usize) {

@@ -94,7 +94,7 @@ impl SessionState {
         };
         let truncated = params
             .last_seen
-            .map(|after| after + 1 < self.retained_from_seq);
+            .map(|after| after.saturating_add(1) < self.retained_from_seq);
         let mut result = ResumeResult {
             session: self.info(),
             epoch: self.ctx.epoch.to_string(),

@@ -68,7 +68,7 @@ pub(crate) async fn since_from_store(
     Ok(SinceResult {
         events,
         latest_seq,
-        truncated: params.last_seen + 1 < retained_from_seq,
+        truncated: params.last_seen.saturating_add(1) < retained_from_seq,
         has_more,
         epoch: epoch.to_string(),
     })
@@ -87,7 +87,7 @@ pub(super) fn since(
         let _ = reply.send(Ok(SinceResult {
             events: entries.into_iter().map(|e| e.params).collect(),
             latest_seq: h,
-            truncated: after + 1 < state.retained_from_seq,
+            truncated: after.saturating_add(1) < state.retained_from_seq,
             has_more,
             epoch: state.ctx.epoch.to_string(),
         }));
