@@ -136,6 +136,7 @@ impl Actor for Host {
                 stdin: tx.clone(),
                 hello_timeout: config.hello_timeout,
                 silence_limit: Duration::from_secs(heartbeat_s.saturating_mul(3)),
+                bad_lines: std::sync::atomic::AtomicU64::new(0),
             },
         ));
         let me = myself.clone();
@@ -294,6 +295,8 @@ struct Reader {
     hello_timeout: Duration,
     /// No line at all for this long (three heartbeats) is death.
     silence_limit: Duration,
+    /// Bad lines so far, to keep a babbling host from flooding the log.
+    bad_lines: std::sync::atomic::AtomicU64,
 }
 
 async fn read_frames(stdout: ChildStdout, r: Reader) {
@@ -367,7 +370,15 @@ impl Reader {
     /// Answers a line that is not a frame with an `error` frame (PROTOCOL
     /// Part 2) and otherwise ignores it.
     fn reject(&self, message: String) {
-        warn!(host_id = self.slot, pid = self.pid, error = %message, "bad line from host");
+        let n = self
+            .bad_lines
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1;
+        // Every one is answered; the first ten and then every thousandth
+        // are logged, with the count.
+        if n <= 10 || n % 1000 == 0 {
+            warn!(host_id = self.slot, pid = self.pid, bad_lines = n, error = %message, "bad line from host");
+        }
         let _ = self
             .stdin
             .try_send(encode_host_line(&ToHost::Error { message }));
