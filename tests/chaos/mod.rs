@@ -6,6 +6,7 @@
 
 pub mod client;
 pub mod monkey;
+pub mod ws;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
