@@ -137,6 +137,11 @@ pub struct ServeArgs {
     /// pings) is closed, in seconds.
     #[arg(long, env = "TETHER_IDLE_TIMEOUT_S", default_value_t = 45)]
     pub idle_timeout_s: u64,
+    /// A client token, `PROFILE:TOKEN` (or `PROFILE:sha256:HEX` with the
+    /// token's SHA-256); repeatable; comma-separated in TETHER_TOKEN. With
+    /// tokens every client must present one and sees only its profile.
+    #[arg(long = "token", env = "TETHER_TOKEN", value_delimiter = ',')]
+    pub token: Vec<String>,
     /// A browser origin allowed besides the gateway's own (repeatable;
     /// comma-separated in TETHER_ALLOW_ORIGIN).
     #[arg(
@@ -187,6 +192,7 @@ struct FileConfig {
     handshake_timeout_s: Option<u64>,
     idle_timeout_s: Option<u64>,
     allow_origin: Option<Vec<String>>,
+    token: Option<Vec<String>>,
 }
 
 impl ServeArgs {
@@ -258,6 +264,9 @@ impl ServeArgs {
             if self.allow_origin.is_empty() {
                 self.allow_origin = file.allow_origin.unwrap_or_default();
             }
+            if self.token.is_empty() {
+                self.token = file.token.unwrap_or_default();
+            }
         }
         self.check()?;
         Ok(self)
@@ -288,10 +297,10 @@ impl ServeArgs {
         if self.handshake_timeout_s == 0 || self.idle_timeout_s == 0 {
             bail!("--handshake-timeout-s and --idle-timeout-s must be at least 1");
         }
-        if !self.listen.ip().is_loopback() && !self.stdio {
-            // Tokens arrive with profiles; until then only loopback peers.
+        let tokens = crate::auth::Tokens::parse(&self.token)?;
+        if !self.listen.ip().is_loopback() && !self.stdio && tokens.is_empty() {
             bail!(
-                "refusing to listen on non-loopback address {} without tokens",
+                "refusing to listen on non-loopback address {} without tokens (add --token PROFILE:TOKEN)",
                 self.listen
             );
         }

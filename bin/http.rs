@@ -44,10 +44,12 @@ const STOP_WAIT: Duration = Duration::from_secs(1);
 pub async fn post_rpc(
     State(app): State<AppState>,
     ConnectInfo(remote): ConnectInfo<std::net::SocketAddr>,
+    caller: Option<axum::Extension<crate::auth::Caller>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    if let Err(retry_after) = app.client_buckets.take("default", remote.ip()) {
+    let caller = crate::auth::caller_of(caller);
+    if let Err(retry_after) = app.client_buckets.take(&caller.profile, remote.ip()) {
         return rate_limited(retry_after);
     }
     if !is_json(&headers) {
@@ -74,8 +76,8 @@ pub async fn post_rpc(
         Err(_) => PeerMsg::Binary,
     };
     let identity = Identity {
-        profile: "default".into(),
-        fixed: false,
+        profile: caller.profile,
+        fixed: caller.fixed,
         can_attach: false,
     };
     let (peer, mut rx) = match tether_actors::spawn_peer(&app.ctx, identity).await {

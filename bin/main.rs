@@ -1,6 +1,7 @@
 //! The `tether` binary: a thin layer over the actor system.
 #![forbid(unsafe_code)]
 
+mod auth;
 mod bench;
 mod client_rate;
 mod config;

@@ -21,6 +21,21 @@ pub struct AppState {
     pub allowed_origins: Arc<Vec<String>>,
     /// Rate limits of `POST /rpc` and SSE opens, per (profile, address).
     pub client_buckets: Arc<crate::client_rate::ClientBuckets>,
+    /// Configured tokens; empty: no tokens, loopback peers only.
+    pub tokens: Arc<crate::auth::Tokens>,
+}
+
+impl AppState {
+    /// No tokens, no extra origins, no HTTP rate limit (benchmarks).
+    pub fn new(ctx: Ctx, shutdown: watch::Receiver<bool>) -> Self {
+        Self {
+            ctx,
+            shutdown,
+            allowed_origins: Default::default(),
+            client_buckets: Default::default(),
+            tokens: Default::default(),
+        }
+    }
 }
 
 /// Serves the routes on `listener` until the drain signal.
@@ -38,6 +53,11 @@ pub fn router(app: AppState) -> Router {
         .route("/ws", get(ws_upgrade))
         .route("/rpc", post(crate::http::post_rpc))
         .route("/v1/sessions/{id}/events", get(crate::sse::session_events))
+        // Inner layer: runs after the Origin/Host check below.
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            crate::auth::authenticate,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             app.clone(),
             crate::origin::check_origin,
@@ -55,7 +75,9 @@ async fn ws_upgrade(
     ws: WebSocketUpgrade,
     State(app): State<AppState>,
     permit: Option<axum::Extension<crate::listen::ConnPermit>>,
+    caller: Option<axum::Extension<crate::auth::Caller>>,
 ) -> Response {
+    let caller = crate::auth::caller_of(caller);
     // The upgraded socket outlives the HTTP connection: it carries the
     // connection's place under --max-connections along.
     let permit = permit.and_then(|p| p.take());
@@ -66,5 +88,5 @@ async fn ws_upgrade(
         .max_frame_size(4 * max)
         .read_buffer_size(READ_BUFFER)
         .write_buffer_size(WRITE_BUFFER)
-        .on_upgrade(move |socket| serve_socket(socket, app, permit))
+        .on_upgrade(move |socket| serve_socket(socket, app, caller, permit))
 }

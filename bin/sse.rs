@@ -73,6 +73,7 @@ impl Drop for PeerGuard {
 pub async fn session_events(
     State(app): State<AppState>,
     ConnectInfo(remote): ConnectInfo<std::net::SocketAddr>,
+    caller: Option<axum::Extension<crate::auth::Caller>>,
     Path(session_id): Path<String>,
     Query(query): Query<EventsQuery>,
     headers: HeaderMap,
@@ -92,7 +93,16 @@ pub async fn session_events(
             }
         },
     };
-    let profile = query.profile.unwrap_or_else(|| "default".into());
+    let caller = crate::auth::caller_of(caller);
+    // A token fixes the profile; naming another one finds nothing (404),
+    // exactly as an unknown session.
+    let profile = match query.profile {
+        Some(p) if caller.fixed && p != caller.profile => {
+            return status_text(StatusCode::NOT_FOUND, "no such session")
+        }
+        Some(p) => p,
+        None => caller.profile.clone(),
+    };
     // Each open is a new stream: without a shared bucket a client could
     // reopen without end.
     if let Err(retry_after) = app.client_buckets.take(&profile, remote.ip()) {
@@ -111,8 +121,8 @@ pub async fn session_events(
         json!({"jsonrpc": "2.0", "id": RESUME_ID, "method": "session.resume", "params": params});
 
     let identity = Identity {
-        profile: "default".into(),
-        fixed: false,
+        profile: caller.profile,
+        fixed: caller.fixed,
         can_attach: true,
     };
     let (peer, mut rx) = match tether_actors::spawn_peer(&app.ctx, identity).await {

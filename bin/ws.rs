@@ -29,11 +29,12 @@ const INBOUND_IN_FLIGHT: usize = 32;
 pub async fn serve_socket(
     socket: WebSocket,
     app: AppState,
+    caller: crate::auth::Caller,
     _permit: Option<tokio::sync::OwnedSemaphorePermit>,
 ) {
     let identity = Identity {
-        profile: "default".into(),
-        fixed: false,
+        profile: caller.profile,
+        fixed: caller.fixed,
         can_attach: true,
     };
     let (peer, rx) = match tether_actors::spawn_peer(&app.ctx, identity).await {

@@ -675,3 +675,19 @@ async fn above_max_live_sessions_the_least_recently_active_orphans_are_parked() 
         (Some("idle"), Some(1))
     );
 }
+
+#[tokio::test]
+async fn a_peer_that_resumes_again_on_the_same_connection_stays_and_gets_each_event_once() {
+    let dir = tempdir();
+    let gw = Gateway::start(dir.path(), &[]);
+    let mut c = gw.client().await;
+    let id = session(&mut c).await;
+    let r = c
+        .ok("session.resume", json!({"session_id": id, "last_seen": 1}))
+        .await;
+    assert_eq!(r["session"]["peers"], 1, "still one peer: the same one");
+    let evs = run_turn(&mut c, &id, "once").await;
+    assert_eq!(complete(&evs)["text"], "once");
+    assert_continues(&evs, 1);
+    c.ok("gateway.ping", json!({})).await;
+}

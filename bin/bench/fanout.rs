@@ -118,12 +118,7 @@ fn serve(
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let (_shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
-        let app = AppState {
-            ctx: gw.handle.ctx().clone(),
-            shutdown: shutdown_rx,
-            allowed_origins: Default::default(),
-            client_buckets: Default::default(),
-        };
+        let app = AppState::new(gw.handle.ctx().clone(), shutdown_rx);
         tokio::spawn(crate::server::serve(listener, app, Default::default()));
         let _ = addr_tx.send(addr);
         let ids = ids_rx.await.context("load generator gave up")?;

@@ -70,8 +70,7 @@ impl SessionState {
         let h = self.committed_seq;
         let joining = match peer {
             Some(peer) if params.attach => {
-                self.peers
-                    .insert(peer.peer_id, PeerSlot::new(peer.outbox, Some(Vec::new())));
+                self.attach_slot(peer.peer_id, PeerSlot::new(peer.outbox, Some(Vec::new())));
                 true
             }
             _ => false,
@@ -148,6 +147,14 @@ impl SessionState {
         });
     }
 
+    /// Adds (or replaces, for a peer that resumes again) a peer's slot. The
+    /// replaced slot is let go on purpose: it must not close the peer.
+    fn attach_slot(&mut self, peer_id: PeerId, slot: PeerSlot) {
+        if let Some(mut old) = self.peers.insert(peer_id, slot) {
+            old.armed = false;
+        }
+    }
+
     /// A peer that must see every event from seq 1 (it created the session).
     pub(super) fn attach_from_start(&mut self, myself: &ActorRef<SessionMsg>, peer: PeerLink) {
         let h = self.committed_seq;
@@ -157,13 +164,11 @@ impl SessionState {
                     return;
                 }
             }
-            self.peers
-                .insert(peer.peer_id, PeerSlot::new(peer.outbox, None));
+            self.attach_slot(peer.peer_id, PeerSlot::new(peer.outbox, None));
             return;
         }
         let peer_id = peer.peer_id.clone();
-        self.peers
-            .insert(peer.peer_id, PeerSlot::new(peer.outbox, Some(Vec::new())));
+        self.attach_slot(peer.peer_id, PeerSlot::new(peer.outbox, Some(Vec::new())));
         let reader = self.ctx.reader.clone();
         let id = self.id.clone();
         let myself = myself.clone();

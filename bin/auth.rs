@@ -1,0 +1,183 @@
+//! Tokens and profiles (PROTOCOL 1.1): who a connection is.
+//!
+//! With tokens configured (`--token PROFILE:TOKEN`, repeatable), every
+//! WebSocket upgrade and HTTP request must present one, as
+//! `Authorization: Bearer TOKEN` or `?token=TOKEN`; otherwise it is refused
+//! with 401 before any frame. The token fixes the caller's profile. Without
+//! tokens only loopback peers are served, and each call names its profile
+//! itself (default `default`).
+//!
+//! Tokens are kept only as SHA-256 digests (a config file may give the
+//! digest instead of the token: `PROFILE:sha256:HEX`), and a presented
+//! token's digest is compared with every configured one in constant time,
+//! so neither the comparison nor the position of a match leaks timing.
+
+use std::net::SocketAddr;
+
+use anyhow::{bail, Context};
+use axum::extract::{ConnectInfo, Query, Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::Response;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::http::status_text;
+use crate::server::AppState;
+
+/// The configured tokens, as (profile, SHA-256 of the token).
+#[derive(Debug, Default)]
+pub struct Tokens {
+    entries: Vec<(String, [u8; 32])>,
+}
+
+impl Tokens {
+    /// Parses `PROFILE:TOKEN` or `PROFILE:sha256:HEX` specs.
+    pub fn parse(specs: &[String]) -> anyhow::Result<Self> {
+        let mut entries = Vec::with_capacity(specs.len());
+        for spec in specs {
+            let (profile, secret) = spec
+                .split_once(':')
+                .with_context(|| "a token is PROFILE:TOKEN or PROFILE:sha256:HEX".to_string())?;
+            if profile.is_empty() || secret.is_empty() {
+                bail!("a token is PROFILE:TOKEN or PROFILE:sha256:HEX (got an empty part)");
+            }
+            let digest = match secret.strip_prefix("sha256:") {
+                Some(hex) => decode_hex32(hex).with_context(|| {
+                    format!("the sha256 of profile {profile}'s token must be 64 hex digits")
+                })?,
+                None => Sha256::digest(secret.as_bytes()).into(),
+            };
+            entries.push((profile.to_string(), digest));
+        }
+        Ok(Self { entries })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The profile of a presented token. Every entry is compared, in
+    /// constant time, whether or not an earlier one matched.
+    pub fn profile_of(&self, presented: &str) -> Option<&str> {
+        let digest: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
+        let mut found = None;
+        for (profile, expected) in &self.entries {
+            if bool::from(expected.ct_eq(&digest)) && found.is_none() {
+                found = Some(profile.as_str());
+            }
+        }
+        found
+    }
+}
+
+fn decode_hex32(hex: &str) -> anyhow::Result<[u8; 32]> {
+    let hex = hex.trim();
+    if hex.len() != 64 {
+        bail!("expected 64 hex digits, got {}", hex.len());
+    }
+    let mut out = [0u8; 32];
+    for (i, pair) in hex.as_bytes().chunks(2).enumerate() {
+        let text = std::str::from_utf8(pair)?;
+        out[i] = u8::from_str_radix(text, 16).with_context(|| format!("bad hex {text:?}"))?;
+    }
+    Ok(out)
+}
+
+/// Who the caller is, for the routes (a request extension).
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub profile: String,
+    /// Fixed by a token: a `profile` parameter cannot change it.
+    pub fixed: bool,
+}
+
+impl Caller {
+    fn anonymous() -> Self {
+        Caller {
+            profile: "default".into(),
+            fixed: false,
+        }
+    }
+}
+
+/// Middleware: 401 without a valid token when tokens are configured; the
+/// caller's profile in the request's extensions otherwise.
+pub async fn authenticate(State(app): State<AppState>, mut req: Request, next: Next) -> Response {
+    let caller = if app.tokens.is_empty() {
+        // Without tokens the gateway only listens on loopback (checked at
+        // start); a peer from elsewhere can only come through a proxy.
+        let remote = req
+            .extensions()
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|c| c.0.ip());
+        if remote.is_some_and(|ip| !ip.is_loopback()) {
+            return status_text(
+                StatusCode::FORBIDDEN,
+                "only loopback clients without tokens",
+            );
+        }
+        Caller::anonymous()
+    } else {
+        match presented_token(&req).and_then(|t| app.tokens.profile_of(&t).map(str::to_string)) {
+            Some(profile) => Caller {
+                profile,
+                fixed: true,
+            },
+            None => return unauthorized(),
+        }
+    };
+    req.extensions_mut().insert(caller);
+    next.run(req).await
+}
+
+/// `Authorization: Bearer TOKEN`, else `?token=TOKEN`.
+fn presented_token(req: &Request) -> Option<String> {
+    if let Some(value) = req.headers().get(header::AUTHORIZATION) {
+        let value = value.to_str().ok()?.trim();
+        let (scheme, token) = value.split_once(' ')?;
+        return scheme
+            .eq_ignore_ascii_case("bearer")
+            .then(|| token.trim().to_string());
+    }
+    let Query(q) =
+        Query::<std::collections::HashMap<String, String>>::try_from_uri(req.uri()).ok()?;
+    q.get("token").cloned()
+}
+
+fn unauthorized() -> Response {
+    let mut resp = status_text(StatusCode::UNAUTHORIZED, "a valid token is required");
+    resp.headers_mut()
+        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    resp
+}
+
+/// The caller of a request that went through [`authenticate`].
+pub fn caller_of(caller: Option<axum::Extension<Caller>>) -> Caller {
+    caller.map(|c| c.0).unwrap_or_else(Caller::anonymous)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_map_to_their_profiles_and_hashes_work_too() {
+        let digest = format!("{:x}", Sha256::digest(b"s3cret"));
+        let t = Tokens::parse(&["alice:a-token".into(), format!("bob:sha256:{digest}")]).unwrap();
+        assert_eq!(t.profile_of("a-token"), Some("alice"));
+        assert_eq!(t.profile_of("s3cret"), Some("bob"));
+        assert_eq!(t.profile_of("a-token "), None);
+        assert_eq!(t.profile_of(""), None);
+        // A token may contain colons.
+        let t = Tokens::parse(&["p:a:b".into()]).unwrap();
+        assert_eq!(t.profile_of("a:b"), Some("p"));
+    }
+
+    #[test]
+    fn bad_specs_are_refused() {
+        for bad in ["nocolon", ":tok", "p:", "p:sha256:abc", "p:sha256:zz"] {
+            assert!(Tokens::parse(&[bad.to_string()]).is_err(), "{bad}");
+        }
+    }
+}
