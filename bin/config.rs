@@ -154,6 +154,20 @@ pub struct ServeArgs {
     /// default): only then may it shorten the compress wait.
     #[arg(skip)]
     pub control_wait_explicit: bool,
+    /// `[profiles.NAME.engine]` tables of the config file.
+    #[arg(skip)]
+    pub profile_engines: ProfileEngineMap,
+}
+
+/// Profile name → its engine config.
+pub type ProfileEngineMap =
+    std::collections::HashMap<String, serde_json::Map<String, serde_json::Value>>;
+
+/// One `[profiles.NAME]` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileProfile {
+    engine: Option<toml::Table>,
 }
 
 /// The config file: every key optional, named like the flags.
@@ -193,6 +207,7 @@ struct FileConfig {
     idle_timeout_s: Option<u64>,
     allow_origin: Option<Vec<String>>,
     token: Option<Vec<String>>,
+    profiles: Option<std::collections::HashMap<String, FileProfile>>,
 }
 
 impl ServeArgs {
@@ -267,6 +282,7 @@ impl ServeArgs {
             if self.token.is_empty() {
                 self.token = file.token.unwrap_or_default();
             }
+            self.profile_engines = engines_of(file.profiles)?;
         }
         self.check()?;
         Ok(self)
@@ -323,6 +339,28 @@ impl ServeArgs {
             },
         }
     }
+}
+
+/// Re-reads only the profiles' engine configs (the SIGHUP reload).
+pub fn read_profile_engines(path: &Path) -> anyhow::Result<ProfileEngineMap> {
+    engines_of(read_file(path)?.profiles)
+}
+
+fn engines_of(
+    profiles: Option<std::collections::HashMap<String, FileProfile>>,
+) -> anyhow::Result<ProfileEngineMap> {
+    let mut out = ProfileEngineMap::new();
+    for (name, profile) in profiles.unwrap_or_default() {
+        if let Some(engine) = profile.engine {
+            match serde_json::to_value(engine)? {
+                serde_json::Value::Object(map) => {
+                    out.insert(name, map);
+                }
+                _ => bail!("[profiles.{name}.engine] must be a table"),
+            }
+        }
+    }
+    Ok(out)
 }
 
 fn read_file(path: &Path) -> anyhow::Result<FileConfig> {

@@ -93,6 +93,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         idle_timeout: Duration::from_secs(args.idle_timeout_s),
         ..GatewayConfig::default()
     };
+    config.profile_engines.replace(args.profile_engines.clone());
+    if let Some(path) = args.config.clone() {
+        reload_on_sighup(path, config.profile_engines.clone());
+    }
     let mut gateway = GatewayHandle::start(GatewayArgs {
         config,
         hosts: (args.hosts > 0).then_some(hosts),
@@ -156,6 +160,31 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     gateway.shutdown(DRAIN_DEADLINE).await;
     info!("stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+/// SIGHUP re-reads the config file's `[profiles.NAME.engine]` tables;
+/// sessions that follow their profile use the new config from their next
+/// turn. Other settings need a restart. A file that no longer parses is
+/// reported and the current configs are kept.
+fn reload_on_sighup(path: std::path::PathBuf, engines: tether_actors::config::ProfileEngines) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        tracing::warn!("cannot listen for SIGHUP; the config file will not be reloaded");
+        return;
+    };
+    tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            match crate::config::read_profile_engines(&path) {
+                Ok(map) => {
+                    info!(profiles = map.len(), path = %path.display(), "profile engine configs reloaded");
+                    engines.replace(map);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "config reload failed; keeping the current profiles")
+                }
+            }
+        }
+    });
 }
 
 async fn shutdown_signal() {

@@ -1,7 +1,11 @@
 //! Settings the actors need, resolved by the binary from flags, env and file.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
+
+use serde_json::{Map, Value};
 
 use crate::supervisor::{Backoff, RestartPolicy, Strategy};
 
@@ -55,6 +59,29 @@ pub struct GatewayConfig {
     /// A WebSocket silent this long is closed (`--idle-timeout-s`); the
     /// gateway pings a quiet one every `heartbeat_s`.
     pub idle_timeout: Duration,
+    /// Each profile's engine config (`[profiles.NAME.engine]`), read at
+    /// every turn of a session that follows its profile.
+    pub profile_engines: ProfileEngines,
+}
+
+/// The profiles' engine configs, replaced as a whole when the config file
+/// is reloaded (SIGHUP); sessions read them at each turn, so a change takes
+/// effect at the next turn without recreating any session.
+#[derive(Debug, Clone, Default)]
+pub struct ProfileEngines(Arc<RwLock<HashMap<String, Map<String, Value>>>>);
+
+impl ProfileEngines {
+    pub fn get(&self, profile: &str) -> Option<Map<String, Value>> {
+        self.0
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(profile)
+            .cloned()
+    }
+
+    pub fn replace(&self, engines: HashMap<String, Map<String, Value>>) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = engines;
+    }
 }
 
 impl Default for GatewayConfig {
@@ -81,6 +108,7 @@ impl Default for GatewayConfig {
             max_live_sessions: 10_000,
             max_peers_per_session: 64,
             idle_timeout: Duration::from_secs(45),
+            profile_engines: ProfileEngines::default(),
         }
     }
 }

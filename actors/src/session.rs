@@ -261,6 +261,8 @@ pub struct SessionState {
     /// created without one is not "left" by anybody).
     ever_attached: bool,
     engine_pin: Option<serde_json::Value>,
+    /// Use the profile's current engine config instead of `engine_pin`.
+    follow_profile_config: bool,
     turns: Turns,
     transcript: Transcript,
     compacting: Option<Compacting>,
@@ -329,6 +331,7 @@ impl Actor for Session {
             peers: HashMap::new(),
             ever_attached: false,
             engine_pin: row.engine_pin,
+            follow_profile_config: row.follow_profile_config,
             turns: Turns {
                 todos,
                 ..Turns::default()

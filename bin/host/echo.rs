@@ -20,6 +20,7 @@
 //! | `/tool NAME JSON` | `tool.start` and `tool.complete` (result = the JSON, `is_error` false), then reply; JSON defaults to `{}` |
 //! | `/todo A; B; C` | `todo.updated` with items id `"1"`, `"2"`, ... (empty entries skipped; no entry → an empty list), status `pending`, then reply |
 //! | `/big N` | N bytes of `"x"` in deltas of at most 1024 bytes (N ≤ 64 MiB); the rest of the prompt is ignored |
+//! | `/config` | reply with the turn's engine `config`, as compact JSON (how a test sees what reached the host) |
 //!
 //! A first line starting with `/` but another word (`/usr/bin is ...`) is
 //! plain text and echoed whole. A directive with bad arguments (`/sleep x`,
@@ -66,6 +67,7 @@ impl EchoEngine {
     async fn turn(
         &self,
         prompt: &str,
+        config: &serde_json::Map<String, Value>,
         out: &TurnSink,
         cancel: &Cancel,
     ) -> Result<TurnOutcome, Stop> {
@@ -80,6 +82,7 @@ impl EchoEngine {
         };
         let reply = match script {
             Script::Reply(reply) => reply,
+            Script::Config => Value::Object(config.clone()).to_string(),
             Script::Sleep { ms, reply } => {
                 pause(Duration::from_millis(ms), cancel).await?;
                 reply
@@ -158,7 +161,7 @@ impl Engine for EchoEngine {
         Box::pin(async move {
             // Stopped by an interrupt, or stdout is gone (then nobody reads
             // the outcome anyway).
-            self.turn(&turn.prompt, &out, &cancel)
+            self.turn(&turn.prompt, &turn.config, &out, &cancel)
                 .await
                 .unwrap_or(TurnOutcome::Interrupted)
         })
@@ -223,6 +226,7 @@ enum Script {
         reply: String,
     },
     Big(usize),
+    Config,
 }
 
 impl Script {
@@ -250,6 +254,10 @@ impl Script {
             "/hang" => {
                 no_args("/hang")?;
                 Script::Hang
+            }
+            "/config" => {
+                no_args("/config")?;
+                Script::Config
             }
             "/crash" => {
                 no_args("/crash")?;

@@ -60,7 +60,6 @@ pub struct TurnRequest {
     pub history: Vec<Message>,
     pub prompt: String,
     /// The session's engine config (model, ...), opaque to the host loop.
-    #[allow(dead_code)]
     pub config: Map<String, Value>,
 }
 

@@ -67,6 +67,15 @@ impl Gateway {
         panic!("gateway did not exit within 10 s of SIGTERM");
     }
 
+    /// Sends a signal (`HUP`, `TERM`, ...) to the gateway process.
+    pub fn signal(&self, name: &str) {
+        if let Some(c) = &self.child {
+            let _ = Command::new("kill")
+                .args([&format!("-{name}"), &c.id().to_string()])
+                .status();
+        }
+    }
+
     /// Starts a new gateway process on the same data dir and flags.
     pub fn restart(&mut self) {
         self.kill();

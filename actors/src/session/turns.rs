@@ -216,7 +216,18 @@ impl SessionState {
         }
     }
 
+    /// What `turn.start` carries as `config`: the profile's current engine
+    /// config for a session that follows it (read now, so a reloaded file
+    /// applies from the next turn), else the session's own pin.
     fn engine_config(&self) -> Map<String, Value> {
+        if self.follow_profile_config {
+            return self
+                .ctx
+                .config
+                .profile_engines
+                .get(&self.profile)
+                .unwrap_or_default();
+        }
         match &self.engine_pin {
             Some(Value::Object(map)) => map.clone(),
             _ => Map::new(),
