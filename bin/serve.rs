@@ -101,6 +101,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         config,
         hosts: (args.hosts > 0).then_some(hosts),
         reader: opened.reader,
+        handoffs: opened.handoffs,
         epoch: opened.epoch.clone(),
         writer_factory: factory,
     })

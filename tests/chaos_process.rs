@@ -183,7 +183,14 @@ async fn kill_9_of_hosts_and_of_the_gateway_loses_nothing() {
     let host = host_command();
     let mut gw = Gateway::start(
         dir.path(),
-        &["--hosts", "2", "--host-command", &host, "--host-restarts", "1000"],
+        &[
+            "--hosts",
+            "2",
+            "--host-command",
+            &host,
+            "--host-restarts",
+            "1000",
+        ],
     );
     let (url_tx, url_rx) = watch::channel(gw.url());
     let shared = Arc::new(Shared::default());

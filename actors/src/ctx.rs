@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use ractor::ActorRef;
 use tether_protocol::RpcError;
-use tether_store::StoreRead;
+use tether_store::{HandoffStore, StoreRead};
 use tokio::sync::watch;
 
 use crate::config::GatewayConfig;
@@ -25,6 +25,9 @@ use crate::store_writer::StoreWriterMsg;
 pub struct Ctx {
     pub config: Arc<GatewayConfig>,
     pub reader: Arc<dyn StoreRead>,
+    /// The handoff queue: small compare-and-set writes on a connection of
+    /// their own, beside the StoreWriter (see the store's `sqlite/handoffs.rs`).
+    pub handoffs: Arc<dyn HandoffStore>,
     pub epoch: Arc<str>,
     pub(crate) writer: watch::Receiver<Option<ActorRef<StoreWriterMsg>>>,
     pub(crate) registry: watch::Receiver<Option<ActorRef<RegistryMsg>>>,

@@ -14,7 +14,7 @@ use ractor::{
     Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent,
 };
 use tether_protocol::PeerId;
-use tether_store::StoreRead;
+use tether_store::{HandoffStore, StoreRead};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{error, info, warn};
@@ -50,6 +50,7 @@ pub struct GatewayArgs {
     /// Compute hosts; `None` runs without any (turns then get 5019).
     pub hosts: Option<HostConfig>,
     pub reader: Arc<dyn StoreRead>,
+    pub handoffs: Arc<dyn HandoffStore>,
     pub epoch: String,
     pub writer_factory: WriterFactory,
 }
@@ -365,6 +366,7 @@ impl GatewayHandle {
         let ctx = Ctx {
             config: Arc::new(args.config),
             reader: args.reader,
+            handoffs: args.handoffs,
             epoch: Arc::from(args.epoch),
             writer: writer_rx,
             registry: registry_rx,

@@ -10,7 +10,9 @@
 //! delays this peer. When the transport ends, the peer stops and, in
 //! `post_stop`, sends `Detach` to every session it was attached to.
 
+mod branch;
 mod dispatch;
+mod handoff;
 
 use std::collections::HashMap;
 

@@ -29,6 +29,8 @@ use tracing::{debug, info, warn};
 mod create;
 mod load;
 
+pub(crate) use create::number_from_one;
+
 use load::{end_interrupted_turns, load_session};
 
 use crate::ctx::{Ctx, SessionGauges};
@@ -112,6 +114,14 @@ pub enum RegistryMsg {
         key: SessionKey,
         gen: u64,
         parked: bool,
+    },
+    /// `session.branch`: a new session prepared by the caller (its row and
+    /// first events, seqs from 1), written in one transaction.
+    CreateFrom {
+        new: Box<tether_store::NewSession>,
+        initial: Vec<EventRecord>,
+        attach: Option<PeerLink>,
+        reply: RpcReplyPort<Result<CreatedSession, RpcError>>,
     },
     /// Internal: a new session's first events are committed.
     Created {
@@ -203,6 +213,12 @@ impl Actor for Registry {
                 attach,
                 reply,
             } => state.create(&myself, profile, params, attach, reply),
+            RegistryMsg::CreateFrom {
+                new,
+                initial,
+                attach,
+                reply,
+            } => state.commit_new(&myself, *new, initial, attach, reply),
             RegistryMsg::Created {
                 row,
                 initial,

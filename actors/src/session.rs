@@ -90,6 +90,14 @@ pub enum SessionMsg {
     Info { reply: RpcReplyPort<SessionInfo> },
     /// Emit events (from a benchmark driving the fan-out).
     Emit { events: Vec<EventRecord> },
+    /// Emit events unless the session is closed (or closing): an
+    /// announcement from outside, such as a handoff transition, must never
+    /// follow `session.closed`. Answers whether they were emitted; a
+    /// `Flush` sent after it answers once they are committed.
+    EmitIfOpen {
+        events: Vec<EventRecord>,
+        reply: RpcReplyPort<bool>,
+    },
     /// `prompt.submit`.
     Submit {
         text: String,
@@ -396,6 +404,15 @@ impl Actor for Session {
                 for rec in events {
                     state.emit(rec);
                 }
+            }
+            SessionMsg::EmitIfOpen { events, reply } => {
+                let open = state.status != SessionStatus::Closed;
+                if open {
+                    for rec in events {
+                        state.emit(rec);
+                    }
+                }
+                let _ = reply.send(open);
             }
             SessionMsg::Submit { text, reply } => state.submit(&myself, text, reply),
             SessionMsg::Interrupt { reply } => state.interrupt(&myself, reply),

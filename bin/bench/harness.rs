@@ -91,6 +91,7 @@ pub async fn start_gateway_with_hosts(
         config,
         hosts,
         reader: opened.reader,
+        handoffs: opened.handoffs,
         epoch: opened.epoch,
         writer_factory: factory,
     })

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 
 use tether_protocol::SessionId;
 
-use crate::{EventRow, SessionRow, StoreError, WriteOp};
+use crate::{EventRow, HandoffStore, SessionRow, StoreError, WriteOp};
 
 /// What the single writer connection does.
 ///
@@ -74,14 +74,24 @@ pub trait StoreRead: Send + Sync {
     /// `(profile, id)` of every session with a turn marker: turns that were
     /// running or queued when the gateway last stopped.
     async fn sessions_with_turn_marker(&self) -> Result<Vec<(String, SessionId)>, StoreError>;
+
+    /// Titles of the sessions branched from `parent` (closed ones too), to
+    /// number the next branch.
+    async fn branch_titles(
+        &self,
+        profile: &str,
+        parent: &SessionId,
+    ) -> Result<Vec<String>, StoreError>;
 }
 
-/// An opened store: the one writer, the shared reader, and the store's epoch.
+/// An opened store: the one writer, the shared reader, the handoff queue, and the store's epoch.
 pub struct Opened {
     /// The single writer; hand it to the StoreWriter actor.
     pub writer: Box<dyn StoreWrite>,
     /// The read side, shared.
     pub reader: Arc<dyn StoreRead>,
+    /// The handoff queue (its own connection: see `sqlite/handoffs.rs` for why), shared.
+    pub handoffs: Arc<dyn HandoffStore>,
     /// The store's epoch (same as `reader.epoch()`).
     pub epoch: String,
 }

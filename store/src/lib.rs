@@ -7,6 +7,9 @@
 //!   independent of the others.
 //! - [`StoreRead`]: reads over a small pool, shared by every task that needs them.
 //!
+//! Beside them, [`HandoffStore`]: the handoff work queue, whose transitions are single-statement
+//! compare-and-sets on a connection of their own (why: `sqlite/handoffs.rs`).
+//!
 //! The traits are dialect-neutral: SQLite ([`open_sqlite`]) is the embedded default, and a
 //! PostgreSQL implementation will sit behind the same traits. SQL lives only in `sqlite/`.
 //!
@@ -18,6 +21,7 @@ mod api;
 mod config;
 mod cursor;
 mod error;
+mod handoff;
 mod model;
 mod rules;
 mod sqlite;
@@ -25,6 +29,10 @@ mod sqlite;
 pub use api::{Opened, StoreRead, StoreWrite, COMPACTED_KIND, TRANSCRIPT_KINDS};
 pub use config::{StoreConfig, Synchronous};
 pub use error::StoreError;
+pub use handoff::{
+    truncate_utf8, CompleteOutcome, FailOutcome, HandoffRow, HandoffStore, RequestOutcome,
+    MAX_HANDOFF_ERROR_BYTES,
+};
 pub use model::{EventRow, NewSession, SessionPatch, SessionRow, WriteOp};
 pub use sqlite::{open_sqlite, open_sqlite_writer};
 

@@ -123,6 +123,7 @@ pub async fn start(slots: usize, delay_ms: u64, core_policy: Option<RestartPolic
         config,
         hosts: Some(hosts),
         reader: opened.reader,
+        handoffs: opened.handoffs,
         epoch: opened.epoch,
         writer_factory: factory,
     })

@@ -97,6 +97,10 @@ impl PeerState {
                     .await??;
                 ok(&result)
             }
+            Request::SessionBranch(p) => {
+                let created = self.branch(p).await?;
+                ok(&serde_json::json!({ "session": created.session }))
+            }
             Request::EventsStats => {
                 let registry = self.ctx.registry()?;
                 let profile = self.identity.profile.clone();
@@ -108,23 +112,21 @@ impl PeerState {
                 .await?;
                 ok(&stats)
             }
-            other => Err(RpcError::new(
-                tether_protocol::codes::METHOD_NOT_FOUND,
-                format!(
-                    "method {} is not available in this build yet",
-                    other.method()
-                ),
-            )),
+            Request::HandoffRequest(p) => self.handoff_request(p).await,
+            Request::HandoffClaim(p) => self.handoff_claim(p).await,
+            Request::HandoffComplete(p) => self.handoff_complete(p).await,
+            Request::HandoffFail(p) => self.handoff_fail(p).await,
+            Request::HandoffState(p) => self.handoff_state(p).await,
         }
     }
 
-    fn timeout(&self) -> Duration {
+    pub(super) fn timeout(&self) -> Duration {
         self.ctx.config.call_timeout
     }
 
     /// The profile a call is scoped to, or `None` when the caller named a
     /// profile its token does not grant (then the call sees nothing).
-    fn scope(&self, requested: Option<&str>) -> Option<String> {
+    pub(super) fn scope(&self, requested: Option<&str>) -> Option<String> {
         match requested {
             Some(p) if self.identity.fixed && p != self.identity.profile => None,
             Some(p) => Some(p.to_string()),
@@ -132,7 +134,7 @@ impl PeerState {
         }
     }
 
-    async fn resolve(
+    pub(super) async fn resolve(
         &self,
         profile: Option<&str>,
         session_id: &SessionId,

@@ -16,6 +16,17 @@ use crate::session::{PeerLink, SessionMsg};
 use crate::store_writer::{Barrier, StoreWriterMsg};
 use crate::transcript;
 
+/// Gives a new session's first events seqs 1, 2, ...; returns how many
+/// transcript messages they make.
+pub(crate) fn number_from_one(initial: &mut [EventRecord]) -> u64 {
+    let mut message_count = 0;
+    for (i, rec) in initial.iter_mut().enumerate() {
+        rec.seq = Some(i as u64 + 1);
+        message_count = transcript::count_after(rec.kind, message_count);
+    }
+    message_count
+}
+
 impl RegistryState {
     pub(super) fn create(
         &mut self,
@@ -25,10 +36,6 @@ impl RegistryState {
         attach: Option<PeerLink>,
         reply: RpcReplyPort<Result<CreatedSession, RpcError>>,
     ) {
-        let Some(writer) = self.ctx.writer() else {
-            let _ = reply.send(Err(storage_unavailable()));
-            return;
-        };
         let now = now_ms();
         let id = SessionId::new();
         let title = params.title.clone().unwrap_or_default();
@@ -65,15 +72,11 @@ impl RegistryState {
                 ),
             });
         }
-        let mut message_count = 0;
-        for (i, rec) in initial.iter_mut().enumerate() {
-            rec.seq = Some(i as u64 + 1);
-            message_count = transcript::count_after(rec.kind, message_count);
-        }
+        let message_count = number_from_one(&mut initial);
         let new = NewSession {
-            id: id.clone(),
-            profile: profile.clone(),
-            title: title.clone(),
+            id,
+            profile,
+            title,
             parent_session_id: None,
             kind: "chat".into(),
             close_on_disconnect: params.close_on_disconnect,
@@ -82,28 +85,46 @@ impl RegistryState {
             created_at_ms: now,
             message_count,
         };
+        self.commit_new(myself, new, initial, attach, reply);
+    }
+
+    /// Writes a new session and its first events in one transaction (on a
+    /// task, so the registry does not wait on the disk), then brings it
+    /// live through `Created`. Used by `session.create` and
+    /// `session.branch`: either the whole session exists afterwards or none
+    /// of it does.
+    pub(super) fn commit_new(
+        &mut self,
+        myself: &ActorRef<RegistryMsg>,
+        new: NewSession,
+        initial: Vec<EventRecord>,
+        attach: Option<PeerLink>,
+        reply: RpcReplyPort<Result<CreatedSession, RpcError>>,
+    ) {
+        let Some(writer) = self.ctx.writer() else {
+            let _ = reply.send(Err(storage_unavailable()));
+            return;
+        };
         let row = SessionRow {
-            id: id.clone(),
-            profile,
-            title,
+            id: new.id.clone(),
+            profile: new.profile.clone(),
+            title: new.title.clone(),
             status: SessionStatus::Idle,
-            parent_session_id: None,
+            parent_session_id: new.parent_session_id.clone(),
             kind: new.kind.clone(),
             history_version: 0,
             close_on_disconnect: new.close_on_disconnect,
             engine_pin: new.engine_pin.clone(),
             follow_profile_config: new.follow_profile_config,
             turn_marker: None,
-            created_at_ms: now,
-            updated_at_ms: now,
+            created_at_ms: new.created_at_ms,
+            updated_at_ms: new.created_at_ms,
             latest_seq: initial.len() as u64,
-            message_count,
+            message_count: new.message_count,
             retained_from_seq: 1,
         };
         let rows = initial.iter().map(EventRecord::to_row).collect();
         let myself = myself.clone();
-        // The registry does not wait on the disk: the commit is awaited on a
-        // task that reports back with `Created`.
         tokio::spawn(async move {
             let committed = writer
                 .call(

@@ -26,6 +26,7 @@ pub async fn start(dir: &std::path::Path, config: GatewayConfig) -> GatewayHandl
         config,
         hosts: None,
         reader: opened.reader,
+        handoffs: opened.handoffs,
         epoch: opened.epoch,
         writer_factory: factory,
     })

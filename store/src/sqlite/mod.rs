@@ -7,6 +7,7 @@
 mod bulk;
 mod checkpoint;
 mod errors;
+mod handoffs;
 mod ops;
 mod reader;
 mod rows;
@@ -23,6 +24,7 @@ use sqlx::{ConnectOptions, Row};
 
 use crate::{Opened, StoreConfig, StoreError, StoreWrite, Synchronous};
 use errors::{map_migrate, map_sqlx, Doing};
+use handoffs::SqliteHandoffs;
 use reader::SqliteReader;
 use writer::SqliteWriter;
 
@@ -57,11 +59,13 @@ pub async fn open_sqlite(cfg: &StoreConfig) -> Result<Opened, StoreError> {
         .map_err(|e| map_sqlx(e, Doing::Open))?;
     let (stop_checkpoints, stop) = tokio::sync::oneshot::channel();
     checkpoint::spawn(checkpointer, stop);
+    let handoffs = SqliteHandoffs::open(cfg).await?;
 
     tracing::info!(db_path = %cfg.db_path.display(), epoch = %epoch, "store opened");
     Ok(Opened {
         writer: Box::new(SqliteWriter::new(conn)),
         reader: Arc::new(SqliteReader::new(pool, epoch.clone(), stop_checkpoints)),
+        handoffs: Arc::new(handoffs),
         epoch,
     })
 }

@@ -202,6 +202,23 @@ impl StoreRead for SqliteReader {
         row.as_ref().map(event_from_row).transpose()
     }
 
+    async fn branch_titles(
+        &self,
+        profile: &str,
+        parent: &SessionId,
+    ) -> Result<Vec<String>, StoreError> {
+        let rows =
+            sqlx::query("SELECT title FROM sessions WHERE profile = ? AND parent_session_id = ?")
+                .bind(profile)
+                .bind(parent.as_str())
+                .fetch_all(&self.pool)
+                .await
+                .map_err(read_err)?;
+        rows.iter()
+            .map(|r| r.try_get(0).map_err(read_err))
+            .collect()
+    }
+
     async fn sessions_with_turn_marker(&self) -> Result<Vec<(String, SessionId)>, StoreError> {
         let rows = sqlx::query(
             "SELECT profile, id FROM sessions INDEXED BY sessions_with_turn_marker \

@@ -1,0 +1,223 @@
+//! `session.branch`: a new session holding a copy of the parent's
+//! transcript up to `upto_seq`.
+//!
+//! The copy is prepared here, on the peer's own task (reading the store
+//! does not hold up any session), and written by the registry in one
+//! transaction with the new session's row: a branch exists whole or not at
+//! all, even when the disk fails half-way.
+//!
+//! What is copied is the transcript as it stood at `upto_seq`: the messages
+//! of the history segment current then (after the latest compaction at or
+//! before it). A compaction's summary becomes the branch's first
+//! `message.system`, so the branch starts a fresh lineage (history version
+//! 0) that reads exactly like the parent did.
+
+use tether_protocol::{
+    now_ms, BranchParams, CreateResult, EventType, RpcError, SessionCreatedPayload, SessionId,
+    TextPayload,
+};
+use tether_store::NewSession;
+
+use super::dispatch::ask;
+use super::PeerState;
+use crate::event::EventRecord;
+use crate::registry::number_from_one;
+use crate::registry::{CreatedSession, RegistryMsg, Resolved};
+use crate::session::SessionMsg;
+
+/// Most events read back per page while copying.
+const PAGE: u32 = 2000;
+
+impl PeerState {
+    pub(super) async fn branch(&mut self, p: BranchParams) -> Result<CreateResult, RpcError> {
+        let (profile, found) = self
+            .resolve(p.profile.as_deref(), &p.session_id, false)
+            .await?;
+        // The parent's committed head: a live session may hold events not
+        // yet on disk, and a branch copies only what is.
+        let (parent, latest) = match found {
+            Resolved::Live(live) => {
+                let info = ask(
+                    &live.actor,
+                    |reply| SessionMsg::Info { reply },
+                    self.ctx.config.call_timeout,
+                )
+                .await?;
+                let row = self
+                    .ctx
+                    .reader
+                    .get_session(&profile, &p.session_id)
+                    .await
+                    .map_err(store_err)?
+                    .ok_or_else(RpcError::session_not_found)?;
+                (row, info.latest_seq)
+            }
+            Resolved::Stored(row) | Resolved::Closed(row) => {
+                let latest = row.latest_seq;
+                (*row, latest)
+            }
+            Resolved::NotFound => return Err(RpcError::session_not_found()),
+        };
+        let upto = match p.upto_seq {
+            None => latest,
+            Some(n) if n >= 1 && n <= latest => n,
+            Some(n) => {
+                return Err(RpcError::invalid_params(
+                    "upto_seq",
+                    format!("must be between 1 and the session's latest_seq ({latest}), got {n}"),
+                ))
+            }
+        };
+        let copied = self.segment_at(&parent.id, upto).await?;
+        let title = match p.title {
+            Some(t) => t,
+            None => {
+                let taken = self
+                    .ctx
+                    .reader
+                    .branch_titles(&profile, &parent.id)
+                    .await
+                    .map_err(store_err)?;
+                next_branch_title(&parent.title, &taken)
+            }
+        };
+        let now = now_ms();
+        let id = SessionId::new();
+        let mut initial = Vec::with_capacity(copied.len() + 1);
+        initial.push(EventRecord::new(
+            EventType::SessionCreated,
+            &SessionCreatedPayload {
+                title: title.clone(),
+                profile: profile.clone(),
+                parent_session_id: Some(parent.id.clone()),
+            },
+            None,
+            now,
+        ));
+        initial.extend(copied);
+        let message_count = number_from_one(&mut initial);
+        let new = NewSession {
+            id,
+            profile,
+            title,
+            parent_session_id: Some(parent.id.clone()),
+            kind: parent.kind.clone(),
+            close_on_disconnect: false,
+            engine_pin: parent.engine_pin.clone(),
+            follow_profile_config: parent.follow_profile_config,
+            created_at_ms: now,
+            message_count,
+        };
+        let registry = self.ctx.registry()?;
+        let CreatedSession { result, .. } = ask(
+            &registry,
+            |reply| RegistryMsg::CreateFrom {
+                new: Box::new(new),
+                initial,
+                attach: None,
+                reply,
+            },
+            self.ctx.config.call_timeout,
+        )
+        .await??;
+        Ok(result)
+    }
+
+    /// The transcript events of the segment current at `upto`, ready to be
+    /// renumbered into a new session.
+    async fn segment_at(
+        &self,
+        session: &SessionId,
+        upto: u64,
+    ) -> Result<Vec<EventRecord>, RpcError> {
+        let mut rows = Vec::new();
+        let mut after = 0;
+        while after < upto {
+            let page = self
+                .ctx
+                .reader
+                .events_since(session, after, PAGE)
+                .await
+                .map_err(store_err)?;
+            let Some(last) = page.last().map(|r| r.seq) else {
+                break;
+            };
+            rows.extend(page.into_iter().filter(|r| r.seq <= upto));
+            after = last;
+        }
+        let start = rows
+            .iter()
+            .rposition(|r| r.kind == EventType::SessionCompacted.as_str())
+            .unwrap_or(0);
+        let mut out = Vec::new();
+        for row in &rows[start..] {
+            let Some(kind) = EventType::parse(&row.kind) else {
+                continue;
+            };
+            let mut rec = match kind {
+                EventType::MessageUser
+                | EventType::MessageSystem
+                | EventType::MessageComplete
+                | EventType::ToolComplete => EventRecord::from_row(row).ok_or_else(|| {
+                    RpcError::new(
+                        tether_protocol::codes::STORAGE_UNAVAILABLE,
+                        "a stored event is unreadable",
+                    )
+                })?,
+                EventType::SessionCompacted => {
+                    let summary = serde_json::from_str::<serde_json::Value>(&row.payload)
+                        .ok()
+                        .and_then(|v| v["summary"].as_str().map(str::to_string))
+                        .unwrap_or_default();
+                    EventRecord::new(
+                        EventType::MessageSystem,
+                        &TextPayload { text: summary },
+                        None,
+                        row.ts_ms,
+                    )
+                }
+                _ => continue,
+            };
+            rec.seq = None;
+            out.push(rec);
+        }
+        Ok(out)
+    }
+}
+
+/// `"TITLE (branch N)"` with N one more than the highest taken.
+fn next_branch_title(parent: &str, taken: &[String]) -> String {
+    let prefix = format!("{parent} (branch ");
+    let highest = taken
+        .iter()
+        .filter_map(|t| {
+            t.strip_prefix(&prefix)?
+                .strip_suffix(')')?
+                .parse::<u64>()
+                .ok()
+        })
+        .max()
+        .unwrap_or(0);
+    format!("{parent} (branch {})", highest + 1)
+}
+
+fn store_err(e: tether_store::StoreError) -> RpcError {
+    RpcError::new(e.code(), e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::next_branch_title;
+
+    #[test]
+    fn branch_titles_take_the_next_free_number() {
+        assert_eq!(next_branch_title("Plan", &[]), "Plan (branch 1)");
+        let taken = vec![
+            "Plan (branch 1)".to_string(),
+            "Plan (branch 3)".to_string(),
+            "renamed".to_string(),
+            "Plan (branch x)".to_string(),
+        ];
+        assert_eq!(next_branch_title("Plan", &taken), "Plan (branch 4)");
+    }
+}

@@ -1,0 +1,324 @@
+//! The `handoff.*` methods (PROTOCOL.md 1.4 "Handoff").
+//!
+//! The store does each transition as one compare-and-set statement (that is what makes a claim
+//! exactly-once, whichever gateway task or process runs it); this file checks what the peer may
+//! see, maps the outcomes to the wire, and announces every transition on the session as a
+//! durable `status.update` `{"kind":"handoff","text":STATE}`.
+//!
+//! The announcement follows the committed transition and is awaited (it is on disk, and queued
+//! to the session's attached peers, before the reply), but it cannot undo it: when it fails the
+//! transition stands and the failure is logged. A session closed meanwhile gets none (nothing
+//! follows `session.closed`). `handoff.state` reads the row, which is the truth.
+
+use ractor::ActorRef;
+use serde_json::value::RawValue;
+use tether_protocol::{
+    now_ms, to_raw, ClaimedHandoff, EventType, HandoffClaimParams, HandoffClaimResult,
+    HandoffCompleteParams, HandoffCompleteResult, HandoffFailParams, HandoffFailResult, HandoffId,
+    HandoffInfo, HandoffRequestParams, HandoffRequestResult, HandoffState, HandoffStateParams,
+    HandoffStateResult, RpcError, SessionId, SessionStatus, StatusUpdatePayload,
+};
+use tether_store::{CompleteOutcome, FailOutcome, RequestOutcome, StoreError};
+use tracing::warn;
+
+use super::dispatch::ask;
+use super::PeerState;
+use crate::event::EventRecord;
+use crate::registry::Resolved;
+use crate::session::SessionMsg;
+
+/// The `status.update` kind that announces handoff transitions (PROTOCOL's list of kinds has
+/// none for them; docs/PROTOCOL.md Part 4).
+pub(crate) const HANDOFF_STATUS_KIND: &str = "handoff";
+
+fn store_err(e: StoreError) -> RpcError {
+    RpcError::new(e.code(), e.to_string())
+}
+
+/// 4090 for a handoff id the peer cannot see: unknown, or another profile's (the two are
+/// indistinguishable, as for sessions).
+fn no_such_handoff(id: &HandoffId) -> RpcError {
+    RpcError::handoff_conflict(format!("handoff {} does not exist", id.as_str()))
+}
+
+impl PeerState {
+    pub(super) async fn handoff_request(
+        &mut self,
+        p: HandoffRequestParams,
+    ) -> Result<Box<RawValue>, RpcError> {
+        let (profile, actor) = self
+            .open_session(p.profile.as_deref(), &p.session_id)
+            .await?;
+        let row = match self
+            .ctx
+            .handoffs
+            .request(&profile, &p.session_id, &p.target)
+            .await
+            .map_err(store_err)?
+        {
+            RequestOutcome::Requested(row) => row,
+            RequestOutcome::InFlight(active) => {
+                let detail = match active {
+                    Some(h) => format!(
+                        "session {} already has handoff {} {}",
+                        p.session_id.as_str(),
+                        h.id.as_str(),
+                        h.state
+                    ),
+                    None => format!(
+                        "session {} already has a handoff in flight",
+                        p.session_id.as_str()
+                    ),
+                };
+                return Err(RpcError::handoff_conflict(detail));
+            }
+            RequestOutcome::NoSession => return Err(RpcError::session_not_found()),
+            // Closed after the check above.
+            RequestOutcome::SessionClosed => return Err(RpcError::session_closed()),
+        };
+        self.announce_to(&actor, &row.session_id, row.state).await;
+        Ok(to_raw(&HandoffRequestResult {
+            handoff_id: row.id,
+            state: row.state,
+        }))
+    }
+
+    pub(super) async fn handoff_claim(
+        &mut self,
+        p: HandoffClaimParams,
+    ) -> Result<Box<RawValue>, RpcError> {
+        // A profile the token does not grant sees an empty queue.
+        let Some(profile) = self.scope(p.profile.as_deref()) else {
+            return Ok(to_raw(&HandoffClaimResult { handoff: None }));
+        };
+        let claimed = self
+            .ctx
+            .handoffs
+            .claim(&profile, &p.target)
+            .await
+            .map_err(store_err)?;
+        let handoff = match claimed {
+            Some(row) => {
+                self.announce(&profile, &row.session_id, row.state).await;
+                Some(ClaimedHandoff {
+                    handoff_id: row.id,
+                    session_id: row.session_id,
+                    target: row.target,
+                    state: row.state,
+                })
+            }
+            None => None,
+        };
+        Ok(to_raw(&HandoffClaimResult { handoff }))
+    }
+
+    pub(super) async fn handoff_complete(
+        &mut self,
+        p: HandoffCompleteParams,
+    ) -> Result<Box<RawValue>, RpcError> {
+        let Some(profile) = self.scope(p.profile.as_deref()) else {
+            return Err(no_such_handoff(&p.handoff_id));
+        };
+        match self
+            .ctx
+            .handoffs
+            .complete(&profile, &p.handoff_id)
+            .await
+            .map_err(store_err)?
+        {
+            CompleteOutcome::Completed(row) => {
+                self.announce(&profile, &row.session_id, row.state).await;
+                Ok(to_raw(&HandoffCompleteResult { state: row.state }))
+            }
+            CompleteOutcome::NotRunning(state) => Err(RpcError::handoff_conflict(format!(
+                "handoff {} is {state}, not running",
+                p.handoff_id.as_str()
+            ))),
+            CompleteOutcome::NotFound => Err(no_such_handoff(&p.handoff_id)),
+        }
+    }
+
+    pub(super) async fn handoff_fail(
+        &mut self,
+        p: HandoffFailParams,
+    ) -> Result<Box<RawValue>, RpcError> {
+        let Some(profile) = self.scope(p.profile.as_deref()) else {
+            return Err(no_such_handoff(&p.handoff_id));
+        };
+        match self
+            .ctx
+            .handoffs
+            .fail(&profile, &p.handoff_id, &p.error, p.only_if_pending)
+            .await
+            .map_err(store_err)?
+        {
+            FailOutcome::Failed(row) => {
+                self.announce(&profile, &row.session_id, row.state).await;
+                Ok(to_raw(&HandoffFailResult {
+                    failed: true,
+                    state: row.state,
+                }))
+            }
+            FailOutcome::Unchanged(state) => Ok(to_raw(&HandoffFailResult {
+                failed: false,
+                state,
+            })),
+            FailOutcome::NotFound => Err(no_such_handoff(&p.handoff_id)),
+        }
+    }
+
+    pub(super) async fn handoff_state(
+        &mut self,
+        p: HandoffStateParams,
+    ) -> Result<Box<RawValue>, RpcError> {
+        // A read: the session need not be live (nor open) to report its handoff.
+        let (profile, found) = self
+            .resolve(p.profile.as_deref(), &p.session_id, false)
+            .await?;
+        if matches!(found, Resolved::NotFound) {
+            return Err(RpcError::session_not_found());
+        }
+        let latest = self
+            .ctx
+            .handoffs
+            .latest(&profile, &p.session_id)
+            .await
+            .map_err(store_err)?;
+        Ok(to_raw(&HandoffStateResult {
+            handoff: latest.map(|row| HandoffInfo {
+                handoff_id: row.id,
+                session_id: row.session_id,
+                target: row.target,
+                state: row.state,
+                error: row.error,
+            }),
+        }))
+    }
+
+    /// The live actor of an open session of the profile, brought live if needed: 4001 when the
+    /// peer cannot see it, 4002 when it is closed or a close has been decided (the session
+    /// itself knows that before its row does).
+    async fn open_session(
+        &self,
+        requested: Option<&str>,
+        session_id: &SessionId,
+    ) -> Result<(String, ActorRef<SessionMsg>), RpcError> {
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let (profile, found) = self.resolve(requested, session_id, true).await?;
+            let live = match found {
+                Resolved::Live(live) => live,
+                Resolved::Closed(_) => return Err(RpcError::session_closed()),
+                Resolved::Stored(_) | Resolved::NotFound => {
+                    return Err(RpcError::session_not_found())
+                }
+            };
+            match ask(
+                &live.actor,
+                |reply| SessionMsg::Info { reply },
+                self.timeout(),
+            )
+            .await
+            {
+                Ok(info) if info.status == SessionStatus::Closed => {
+                    return Err(RpcError::session_closed())
+                }
+                Ok(_) => return Ok((profile, live.actor)),
+                // Parked between the lookup and the message: never handled; look again.
+                Err(_) if live.gauges.parked() && attempts < 3 => continue,
+                Err(e) => {
+                    // A session stops by itself once its close is committed: the row says so.
+                    return match self.ctx.reader.get_session(&profile, session_id).await {
+                        Ok(Some(row)) if row.status == SessionStatus::Closed => {
+                            Err(RpcError::session_closed())
+                        }
+                        _ => Err(e),
+                    };
+                }
+            }
+        }
+    }
+
+    /// Announces a transition on its session, bringing the session live. A session that was
+    /// closed (or deleted) since gets no announcement: nobody can attach to it any more.
+    async fn announce(&self, profile: &str, session_id: &SessionId, state: HandoffState) {
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let live = match self.resolve(Some(profile), session_id, true).await {
+                Ok((_, Resolved::Live(live))) => live,
+                Ok(_) => return,
+                Err(e) => {
+                    return warn!(
+                        session_id = session_id.as_str(),
+                        %state,
+                        error = %e,
+                        "handoff transition committed but not announced"
+                    )
+                }
+            };
+            match self.announce_to(&live.actor, session_id, state).await {
+                // Parked between the lookup and the message: the emit was never handled, so
+                // sending it to the session brought back cannot duplicate it.
+                Announced::NotHandled if live.gauges.parked() && attempts < 3 => continue,
+                _ => return,
+            }
+        }
+    }
+
+    /// Emits the durable `status.update` and waits until it is committed and fanned out.
+    /// Failures are logged here; the caller only learns whether a retry is safe.
+    async fn announce_to(
+        &self,
+        actor: &ActorRef<SessionMsg>,
+        session_id: &SessionId,
+        state: HandoffState,
+    ) -> Announced {
+        let event = EventRecord::new(
+            EventType::StatusUpdate,
+            &StatusUpdatePayload {
+                kind: HANDOFF_STATUS_KIND.to_string(),
+                text: Some(state.as_str().to_string()),
+            },
+            None,
+            now_ms(),
+        );
+        let emitted = ask(
+            actor,
+            |reply| SessionMsg::EmitIfOpen {
+                events: vec![event],
+                reply,
+            },
+            self.timeout(),
+        )
+        .await;
+        let outcome = match emitted {
+            // Closed meanwhile: nothing may follow `session.closed`, and nobody can attach.
+            Ok(false) => return Announced::Done,
+            // The Flush queues behind the emit, so it answers once the event is on disk.
+            Ok(true) => match ask(actor, |reply| SessionMsg::Flush { reply }, self.timeout()).await
+            {
+                Ok(()) => return Announced::Done,
+                Err(_) => Announced::Unconfirmed,
+            },
+            Err(_) => Announced::NotHandled,
+        };
+        warn!(
+            session_id = session_id.as_str(),
+            %state,
+            "handoff transition committed but its status.update was not confirmed"
+        );
+        outcome
+    }
+}
+
+/// How an announcement went.
+enum Announced {
+    /// Written (or rightly skipped: the session is closed).
+    Done,
+    /// Emitted, but its commit was not confirmed in time.
+    Unconfirmed,
+    /// The session never handled the emit.
+    NotHandled,
+}

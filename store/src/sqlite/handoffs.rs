@@ -1,0 +1,329 @@
+//! The [`HandoffStore`] of the SQLite store.
+//!
+//! # Which connection
+//!
+//! Handoff transitions do NOT go through the StoreWriter's connection; they have a connection of
+//! their own (a pool of exactly one, with the store's `busy_timeout`). Why:
+//!
+//! - Each transition is one statement, hence one transaction by itself: it gains nothing from the
+//!   StoreWriter's group commit, which exists to amortise many small event appends.
+//! - A transition answers with data (the claimed row, the state that refused it); the writer's
+//!   ops only succeed or fail, and teaching it compare-and-set results would put branches on the
+//!   event hot path for a rare operation.
+//! - SQLite admits one writer at a time anyway (WAL): a handoff statement and a writer batch
+//!   simply take turns on the database's write lock, each waiting up to `busy_timeout`. Both sides
+//!   take the lock before they read (the writer with `BEGIN IMMEDIATE`, a single UPDATE/INSERT
+//!   statement by itself), so neither can hit SQLITE_BUSY_SNAPSHOT mid-transaction.
+//! - One connection, not several: handoff calls then queue in the pool (first come, first
+//!   served) instead of in SQLite's sleep-and-retry busy handler, where contending connections
+//!   back off for milliseconds at a time.
+//!
+//! The cost: a transition and the `status.update` event that announces it are two transactions
+//! (the event is appended by the session, through the StoreWriter, after the transition
+//! committed). A crash between them loses the announcement, never the transition; the row is
+//! the truth and `handoff.state` reads it.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::sqlite::{SqlitePool, SqlitePoolOptions, SqliteRow};
+use sqlx::Row;
+
+use tether_protocol::{now_ms, HandoffId, HandoffState, SessionId, SessionStatus};
+
+use crate::handoff::{
+    truncate_utf8, CompleteOutcome, FailOutcome, HandoffRow, HandoffStore, RequestOutcome,
+    MAX_HANDOFF_ERROR_BYTES,
+};
+use crate::{StoreConfig, StoreError};
+
+use super::base_options;
+use super::errors::{map_sqlx, Doing};
+
+/// The columns, in the order [`handoff_from_row`] reads them.
+const COLUMNS: &str = "id, session_id, profile, target, state, error, created_at_ms, updated_at_ms";
+
+/// The [`HandoffStore`] of the SQLite store.
+pub(crate) struct SqliteHandoffs {
+    pool: SqlitePool,
+    sql: Sql,
+}
+
+/// The statements, built once.
+struct Sql {
+    request: String,
+    claim: String,
+    complete: String,
+    fail: String,
+    latest: String,
+    in_flight: String,
+    state_of: String,
+}
+
+impl Sql {
+    fn new() -> Self {
+        let pending = HandoffState::Pending.as_str();
+        let running = HandoffState::Running.as_str();
+        let completed = HandoffState::Completed.as_str();
+        let failed = HandoffState::Failed.as_str();
+        let closed = SessionStatus::Closed.as_str();
+        Sql {
+            // The session (open, in this profile) and the absence of a handoff in flight are
+            // checked by the INSERT itself: no other writer can slip in between.
+            request: format!(
+                "INSERT INTO handoffs ({COLUMNS}) \
+                 SELECT ?1, ?2, ?3, ?4, '{pending}', NULL, ?5, ?5 \
+                 WHERE EXISTS (SELECT 1 FROM sessions WHERE id = ?2 AND profile = ?3 \
+                     AND status <> '{closed}') \
+                 AND NOT EXISTS (SELECT 1 FROM handoffs WHERE session_id = ?2 \
+                     AND state IN ('{pending}', '{running}'))"
+            ),
+            // The oldest pending one (insertion order breaks ties within a millisecond), moved
+            // in the same statement that picks it. The repeated `state = pending` keeps it a
+            // compare-and-set even under an isolation level that re-reads the row.
+            claim: format!(
+                "UPDATE handoffs SET state = '{running}', updated_at_ms = ?3 \
+                 WHERE id = (SELECT id FROM handoffs WHERE profile = ?1 AND target = ?2 \
+                     AND state = '{pending}' ORDER BY created_at_ms, rowid LIMIT 1) \
+                 AND state = '{pending}' RETURNING {COLUMNS}"
+            ),
+            complete: format!(
+                "UPDATE handoffs SET state = '{completed}', updated_at_ms = ?3 \
+                 WHERE id = ?1 AND profile = ?2 AND state = '{running}' RETURNING {COLUMNS}"
+            ),
+            // `?5` = only_if_pending.
+            fail: format!(
+                "UPDATE handoffs SET state = '{failed}', error = ?3, updated_at_ms = ?4 \
+                 WHERE id = ?1 AND profile = ?2 \
+                 AND (state = '{pending}' OR (NOT ?5 AND state = '{running}')) \
+                 RETURNING {COLUMNS}"
+            ),
+            // rowid, not the clock: a clock that steps back must not hide the newest one.
+            latest: format!(
+                "SELECT {COLUMNS} FROM handoffs WHERE session_id = ?1 AND profile = ?2 \
+                 ORDER BY rowid DESC LIMIT 1"
+            ),
+            in_flight: format!(
+                "SELECT {COLUMNS} FROM handoffs WHERE session_id = ?1 AND profile = ?2 \
+                 AND state IN ('{pending}', '{running}')"
+            ),
+            state_of: "SELECT state FROM handoffs WHERE id = ?1 AND profile = ?2".to_string(),
+        }
+    }
+}
+
+impl SqliteHandoffs {
+    /// Opens the handoff connection on an existing, migrated store.
+    pub(crate) async fn open(cfg: &StoreConfig) -> Result<Self, StoreError> {
+        // Callers queue for the one connection; the one ahead may wait up to a busy_timeout
+        // for the write lock, so allow a couple of those before calling the store unavailable.
+        let acquire = cfg.busy_timeout.max(Duration::from_secs(1)) * 2;
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .min_connections(0)
+            .acquire_timeout(acquire)
+            .connect_with(base_options(cfg))
+            .await
+            .map_err(|e| map_sqlx(e, Doing::Open))?;
+        Ok(SqliteHandoffs {
+            pool,
+            sql: Sql::new(),
+        })
+    }
+
+    /// The current state of a handoff, read after a compare-and-set refused it.
+    async fn state_of(
+        &self,
+        profile: &str,
+        id: &HandoffId,
+    ) -> Result<Option<HandoffState>, StoreError> {
+        let row = sqlx::query(&self.sql.state_of)
+            .bind(id.as_str())
+            .bind(profile)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(read_err)?;
+        row.map(|r| parse_state(&get::<String>(&r, 0)?)).transpose()
+    }
+
+    /// The session's stored status, `None` if it is not in `profile`.
+    async fn session_status(
+        &self,
+        profile: &str,
+        session_id: &SessionId,
+    ) -> Result<Option<String>, StoreError> {
+        let row = sqlx::query("SELECT status FROM sessions WHERE id = ?1 AND profile = ?2")
+            .bind(session_id.as_str())
+            .bind(profile)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(read_err)?;
+        row.map(|r| get::<String>(&r, 0)).transpose()
+    }
+
+    async fn in_flight(
+        &self,
+        profile: &str,
+        session_id: &SessionId,
+    ) -> Result<Option<HandoffRow>, StoreError> {
+        let row = sqlx::query(&self.sql.in_flight)
+            .bind(session_id.as_str())
+            .bind(profile)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(read_err)?;
+        row.as_ref().map(handoff_from_row).transpose()
+    }
+}
+
+#[async_trait]
+impl HandoffStore for SqliteHandoffs {
+    async fn request(
+        &self,
+        profile: &str,
+        session_id: &SessionId,
+        target: &str,
+    ) -> Result<RequestOutcome, StoreError> {
+        let now = now_ms();
+        let row = HandoffRow {
+            id: HandoffId::new(),
+            session_id: session_id.clone(),
+            profile: profile.to_string(),
+            target: target.to_string(),
+            state: HandoffState::Pending,
+            error: None,
+            created_at_ms: now,
+            updated_at_ms: now,
+        };
+        let inserted = sqlx::query(&self.sql.request)
+            .bind(row.id.as_str())
+            .bind(session_id.as_str())
+            .bind(profile)
+            .bind(target)
+            .bind(now)
+            .execute(&self.pool)
+            .await
+            .map_err(write_err);
+        match inserted {
+            Ok(done) if done.rows_affected() == 1 => return Ok(RequestOutcome::Requested(row)),
+            Ok(_) => {}
+            // The partial unique index refused it: another request won a race the INSERT's own
+            // check could not see (not possible under SQLite's single writer; kept for safety).
+            Err(StoreError::Conflict(_)) => {}
+            Err(e) => return Err(e),
+        }
+        // Refused; say why. These reads may see a later state than the refusal did (the
+        // handoff in flight may have finished since), which only makes the answer fresher.
+        match self.session_status(profile, session_id).await? {
+            None => return Ok(RequestOutcome::NoSession),
+            Some(status) if status == SessionStatus::Closed.as_str() => {
+                return Ok(RequestOutcome::SessionClosed)
+            }
+            Some(_) => {}
+        }
+        Ok(RequestOutcome::InFlight(
+            self.in_flight(profile, session_id).await?,
+        ))
+    }
+
+    async fn claim(&self, profile: &str, target: &str) -> Result<Option<HandoffRow>, StoreError> {
+        let row = sqlx::query(&self.sql.claim)
+            .bind(profile)
+            .bind(target)
+            .bind(now_ms())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(write_err)?;
+        row.as_ref().map(handoff_from_row).transpose()
+    }
+
+    async fn complete(&self, profile: &str, id: &HandoffId) -> Result<CompleteOutcome, StoreError> {
+        let row = sqlx::query(&self.sql.complete)
+            .bind(id.as_str())
+            .bind(profile)
+            .bind(now_ms())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(write_err)?;
+        if let Some(row) = row {
+            return Ok(CompleteOutcome::Completed(handoff_from_row(&row)?));
+        }
+        Ok(match self.state_of(profile, id).await? {
+            Some(state) => CompleteOutcome::NotRunning(state),
+            None => CompleteOutcome::NotFound,
+        })
+    }
+
+    async fn fail(
+        &self,
+        profile: &str,
+        id: &HandoffId,
+        error: &str,
+        only_if_pending: bool,
+    ) -> Result<FailOutcome, StoreError> {
+        let row = sqlx::query(&self.sql.fail)
+            .bind(id.as_str())
+            .bind(profile)
+            .bind(truncate_utf8(error, MAX_HANDOFF_ERROR_BYTES))
+            .bind(now_ms())
+            .bind(only_if_pending)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(write_err)?;
+        if let Some(row) = row {
+            return Ok(FailOutcome::Failed(handoff_from_row(&row)?));
+        }
+        Ok(match self.state_of(profile, id).await? {
+            Some(state) => FailOutcome::Unchanged(state),
+            None => FailOutcome::NotFound,
+        })
+    }
+
+    async fn latest(
+        &self,
+        profile: &str,
+        session_id: &SessionId,
+    ) -> Result<Option<HandoffRow>, StoreError> {
+        let row = sqlx::query(&self.sql.latest)
+            .bind(session_id.as_str())
+            .bind(profile)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(read_err)?;
+        row.as_ref().map(handoff_from_row).transpose()
+    }
+}
+
+fn read_err(e: sqlx::Error) -> StoreError {
+    map_sqlx(e, Doing::Read)
+}
+
+fn write_err(e: sqlx::Error) -> StoreError {
+    map_sqlx(e, Doing::Write)
+}
+
+fn get<'r, T>(row: &'r SqliteRow, idx: usize) -> Result<T, StoreError>
+where
+    T: sqlx::Decode<'r, sqlx::Sqlite> + sqlx::Type<sqlx::Sqlite>,
+{
+    row.try_get(idx).map_err(read_err)
+}
+
+fn parse_state(text: &str) -> Result<HandoffState, StoreError> {
+    HandoffState::parse(text)
+        .ok_or_else(|| StoreError::Invalid(format!("stored handoff state is {text:?}")))
+}
+
+/// Decodes a row selected (or returned) with [`COLUMNS`].
+fn handoff_from_row(row: &SqliteRow) -> Result<HandoffRow, StoreError> {
+    Ok(HandoffRow {
+        id: HandoffId::from(get::<String>(row, 0)?),
+        session_id: SessionId::from(get::<String>(row, 1)?),
+        profile: get(row, 2)?,
+        target: get(row, 3)?,
+        state: parse_state(&get::<String>(row, 4)?)?,
+        error: get(row, 5)?,
+        created_at_ms: get(row, 6)?,
+        updated_at_ms: get(row, 7)?,
+    })
+}
