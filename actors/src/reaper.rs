@@ -78,6 +78,9 @@ struct Orphan {
     gauges: Arc<SessionGauges>,
     /// A park was asked for and not yet refused.
     parking: bool,
+    /// When the earliest armed timer fires (ms); one timer at a time is
+    /// enough, so a later one is not armed while an earlier one waits.
+    next_due_ms: Option<i64>,
 }
 
 pub struct ReaperState {
@@ -138,11 +141,19 @@ impl Actor for Reaper {
                         o.parking = false;
                         // Something raced the park (an append in flight,
                         // a turn that just started): look again shortly.
-                        arm(&myself, key, gen, Duration::from_secs(1));
+                        state.arm(&myself, key, gen, Duration::from_secs(1));
                     }
                 }
             }
             ReaperMsg::Due { key, gen } => {
+                if let Some(o) = state.orphans.get_mut(&key) {
+                    // Whichever timer fired, the next look re-arms one if
+                    // needed (a spare timer costs a look, a missing one a
+                    // session that is never parked).
+                    if o.gen == gen {
+                        o.next_due_ms = None;
+                    }
+                }
                 state.check(&myself, key, gen);
                 // A refused LRU park is retried through the same timer.
                 state.enforce_cap();
@@ -170,6 +181,7 @@ impl ReaperState {
                 grace_end_ms: now_ms() + grace.as_millis() as i64,
                 gauges,
                 parking: false,
+                next_due_ms: None,
             },
         );
         self.check(myself, key, gen);
@@ -193,7 +205,7 @@ impl ReaperState {
         };
         match verdict(&seen, &Limits::of(&self.ctx)) {
             Verdict::Park(reason) => self.park(key, reason),
-            Verdict::Wait(after) => arm(myself, key, gen, after),
+            Verdict::Wait(after) => self.arm(myself, key, gen, after),
         }
     }
 
@@ -216,6 +228,21 @@ impl ReaperState {
         for (_, key) in idle.into_iter().take(excess) {
             self.park(key, ParkReason::Lru);
         }
+    }
+
+    /// Arms a timer for an orphan unless an earlier one is already armed
+    /// (that one looks again and re-arms as needed).
+    fn arm(&mut self, myself: &ActorRef<ReaperMsg>, key: SessionKey, gen: u64, after: Duration) {
+        let Some(o) = self.orphans.get_mut(&key) else {
+            return;
+        };
+        let due = now_ms() + after.as_millis() as i64;
+        if o.next_due_ms.is_some_and(|d| d <= due) {
+            return;
+        }
+        o.next_due_ms = Some(due);
+        // The timer task runs detached; a stale one is disarmed by `gen`.
+        drop(myself.send_after(after, move || ReaperMsg::Due { key, gen }));
     }
 
     fn park(&mut self, key: SessionKey, reason: ParkReason) {
@@ -289,11 +316,6 @@ fn verdict(s: &Seen, l: &Limits) -> Verdict {
     } else {
         wait(grace_left.min(l.ttl_ms - idle_ms))
     }
-}
-
-fn arm(myself: &ActorRef<ReaperMsg>, key: SessionKey, gen: u64, after: Duration) {
-    // The timer task runs detached; a stale one is disarmed by `gen`.
-    drop(myself.send_after(after, move || ReaperMsg::Due { key, gen }));
 }
 
 #[cfg(test)]
