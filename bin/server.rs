@@ -53,6 +53,8 @@ pub fn router(app: AppState) -> Router {
         .route("/ws", get(ws_upgrade))
         .route("/rpc", post(crate::http::post_rpc))
         .route("/v1/sessions/{id}/events", get(crate::sse::session_events))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
         // Inner layer: runs after the Origin/Host check below.
         .layer(axum::middleware::from_fn_with_state(
             app.clone(),
@@ -63,6 +65,34 @@ pub fn router(app: AppState) -> Router {
             crate::origin::check_origin,
         ))
         .with_state(app)
+}
+
+/// `/healthz`: the process is up and answering HTTP.
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+/// `/readyz`: the gateway can do its work: its core actors are up, the
+/// store writer is there to take appends, and at least one compute host
+/// slot is up. 503 with the reasons otherwise (for load balancers and
+/// orchestrators).
+async fn readyz(State(app): State<AppState>) -> Response {
+    use axum::http::StatusCode;
+    let mut missing = Vec::new();
+    if app.ctx.writer().is_none() {
+        missing.push("store writer restarting");
+    }
+    if app.ctx.registry().is_err() {
+        missing.push("session registry restarting");
+    }
+    if app.ctx.hosts_up() == 0 {
+        missing.push("no compute host up");
+    }
+    if missing.is_empty() {
+        crate::http::status_text(StatusCode::OK, "ready")
+    } else {
+        crate::http::status_text(StatusCode::SERVICE_UNAVAILABLE, &missing.join("; "))
+    }
 }
 
 /// Socket buffers: axum's defaults (128 KiB each way) are sized for large

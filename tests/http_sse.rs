@@ -780,3 +780,30 @@ async fn a_rebound_host_name_is_refused_on_loopback() {
     .await;
     assert_eq!(r.status, 200);
 }
+
+#[tokio::test]
+async fn health_and_readiness_probes() {
+    let dir = tempdir();
+    let gw = Gateway::start(dir.path(), &["--token", "p:secret"]);
+    let addr = gw.addr.as_str();
+    let r = http(addr, "GET", "/healthz", &[], b"").await;
+    assert_eq!((r.status, r.body.as_slice()), (200, b"ok\n".as_slice()));
+    // Ready once a host slot is up (probes need no token).
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = http(addr, "GET", "/readyz", &[], b"").await;
+        if r.status == 200 {
+            break;
+        }
+        assert_eq!(r.status, 503);
+        assert!(std::time::Instant::now() < deadline, "never ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(gw);
+
+    let dir = tempdir();
+    let gw = Gateway::start(dir.path(), &["--hosts", "0"]);
+    let r = http(&gw.addr, "GET", "/readyz", &[], b"").await;
+    assert_eq!(r.status, 503);
+    assert!(String::from_utf8_lossy(&r.body).contains("no compute host up"));
+}
