@@ -1,5 +1,5 @@
-//! The `Engine` trait: what a compute host runs turns with (`echo` now;
-//! `command` and `openai` later), and what an engine is given to do it.
+//! The `Engine` trait: what a compute host runs turns with (`echo`,
+//! `command`), and what an engine is given to do it.
 //!
 //! An engine only produces: it streams events into a [`TurnSink`] and returns
 //! a [`TurnOutcome`]. The host loop owns everything around it: parsing
@@ -54,9 +54,7 @@ pub struct TurnRequest {
     pub turn_id: TurnId,
     pub session_id: SessionId,
     pub trace_id: TraceId,
-    /// The current segment's transcript, oldest first.
-    // Read by the engines that call a model (echo ignores it).
-    #[allow(dead_code)]
+    /// The current segment's transcript, oldest first (echo ignores it).
     pub history: Vec<Message>,
     pub prompt: String,
     /// The session's engine config (model, ...), opaque to the host loop.

@@ -9,6 +9,7 @@
 //! a slow compress holds nothing up; all of them write through one stdout
 //! writer (see [`io`]).
 
+mod command;
 mod echo;
 mod engine;
 mod io;
@@ -29,6 +30,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tracing::Instrument;
 
 use crate::config::LogFormat;
+use command::CommandEngine;
 use echo::EchoEngine;
 use engine::{Cancel, Engine, TurnOutcome, TurnRequest, TurnSink};
 use io::{Input, Writer};
@@ -62,6 +64,10 @@ pub struct HostArgs {
     /// echo: milliseconds before answering a compress.
     #[arg(long, default_value_t = 0)]
     pub compress_delay_ms: u64,
+    /// command: the agent program each turn runs, through `sh -c`
+    /// (docs/ENGINES.md).
+    #[arg(long, required_if_eq("engine", "command"))]
+    pub command: Option<String>,
     /// Seconds between heartbeats (the gateway sets TETHER_HEARTBEAT_S).
     #[arg(long, env = "TETHER_HEARTBEAT_S", default_value_t = 5,
           value_parser = clap::value_parser!(u64).range(1..=86_400))]
@@ -76,6 +82,8 @@ pub struct HostArgs {
 pub enum EngineKind {
     /// Deterministic replies and fault injection (PROTOCOL Part 3).
     Echo,
+    /// Runs an agent program per turn (docs/ENGINES.md).
+    Command,
 }
 
 /// Runs the host until `shutdown`, the end of stdin, or the loss of stdout.
@@ -85,6 +93,14 @@ pub async fn run(args: HostArgs) -> anyhow::Result<()> {
             Duration::from_millis(args.delay_ms),
             Duration::from_millis(args.compress_delay_ms),
         )),
+        EngineKind::Command => {
+            // clap requires --command with --engine command.
+            let command = args
+                .command
+                .clone()
+                .context("--engine command needs --command")?;
+            Arc::new(CommandEngine::new(command))
+        }
     };
     let writer = io::spawn_writer(WRITE_QUEUE).context("cannot start the stdout writer")?;
     writer
