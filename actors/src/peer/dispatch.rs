@@ -358,31 +358,53 @@ impl PeerState {
     }
 
     async fn since(&mut self, p: SinceParams) -> Result<Box<RawValue>, RpcError> {
-        let (_, found) = self
+        let mut found = self
             .resolve(p.profile.as_deref(), &p.session_id, false)
+            .await?
+            .1;
+        // A live session that stops (closed, parked) between the lookup
+        // and the message never answers; its events are all on disk by
+        // then, so the second lookup reads them from the store.
+        for _ in 0..3 {
+            let row = match found {
+                Resolved::Live(live) => {
+                    let params = p.clone();
+                    match ask(
+                        &live.actor,
+                        |reply| SessionMsg::Since { params, reply },
+                        self.timeout(),
+                    )
+                    .await
+                    {
+                        Ok(result) => return ok(&result?),
+                        Err(e) if live.actor.get_status() < ractor::ActorStatus::Stopping => {
+                            return Err(e)
+                        }
+                        Err(_) => {
+                            // Let the registry see the stop first.
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                            found = self
+                                .resolve(p.profile.as_deref(), &p.session_id, false)
+                                .await?
+                                .1;
+                            continue;
+                        }
+                    }
+                }
+                Resolved::Stored(row) | Resolved::Closed(row) => row,
+                Resolved::NotFound => return Err(RpcError::session_not_found()),
+            };
+            let result = since_from_store(
+                self.ctx.reader.as_ref(),
+                &row.id,
+                row.latest_seq,
+                row.retained_from_seq,
+                &self.ctx.epoch,
+                &p,
+            )
             .await?;
-        let result = match found {
-            Resolved::Live(live) => {
-                ask(
-                    &live.actor,
-                    |reply| SessionMsg::Since { params: p, reply },
-                    self.timeout(),
-                )
-                .await??
-            }
-            Resolved::Stored(row) | Resolved::Closed(row) => {
-                since_from_store(
-                    self.ctx.reader.as_ref(),
-                    &row.id,
-                    row.latest_seq,
-                    row.retained_from_seq,
-                    &self.ctx.epoch,
-                    &p,
-                )
-                .await?
-            }
-            Resolved::NotFound => return Err(RpcError::session_not_found()),
-        };
-        ok(&result)
+            return ok(&result);
+        }
+        Err(RpcError::internal("the session kept restarting"))
     }
 }
