@@ -197,6 +197,51 @@ pub fn peak_rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
+/// Current resident set size of process `pid` in KiB (`VmRSS`), or 0 when
+/// it cannot be read.
+pub fn rss_kib(pid: u32) -> u64 {
+    status_kib(pid, "VmRSS:")
+}
+
+/// A `/proc/PID/status` field given in kB (e.g. `RssAnon:`), or 0.
+pub fn status_kib(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1).map(str::to_owned))
+        })
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// CPU seconds (user + system) used so far by this process's live threads
+/// whose name starts with `prefix`. Gateway and load generator share the
+/// process; their threads are told apart by name.
+pub fn thread_cpu_s(prefix: &str) -> f64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0.0;
+    };
+    let mut total = 0.0;
+    for task in tasks.flatten() {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            continue;
+        };
+        // `comm` is the part in parentheses; it may contain spaces.
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        if !stat[open + 1..close].starts_with(prefix) {
+            continue;
+        }
+        let f: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+        let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        total += (ticks(11) + ticks(12)) / 100.0;
+    }
+    total
+}
+
 /// A load-generator WebSocket client.
 pub type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;

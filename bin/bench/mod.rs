@@ -11,7 +11,9 @@
 
 mod fanout;
 mod harness;
+mod idle;
 mod store;
+mod storm;
 mod turns;
 mod writer;
 
@@ -35,6 +37,10 @@ enum Scenario {
     Turns(turns::TurnsBench),
     /// Time from a host's kill -9 to the client's message.complete.
     Crash(turns::CrashBench),
+    /// Every client drops at once and resumes from its watermark.
+    Storm(storm::StormBench),
+    /// Resident memory per idle peer, idle live session and parked session.
+    Idle(idle::IdleBench),
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
@@ -44,5 +50,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         Scenario::Fanout(b) => fanout::run(b),
         Scenario::Turns(b) => turns::run_turns(b),
         Scenario::Crash(b) => turns::run_crash(b),
+        Scenario::Storm(b) => storm::run(b),
+        Scenario::Idle(b) => idle::run(b),
     }
 }
