@@ -15,6 +15,10 @@
 //! - The remote address, as axum's `ConnectInfo<SocketAddr>`, for the
 //!   per-address rate buckets of the HTTP routes, and the local one
 //!   ([`LocalAddr`]) for the Host rule of `crate::origin`.
+//! - A deep listen backlog ([`bind`]): after a network blip every client
+//!   reconnects in the same second, and tokio's default of 128 pending
+//!   connections overflows; a dropped SYN is retried by the client's kernel
+//!   only after 1 s, which alone would put the reconnect p99 over a second.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -32,6 +36,24 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tower::ServiceExt;
 use tracing::{debug, warn};
+
+/// Pending connections the kernel may queue before `accept` (capped by
+/// `net.core.somaxconn`, 4096 on current kernels).
+const LISTEN_BACKLOG: u32 = 4096;
+
+/// Binds `addr` with [`LISTEN_BACKLOG`] (and `SO_REUSEADDR`, as tokio's
+/// `TcpListener::bind` does, so a restarted gateway gets its port back
+/// while old connections sit in TIME_WAIT).
+pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
 
 /// What the accept loop enforces.
 #[derive(Debug, Clone, Copy)]

@@ -119,8 +119,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
 
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
+    let listener = crate::listen::bind(args.listen)
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let addr = listener.local_addr()?;
     let (shutdown_tx, shutdown_rx) = crate::ws::shutdown_channel();
