@@ -15,6 +15,7 @@ mod attach;
 mod compress;
 mod history;
 mod marker;
+mod owed;
 mod pipeline;
 mod reap;
 pub(crate) mod replay;
@@ -143,6 +144,8 @@ pub enum SessionMsg {
     AppendFailed { gen: u64, from_seq: u64, code: i64 },
     /// The StoreWriter was restarted: an append in flight may be lost.
     WriterRestarted,
+    /// Internal: emit again the `message.complete`s a failed append lost.
+    RepayCompletions,
     /// Internal: what the new writer says is committed.
     Rebased { barrier: Result<Barrier, i64> },
     /// From the Registry (for the reaper): park if still parkable; answers
@@ -279,6 +282,8 @@ pub struct SessionState {
     marker_at_start: Option<serde_json::Value>,
     /// What the reaper was last told (`None`: nothing yet).
     reported: Option<Reported>,
+    /// `message.complete`s of accepted turns that a failed append lost.
+    owed: owed::Owed,
     ctx: Ctx,
     gauges: Arc<SessionGauges>,
 }
@@ -349,6 +354,7 @@ impl Actor for Session {
             pending_compress: None,
             marker_at_start: row.turn_marker,
             reported: None,
+            owed: owed::Owed::default(),
             ctx,
             gauges,
         };
@@ -445,12 +451,21 @@ impl Actor for Session {
                     state.flush_waiters.push(reply);
                 }
             }
-            SessionMsg::Committed { gen, upto_seq } => state.committed(&myself, gen, upto_seq),
+            SessionMsg::Committed { gen, upto_seq } => {
+                state.committed(&myself, gen, upto_seq);
+                state.store_recovered();
+            }
             SessionMsg::AppendFailed {
                 gen,
                 from_seq,
                 code,
-            } => state.append_failed(gen, from_seq, code),
+            } => {
+                if gen == state.gen {
+                    state.owe_completions(&myself, from_seq);
+                }
+                state.append_failed(gen, from_seq, code);
+            }
+            SessionMsg::RepayCompletions => state.repay_completions(&myself),
             SessionMsg::WriterRestarted => state.writer_restarted(&myself),
             SessionMsg::Rebased { barrier } => state.rebased(&myself, barrier),
             SessionMsg::Park { reason, reply } => state.park(&myself, reason, reply),

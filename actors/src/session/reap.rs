@@ -29,6 +29,7 @@ impl SessionState {
             || !self.turns.queue.is_empty()
             || self.compacting.is_some()
             || self.pending_compress.is_some()
+            || !self.owed.is_empty()
     }
 
     /// Tells the reaper about a change of orphaned/busy since the last
