@@ -29,6 +29,7 @@ use axum::extract::{ConnectInfo, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
+use tether_actors::metrics::Transport;
 use tether_actors::{Identity, Outbound, OutboxReceiver, PeerMsg};
 use tokio::sync::Semaphore;
 use tracing::warn;
@@ -48,6 +49,7 @@ pub async fn post_rpc(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    let _open = app.ctx.metrics.open_connection(Transport::Http);
     let caller = crate::auth::caller_of(caller);
     if let Err(retry_after) = app.client_buckets.take(&caller.profile, remote.ip()) {
         return rate_limited(retry_after);

@@ -9,6 +9,7 @@ mod host;
 mod http;
 mod listen;
 mod logging;
+mod metrics;
 mod origin;
 mod serve;
 mod server;

@@ -55,6 +55,7 @@ pub fn router(app: AppState) -> Router {
         .route("/v1/sessions/{id}/events", get(crate::sse::session_events))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/metrics", get(crate::metrics::metrics))
         // Inner layer: runs after the Origin/Host check below.
         .layer(axum::middleware::from_fn_with_state(
             app.clone(),
@@ -73,14 +74,18 @@ async fn healthz() -> &'static str {
 }
 
 /// `/readyz`: the gateway can do its work: its core actors are up, the
-/// store writer is there to take appends, and at least one compute host
-/// slot is up. 503 with the reasons otherwise (for load balancers and
-/// orchestrators).
+/// store writer is there to take appends and the store is writable (no
+/// storage failure since the last good commit, or for 10 s), and at least
+/// one compute host slot is up. 503 with the reasons otherwise (for load
+/// balancers and orchestrators).
 async fn readyz(State(app): State<AppState>) -> Response {
     use axum::http::StatusCode;
     let mut missing = Vec::new();
     if app.ctx.writer().is_none() {
         missing.push("store writer restarting");
+    }
+    if !app.ctx.metrics.store_writable() {
+        missing.push("store not writable (the last commit failed)");
     }
     if app.ctx.registry().is_err() {
         missing.push("session registry restarting");

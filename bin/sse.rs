@@ -40,6 +40,7 @@ use ractor::ActorRef;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
+use tether_actors::metrics::Transport;
 use tether_actors::{Identity, Outbound, OutboxReceiver, PeerMsg};
 use tokio::sync::watch;
 use tracing::warn;
@@ -174,6 +175,7 @@ pub async fn session_events(
         shutdown: app.shutdown.clone(),
         done: false,
         _guard: guard,
+        _open: app.ctx.metrics.open_connection(Transport::Sse),
     };
     let stream = futures::stream::iter(first.into_iter().map(Ok::<Event, Infallible>))
         .chain(futures::stream::unfold(live, next_live));
@@ -204,6 +206,8 @@ struct Live {
     /// Set after `session.closed`: the next poll ends the stream.
     done: bool,
     _guard: PeerGuard,
+    /// Counted in `tether_connections_open{transport="sse"}` while it streams.
+    _open: tether_actors::metrics::OpenConnection,
 }
 
 #[derive(Deserialize)]

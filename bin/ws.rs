@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket};
 use futures::{SinkExt, StreamExt};
+use tether_actors::metrics::Transport;
 use tether_actors::outbox::CLOSE_GOING_AWAY;
 use tether_actors::{Identity, Outbound, OutboxReceiver, PeerMsg};
 use tokio::sync::{mpsc, watch, Semaphore};
@@ -32,6 +33,7 @@ pub async fn serve_socket(
     caller: crate::auth::Caller,
     _permit: Option<tokio::sync::OwnedSemaphorePermit>,
 ) {
+    let _open = app.ctx.metrics.open_connection(Transport::WebSocket);
     let identity = Identity {
         profile: caller.profile,
         fixed: caller.fixed,

@@ -125,6 +125,7 @@ impl Harness {
             HostSupervisorArgs {
                 config,
                 up_slots: up.clone(),
+                metrics: Default::default(),
             },
         )
         .await
@@ -372,7 +373,8 @@ async fn a_turn_streams_started_events_and_end() {
         end,
         TurnUpdate::End {
             status: TurnEndStatus::Complete,
-            text: "hello big world".into()
+            text: "hello big world".into(),
+            usage: None,
         }
     );
     // The routing entry is gone: nothing more comes, the slot is idle.
@@ -404,14 +406,16 @@ async fn two_turns_run_on_two_slots() {
                 "t_a".to_string(),
                 TurnUpdate::End {
                     status: TurnEndStatus::Complete,
-                    text: "first".into()
+                    text: "first".into(),
+                    usage: None,
                 }
             ),
             (
                 "t_b".to_string(),
                 TurnUpdate::End {
                     status: TurnEndStatus::Complete,
-                    text: "second".into()
+                    text: "second".into(),
+                    usage: None,
                 }
             ),
         ]

@@ -15,7 +15,7 @@ use tokio::sync::watch;
 
 use crate::config::GatewayConfig;
 use crate::host_supervisor::HostSupervisorMsg;
-use crate::metrics::OutboxMetrics;
+use crate::metrics::{Metrics, OutboxMetrics};
 use crate::reaper::ReaperMsg;
 use crate::registry::RegistryMsg;
 use crate::store_writer::StoreWriterMsg;
@@ -37,6 +37,8 @@ pub struct Ctx {
     pub(crate) hosts_up: Arc<AtomicUsize>,
     /// Counters every peer outbox of this gateway adds to.
     pub outbox_metrics: Arc<OutboxMetrics>,
+    /// Everything `/metrics` reports; `outbox` is `outbox_metrics`.
+    pub metrics: Arc<Metrics>,
 }
 
 impl Ctx {

@@ -204,6 +204,7 @@ impl GatewayState {
                 let args = StoreWriterArgs {
                     factory: self.factory.clone(),
                     max_batch_events: self.ctx.config.commit_batch_events,
+                    metrics: self.ctx.metrics.clone(),
                 };
                 let (actor, _) = Actor::spawn_linked(None, StoreWriter, args, supervisor).await?;
                 let id = actor.get_id();
@@ -247,6 +248,7 @@ impl GatewayState {
                 let args = HostSupervisorArgs {
                     config,
                     up_slots: self.ctx.hosts_up.clone(),
+                    metrics: self.ctx.metrics.clone(),
                 };
                 let (actor, _) =
                     Actor::spawn_linked(None, HostSupervisor, args, supervisor).await?;
@@ -363,6 +365,7 @@ impl GatewayHandle {
         let (registry_tx, registry_rx) = watch::channel(None);
         let (hosts_tx, hosts_rx) = watch::channel(None);
         let (reaper_tx, reaper_rx) = watch::channel(None);
+        let metrics = Arc::new(crate::metrics::Metrics::default());
         let ctx = Ctx {
             config: Arc::new(args.config),
             reader: args.reader,
@@ -373,7 +376,8 @@ impl GatewayHandle {
             hosts: hosts_rx,
             reaper: reaper_rx,
             hosts_up: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
-            outbox_metrics: Arc::default(),
+            outbox_metrics: metrics.outbox.clone(),
+            metrics,
         };
         let root = RootArgs {
             ctx: ctx.clone(),

@@ -105,6 +105,8 @@ pub struct HostSupervisorArgs {
     pub config: HostConfig,
     /// Kept equal to the number of slots that can take work now.
     pub up_slots: Arc<AtomicUsize>,
+    /// Host restarts and late acks are counted here.
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// Where a slot is in its life.
@@ -185,6 +187,7 @@ struct Waiter {
 pub struct HostSupervisorState {
     config: Arc<HostConfig>,
     up_slots: Arc<AtomicUsize>,
+    metrics: Arc<crate::metrics::Metrics>,
     slots: Vec<Slot>,
     /// Host actor → (slot, incarnation).
     by_actor: HashMap<ActorId, (u32, u64)>,
@@ -210,7 +213,11 @@ impl Actor for HostSupervisor {
         myself: ActorRef<Self::Msg>,
         args: HostSupervisorArgs,
     ) -> Result<Self::State, ActorProcessingErr> {
-        let HostSupervisorArgs { config, up_slots } = args;
+        let HostSupervisorArgs {
+            config,
+            up_slots,
+            metrics,
+        } = args;
         let slots = (0..config.slots)
             .map(|i| Slot {
                 id: u32::try_from(i).unwrap_or(u32::MAX),
@@ -229,6 +236,7 @@ impl Actor for HostSupervisor {
             registry: HostRegistry::new(config.data_dir.as_deref()),
             config: Arc::new(config),
             up_slots,
+            metrics,
             slots,
             by_actor: HashMap::new(),
             turns: HashMap::new(),

@@ -1,44 +1,406 @@
-//! Process-wide counters of what peer outboxes did under pressure.
+//! What one gateway counts, for `GET /metrics`.
 //!
-//! Every outbox the gateway creates holds the same `Arc<OutboxMetrics>`, so
-//! the counters survive the peers that bumped them and `session.events.stats`
-//! can read them without asking any actor.
+//! One [`Metrics`] per gateway, created with it and shared through the
+//! [`crate::Ctx`] (and handed to the StoreWriter and HostSupervisor with
+//! their arguments): no global registry, so two gateways in one process
+//! (tests, benchmarks) count apart. Every collection point is a relaxed
+//! atomic add on a field fixed at compile time; labels are small enums that
+//! index arrays. So the per-event paths (an event committed, a frame handed
+//! to a socket) take no lock, allocate nothing and look nothing up. The
+//! Prometheus text encoding is the binary's business (`bin/metrics.rs`);
+//! this module only holds the numbers.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+mod histogram;
+mod outbox;
 
-use tether_protocol::OutboxStats;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
-/// Counters shared by every outbox of one gateway.
+use tether_protocol::{now_ms, CompleteStatus};
+use tether_store::{StoreError, WriteOp};
+
+pub use histogram::{Histogram, HistogramSnapshot, COMMIT_SECONDS, TURN_SECONDS};
+pub use outbox::OutboxMetrics;
+
+use crate::turn::reasons;
+
+/// A monotonic count.
 #[derive(Debug, Default)]
-pub struct OutboxMetrics {
-    coalesced: AtomicU64,
-    dropped: AtomicU64,
-    slow_consumer_closes: AtomicU64,
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    pub(crate) fn inc(&self) {
+        self.add(1);
+    }
+
+    pub(crate) fn add(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
 }
 
-impl OutboxMetrics {
-    /// A delta was merged into the delta queued before it.
-    pub(crate) fn coalesced(&self) {
-        self.coalesced.fetch_add(1, Ordering::Relaxed);
+/// A value that goes up and down.
+#[derive(Debug, Default)]
+pub struct Gauge(AtomicI64);
+
+impl Gauge {
+    pub fn set(&self, v: i64) {
+        self.0.store(v, Ordering::Relaxed);
     }
 
-    /// A transient frame was dropped because the outbox was full.
-    pub(crate) fn dropped(&self) {
-        self.dropped.fetch_add(1, Ordering::Relaxed);
+    pub fn add(&self, n: i64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
     }
 
-    /// A peer was closed with 1013 "slow consumer".
-    pub(crate) fn slow_consumer_closed(&self) {
-        self.slow_consumer_closes.fetch_add(1, Ordering::Relaxed);
+    pub fn get(&self) -> i64 {
+        self.0.load(Ordering::Relaxed)
     }
+}
 
-    /// The counters as `session.events.stats` reports them. Each is read on
-    /// its own (Relaxed): a stats reply is a snapshot, not a transaction.
-    pub fn snapshot(&self) -> OutboxStats {
-        OutboxStats {
-            coalesced: self.coalesced.load(Ordering::Relaxed),
-            dropped: self.dropped.load(Ordering::Relaxed),
-            slow_consumer_closes: self.slow_consumer_closes.load(Ordering::Relaxed),
+/// How a client connection reaches the gateway (the `transport` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    WebSocket,
+    /// A `GET /v1/sessions/{id}/events` stream.
+    Sse,
+    /// A `POST /rpc` being answered.
+    Http,
+}
+
+impl Transport {
+    pub const ALL: [Transport; 3] = [Transport::WebSocket, Transport::Sse, Transport::Http];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Transport::WebSocket => "ws",
+            Transport::Sse => "sse",
+            Transport::Http => "http",
         }
+    }
+}
+
+/// Which request asked for a replay (the `method` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplayKind {
+    /// `session.resume` with `last_seen` (an SSE open with `Last-Event-ID`
+    /// or `?last_seen` is one).
+    Resume,
+    /// `session.events.since`.
+    Since,
+}
+
+impl ReplayKind {
+    pub const ALL: [ReplayKind; 2] = [ReplayKind::Resume, ReplayKind::Since];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            ReplayKind::Resume => "session.resume",
+            ReplayKind::Since => "session.events.since",
+        }
+    }
+}
+
+/// `failure_reason`s counted under their own label; an engine's own reason
+/// (passed through from its `turn.error`) is counted as `other`, so no
+/// host can grow the number of series.
+pub const FAILURE_REASONS: [&str; 7] = [
+    reasons::HOST_CRASH,
+    reasons::HOST_TIMEOUT,
+    reasons::HOST_UNAVAILABLE,
+    reasons::GATEWAY_RESTART,
+    reasons::DEQUEUED,
+    reasons::ENGINE_ERROR,
+    "other",
+];
+
+const STATUSES: usize = 3;
+
+/// How long a storage failure keeps the store "not writable" (and
+/// `/readyz` at 503) when no commit succeeds after it.
+pub const STORE_FAILURE_HOLD: Duration = Duration::from_secs(10);
+
+/// Turns ended, by final status and failure reason.
+#[derive(Debug, Default)]
+pub struct TurnCounters {
+    /// Ended without a failure reason, by status.
+    plain: [Counter; STATUSES],
+    /// Ended with one, by status and [`FAILURE_REASONS`] index.
+    failed: [[Counter; FAILURE_REASONS.len()]; STATUSES],
+}
+
+impl TurnCounters {
+    fn ended(&self, status: CompleteStatus, reason: Option<&str>) {
+        let s = status as usize;
+        let counter = match reason {
+            None => self.plain.get(s),
+            Some(r) => {
+                let i = FAILURE_REASONS
+                    .iter()
+                    .position(|known| *known == r)
+                    .unwrap_or(FAILURE_REASONS.len() - 1);
+                self.failed.get(s).and_then(|row| row.get(i))
+            }
+        };
+        if let Some(c) = counter {
+            c.inc();
+        }
+    }
+
+    /// `(status, failure_reason, turns)`: every status without a reason
+    /// (zeros too, so that `sum by (status)` always has its series), then
+    /// the reasons that occurred.
+    pub fn snapshot(&self) -> Vec<(&'static str, Option<&'static str>, u64)> {
+        let mut out = Vec::new();
+        for status in CompleteStatus::ALL {
+            let s = *status as usize;
+            out.push((status.as_str(), None, self.plain[s].get()));
+        }
+        for status in CompleteStatus::ALL {
+            let s = *status as usize;
+            for (i, reason) in FAILURE_REASONS.iter().enumerate() {
+                let n = self.failed[s][i].get();
+                if n > 0 {
+                    out.push((status.as_str(), Some(*reason), n));
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Everything one gateway counts.
+#[derive(Debug)]
+pub struct Metrics {
+    /// Shared with every peer outbox (also `Ctx::outbox_metrics`).
+    pub outbox: Arc<OutboxMetrics>,
+    /// Open client connections by [`Transport`] index.
+    pub connections: [Gauge; 3],
+    /// Sessions with a live actor (kept by the Registry).
+    pub sessions_live: Gauge,
+    /// Durable events committed to the store (created sessions' first
+    /// events included).
+    pub events_appended: Counter,
+    /// Duration of each group commit (a transaction of one or more jobs).
+    pub store_commits: Histogram,
+    /// Jobs that failed for a storage reason (full, I/O, unavailable).
+    pub store_write_errors: Counter,
+    /// When (ms since the epoch; 0: never) a commit last failed for a
+    /// storage reason, and when one last worked.
+    store_failed_at_ms: AtomicI64,
+    store_ok_at_ms: AtomicI64,
+    pub turns: TurnCounters,
+    /// From a turn's start (its acceptance, or for a queued prompt the
+    /// moment it leaves the queue) to its `message.complete`.
+    pub turn_duration: Histogram,
+    /// Compute-host processes restarted after they died.
+    pub host_restarts: Counter,
+    /// Late control answers handed to their late handler.
+    pub late_acks_adopted: Counter,
+    /// Late handlers whose TTL ran out before an answer came.
+    pub late_acks_expired: Counter,
+    /// Late handlers evicted to stay within `--late-ack-cap`.
+    pub late_acks_evicted: Counter,
+    /// Answered replays, by [`ReplayKind`] index.
+    pub replay_requests: [Counter; 2],
+    /// Events those replays returned, by [`ReplayKind`] index.
+    pub replayed_events: [Counter; 2],
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self {
+            outbox: Arc::default(),
+            connections: Default::default(),
+            sessions_live: Gauge::default(),
+            events_appended: Counter::default(),
+            store_commits: Histogram::new(COMMIT_SECONDS),
+            store_write_errors: Counter::default(),
+            store_failed_at_ms: AtomicI64::new(0),
+            store_ok_at_ms: AtomicI64::new(0),
+            turns: TurnCounters::default(),
+            turn_duration: Histogram::new(TURN_SECONDS),
+            host_restarts: Counter::default(),
+            late_acks_adopted: Counter::default(),
+            late_acks_expired: Counter::default(),
+            late_acks_evicted: Counter::default(),
+            replay_requests: Default::default(),
+            replayed_events: Default::default(),
+        }
+    }
+}
+
+impl Metrics {
+    /// Counts a connection as open until the returned guard is dropped.
+    pub fn open_connection(self: &Arc<Self>, transport: Transport) -> OpenConnection {
+        self.connection_gauge(transport).add(1);
+        OpenConnection {
+            metrics: self.clone(),
+            transport,
+        }
+    }
+
+    pub fn connection_gauge(&self, transport: Transport) -> &Gauge {
+        &self.connections[transport as usize]
+    }
+
+    /// A turn got its `message.complete`; `took` when it ran in this process.
+    pub(crate) fn turn_ended(
+        &self,
+        status: CompleteStatus,
+        reason: Option<&str>,
+        took: Option<Duration>,
+    ) {
+        self.turns.ended(status, reason);
+        if let Some(took) = took {
+            self.turn_duration.observe(took);
+        }
+    }
+
+    /// A replay was answered with `events` events.
+    pub(crate) fn replayed(&self, kind: ReplayKind, events: usize) {
+        self.replay_requests[kind as usize].inc();
+        self.replayed_events[kind as usize].add(events as u64);
+    }
+
+    /// A group commit of `ops` returned `results` after `took`.
+    pub(crate) fn committed(
+        &self,
+        ops: &[WriteOp],
+        results: &[Result<(), StoreError>],
+        took: Duration,
+    ) {
+        self.store_commits.observe(took);
+        let mut events = 0u64;
+        let mut storage_failed = false;
+        let mut written = false;
+        for (op, result) in ops.iter().zip(results) {
+            match result {
+                Ok(()) => {
+                    written = true;
+                    events += match op {
+                        WriteOp::Append { events, .. } | WriteOp::CreateSession { events, .. } => {
+                            events.len() as u64
+                        }
+                        WriteOp::Patch { .. } => 0,
+                    };
+                }
+                // The store is fine; the job was wrong (a seq or id taken).
+                Err(StoreError::Conflict(_) | StoreError::Invalid(_)) => {}
+                Err(_) => {
+                    storage_failed = true;
+                    self.store_write_errors.inc();
+                }
+            }
+        }
+        self.events_appended.add(events);
+        if storage_failed {
+            self.store_failed_at_ms.store(now_ms(), Ordering::Relaxed);
+        } else if written {
+            self.store_ok_at_ms.store(now_ms(), Ordering::Relaxed);
+        }
+    }
+
+    /// False from a commit that failed for a storage reason (disk full, an
+    /// I/O error, the database unreachable) until one succeeds again, or
+    /// until [`STORE_FAILURE_HOLD`] passes without another failure: a
+    /// gateway taken out of rotation for it may get no traffic that could
+    /// show the store works again, so it must not stay unready by itself.
+    pub fn store_writable(&self) -> bool {
+        self.store_writable_at(now_ms())
+    }
+
+    fn store_writable_at(&self, now: i64) -> bool {
+        let failed = self.store_failed_at_ms.load(Ordering::Relaxed);
+        let ok = self.store_ok_at_ms.load(Ordering::Relaxed);
+        let hold = STORE_FAILURE_HOLD.as_millis() as i64;
+        failed == 0 || ok >= failed || now.saturating_sub(failed) > hold
+    }
+}
+
+/// An open connection, counted in [`Metrics::connections`] until dropped.
+#[derive(Debug)]
+pub struct OpenConnection {
+    metrics: Arc<Metrics>,
+    transport: Transport,
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.metrics.connection_gauge(self.transport).add(-1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn turns_count_by_status_and_known_reason() {
+        let m = Metrics::default();
+        m.turn_ended(CompleteStatus::Complete, None, Some(Duration::from_secs(1)));
+        m.turn_ended(CompleteStatus::Error, Some("host_crash"), None);
+        m.turn_ended(CompleteStatus::Error, Some("an engine's own"), None);
+        m.turn_ended(CompleteStatus::Interrupted, Some("dequeued"), None);
+        let s = m.turns.snapshot();
+        assert_eq!(
+            s,
+            vec![
+                ("complete", None, 1),
+                ("error", None, 0),
+                ("interrupted", None, 0),
+                ("error", Some("host_crash"), 1),
+                ("error", Some("other"), 1),
+                ("interrupted", Some("dequeued"), 1),
+            ]
+        );
+        assert_eq!(m.turn_duration.snapshot().count, 1);
+    }
+
+    #[test]
+    fn connections_are_counted_while_their_guard_lives() {
+        let m = Arc::new(Metrics::default());
+        let a = m.open_connection(Transport::Sse);
+        let b = m.open_connection(Transport::Sse);
+        assert_eq!(m.connection_gauge(Transport::Sse).get(), 2);
+        drop(a);
+        drop(b);
+        assert_eq!(m.connection_gauge(Transport::Sse).get(), 0);
+        assert_eq!(m.connection_gauge(Transport::WebSocket).get(), 0);
+    }
+
+    #[test]
+    fn a_storage_failure_marks_the_store_unwritable_until_a_commit_works() {
+        let m = Metrics::default();
+        let patch = || WriteOp::Patch {
+            session_id: tether_protocol::SessionId::from("s_1"),
+            patch: Default::default(),
+        };
+        let ops = [patch(), patch()];
+        m.committed(
+            &ops,
+            &[Ok(()), Err(StoreError::Full("disk".into()))],
+            Duration::ZERO,
+        );
+        assert!(!m.store_writable());
+        assert_eq!(m.store_write_errors.get(), 1);
+        // A conflict says nothing about the disk.
+        m.committed(
+            &ops[..1],
+            &[Err(StoreError::Conflict("seq".into()))],
+            Duration::ZERO,
+        );
+        assert!(!m.store_writable());
+        let failed = m.store_failed_at_ms.load(Ordering::Relaxed);
+        let hold = STORE_FAILURE_HOLD.as_millis() as i64;
+        assert!(!m.store_writable_at(failed + hold));
+        // Without traffic to prove it, the failure is forgotten after a while.
+        assert!(m.store_writable_at(failed + hold + 1));
+        m.committed(&ops[..1], &[Ok(())], Duration::ZERO);
+        assert!(m.store_writable());
+        assert_eq!(m.store_commits.snapshot().count, 3);
     }
 }

@@ -385,6 +385,8 @@ impl OutboxReceiver {
         if let Some(len) = item.counted() {
             q.frames -= 1;
             q.bytes -= len;
+            // Counted items are exactly the event frames: a delivery.
+            self.shared.metrics.delivered();
         }
         drop(q);
         Next::Item(match item {

@@ -190,6 +190,8 @@ impl Actor for Registry {
         ctx: Ctx,
     ) -> Result<Self::State, ActorProcessingErr> {
         end_interrupted_turns(&ctx, &myself);
+        // A restarted registry starts empty (its sessions stopped with the old one).
+        ctx.metrics.sessions_live.set(0);
         Ok(RegistryState {
             ctx,
             live: HashMap::new(),
@@ -433,6 +435,7 @@ impl RegistryState {
     }
 
     fn report_live_count(&self) {
+        self.ctx.metrics.sessions_live.set(self.live.len() as i64);
         if let Some(reaper) = self.ctx.reaper() {
             let _ = reaper.cast(ReaperMsg::LiveCount {
                 live: self.live.len(),

@@ -193,6 +193,8 @@ impl Job {
 pub struct StoreWriterArgs {
     pub factory: WriterFactory,
     pub max_batch_events: usize,
+    /// Commit latencies, events appended and write errors go here.
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 pub struct StoreWriterState {
@@ -203,6 +205,7 @@ pub struct StoreWriterState {
     min_gen: HashMap<SessionId, u64>,
     next_gen: u64,
     max_batch_events: usize,
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 pub struct StoreWriter;
@@ -224,6 +227,7 @@ impl Actor for StoreWriter {
             min_gen: HashMap::new(),
             next_gen: 1,
             max_batch_events: args.max_batch_events.max(1),
+            metrics: args.metrics,
         })
     }
 
@@ -339,11 +343,15 @@ impl StoreWriterState {
             tickets.push(ticket);
         }
         let myself = myself.clone();
+        let metrics = self.metrics.clone();
         tokio::spawn(async move {
             let results = if ops.is_empty() {
                 Vec::new()
             } else {
-                store.commit(&ops).await
+                let started = std::time::Instant::now();
+                let results = store.commit(&ops).await;
+                metrics.committed(&ops, &results, started.elapsed());
+                results
             };
             let barrier = match barrier_session {
                 Some(id) => Some(store.latest_seq(&id).await),

@@ -44,8 +44,12 @@ pub enum TurnUpdate {
     Started { host_id: u32 },
     /// A host `event` frame for the turn.
     Event(HostEvent),
-    /// `turn.end` from the host.
-    End { status: TurnEndStatus, text: String },
+    /// `turn.end` from the host (`usage`: its token counts, if any).
+    End {
+        status: TurnEndStatus,
+        text: String,
+        usage: Option<Value>,
+    },
     /// `turn.error` from the host, or a failure the supervisor detected
     /// (`host_crash`, `host_unavailable`).
     Error { reason: String, message: String },

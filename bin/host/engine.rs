@@ -1,5 +1,5 @@
 //! The `Engine` trait: what a compute host runs turns with (`echo`,
-//! `command`), and what an engine is given to do it.
+//! `command`, `openai`), and what an engine is given to do it.
 //!
 //! An engine only produces: it streams events into a [`TurnSink`] and returns
 //! a [`TurnOutcome`]. The host loop owns everything around it: parsing
@@ -132,6 +132,8 @@ pub struct TurnSink {
     writer: Writer,
     /// The assistant text streamed so far, for an interrupted `turn.end`.
     text: Arc<Mutex<String>>,
+    /// Token counts for `turn.end`, when the engine's model reported them.
+    usage: Arc<Mutex<Option<Value>>>,
 }
 
 impl TurnSink {
@@ -140,6 +142,7 @@ impl TurnSink {
             turn_id,
             writer,
             text: Arc::default(),
+            usage: Arc::default(),
         }
     }
 
@@ -157,8 +160,6 @@ impl TurnSink {
     }
 
     /// `reasoning.delta` `{"text"}` (not part of the reply text).
-    // For the engines that call a model (echo has no reasoning).
-    #[allow(dead_code)]
     pub async fn reasoning_delta(&self, text: &str) -> Result<(), Closed> {
         self.event("reasoning.delta", &TextPayload { text: text.into() })
             .await
@@ -221,6 +222,20 @@ impl TurnSink {
     /// The `message.delta` text streamed so far.
     pub fn text(&self) -> String {
         self.text
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Records the turn's token counts (an object, e.g. an OpenAI `usage`);
+    /// they go out with `turn.end`. The last call wins.
+    pub fn set_usage(&self, usage: Value) {
+        *self.usage.lock().unwrap_or_else(PoisonError::into_inner) = Some(usage);
+    }
+
+    /// What [`TurnSink::set_usage`] recorded.
+    pub fn usage(&self) -> Option<Value> {
+        self.usage
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()

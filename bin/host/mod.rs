@@ -13,6 +13,7 @@ mod command;
 mod echo;
 mod engine;
 mod io;
+mod openai;
 
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
@@ -34,6 +35,7 @@ use command::CommandEngine;
 use echo::EchoEngine;
 use engine::{Cancel, Engine, TurnOutcome, TurnRequest, TurnSink};
 use io::{Input, Writer};
+use openai::{OpenAiArgs, OpenAiEngine};
 
 /// The host protocol version announced in `hello`.
 const PROTOCOL_VERSION: u32 = 1;
@@ -68,6 +70,8 @@ pub struct HostArgs {
     /// (docs/ENGINES.md).
     #[arg(long, required_if_eq("engine", "command"))]
     pub command: Option<String>,
+    #[command(flatten)]
+    pub openai: OpenAiArgs,
     /// Seconds between heartbeats (the gateway sets TETHER_HEARTBEAT_S).
     #[arg(long, env = "TETHER_HEARTBEAT_S", default_value_t = 5,
           value_parser = clap::value_parser!(u64).range(1..=86_400))]
@@ -84,6 +88,10 @@ pub enum EngineKind {
     Echo,
     /// Runs an agent program per turn (docs/ENGINES.md).
     Command,
+    /// Streams each turn from an OpenAI-compatible chat-completions server
+    /// (docs/ENGINES.md).
+    #[value(name = "openai")]
+    OpenAi,
 }
 
 /// Runs the host until `shutdown`, the end of stdin, or the loss of stdout.
@@ -101,6 +109,7 @@ pub async fn run(args: HostArgs) -> anyhow::Result<()> {
                 .context("--engine command needs --command")?;
             Arc::new(CommandEngine::new(command))
         }
+        EngineKind::OpenAi => Arc::new(OpenAiEngine::new(&args.openai)?),
     };
     let writer = io::spawn_writer(WRITE_QUEUE).context("cannot start the stdout writer")?;
     writer
@@ -406,11 +415,13 @@ async fn run_turn(
             turn_id: turn_id.clone(),
             status: TurnEndStatus::Complete,
             text,
+            usage: sink.usage(),
         },
         TurnOutcome::Interrupted => FromHost::TurnEnd {
             turn_id: turn_id.clone(),
             status: TurnEndStatus::Interrupted,
             text: sink.text(),
+            usage: sink.usage(),
         },
         TurnOutcome::Failed { reason, message } => FromHost::TurnError {
             turn_id: turn_id.clone(),

@@ -123,6 +123,9 @@ pub struct MessageCompletePayload {
     pub failure_reason: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recoverable: Option<bool>,
+    /// The `usage` object of the host's `turn.end` (token counts), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Value>,
 }
 
 /// `status.update`, kinds `queued`, `compacting`, `compacted`, `ready`.

@@ -79,6 +79,10 @@ pub enum FromHost {
         turn_id: TurnId,
         status: TurnEndStatus,
         text: String,
+        /// Token counts as the engine's model reported them (an object),
+        /// passed on in `message.complete`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        usage: Option<Value>,
     },
     #[serde(rename = "turn.error")]
     TurnError {

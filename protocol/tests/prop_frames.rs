@@ -1130,6 +1130,7 @@ fn from_host() -> impl Strategy<Value = FromHost> {
                 turn_id,
                 status,
                 text,
+                usage: None,
             }),
         (turn_id(), text(), text()).prop_map(|(turn_id, reason, message)| FromHost::TurnError {
             turn_id,

@@ -75,6 +75,11 @@ pub trait StoreRead: Send + Sync {
     /// running or queued when the gateway last stopped.
     async fn sessions_with_turn_marker(&self) -> Result<Vec<(String, SessionId)>, StoreError>;
 
+    /// How many sessions are not closed, in every profile (`/metrics` derives the parked ones
+    /// from it). A scan of the sessions table, not of events: meant for a scrape every few
+    /// seconds, not for a request path.
+    async fn count_open_sessions(&self) -> Result<u64, StoreError>;
+
     /// Titles of the sessions branched from `parent` (closed ones too), to
     /// number the next branch.
     async fn branch_titles(

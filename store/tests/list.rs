@@ -119,3 +119,12 @@ async fn bad_cursor_and_zero_limit_are_invalid() {
         .unwrap_err();
     assert!(matches!(err, StoreError::Invalid(_)), "{err:?}");
 }
+
+#[tokio::test]
+async fn open_sessions_are_counted_across_profiles() {
+    let (_dir, _cfg, mut store) = common::fresh().await;
+    assert_eq!(store.reader.count_open_sessions().await.unwrap(), 0);
+    seed(&mut store).await;
+    // 23 in `p` of which 5 closed (0, 5, 10, 15, 20), 5 in `q`.
+    assert_eq!(store.reader.count_open_sessions().await.unwrap(), 18 + 5);
+}

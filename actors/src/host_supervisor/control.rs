@@ -65,6 +65,7 @@ impl HostSupervisorState {
             w.late
         });
         for (request_id, late) in evicted {
+            self.metrics.late_acks_evicted.inc();
             warn!(
                 request_id,
                 cap = self.config.late_ack_cap,
@@ -81,6 +82,7 @@ impl HostSupervisorState {
     /// so that none waits forever for an answer that will not be applied.
     pub(super) fn expire_late(&mut self) {
         for (request_id, late) in self.acks.expire(now()) {
+            self.metrics.late_acks_expired.inc();
             warn!(
                 request_id,
                 "no answer to a control request within the late-ack TTL"
@@ -113,6 +115,7 @@ impl HostSupervisorState {
                 });
             }
             Taken::Late(late) => {
+                self.metrics.late_acks_adopted.inc();
                 info!(
                     host_id = slot,
                     request_id,
@@ -122,6 +125,7 @@ impl HostSupervisorState {
                 let _ = late.cast(SessionMsg::ControlLate { request_id, result });
             }
             Taken::Expired => {
+                self.metrics.late_acks_expired.inc();
                 warn!(
                     host_id = slot,
                     request_id, "control answer after the late-ack TTL; dropped"

@@ -105,6 +105,7 @@ impl HostSupervisorState {
                     "restarting compute host"
                 );
                 s.phase = Phase::Backoff;
+                self.metrics.host_restarts.inc();
                 myself.send_after(after, move || HostSupervisorMsg::Restart { slot });
             }
             Decision::Escalate => {

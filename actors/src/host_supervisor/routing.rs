@@ -204,12 +204,18 @@ impl HostSupervisorState {
                 turn_id,
                 status,
                 text,
+                usage,
             } => {
                 if self.route_of(slot, &turn_id).is_some() {
                     if let Some(route) = self.remove_route(&turn_id) {
                         debug!(host_id = slot, turn_id = %turn_id, session_id = %route.session_id,
                                trace_id = %route.trace_id, status = %status.as_str(), "turn ended");
-                        send_update(&route.session, turn_id, TurnUpdate::End { status, text });
+                        let end = TurnUpdate::End {
+                            status,
+                            text,
+                            usage,
+                        };
+                        send_update(&route.session, turn_id, end);
                     }
                 }
             }

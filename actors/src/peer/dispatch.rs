@@ -13,6 +13,7 @@ use tether_protocol::{
 
 use super::{AfterReply, PeerState};
 use crate::info::info_from_row;
+use crate::metrics::ReplayKind;
 use crate::registry::{CreatedSession, RegistryMsg, Resolved};
 use crate::session::replay::since_from_store;
 use crate::session::SessionMsg;
@@ -254,6 +255,9 @@ impl PeerState {
         };
         match reply {
             Ok(Ok(r)) => {
+                if let Some(events) = &r.result.events {
+                    self.ctx.metrics.replayed(ReplayKind::Resume, events.len());
+                }
                 if r.joining {
                     self.attached.insert(key, actor.clone());
                     after.joins.push(actor);
@@ -376,7 +380,13 @@ impl PeerState {
                     )
                     .await
                     {
-                        Ok(result) => return ok(&result?),
+                        Ok(result) => {
+                            let result = result?;
+                            self.ctx
+                                .metrics
+                                .replayed(ReplayKind::Since, result.events.len());
+                            return ok(&result);
+                        }
                         Err(e) if live.actor.get_status() < ractor::ActorStatus::Stopping => {
                             return Err(e)
                         }
@@ -403,6 +413,9 @@ impl PeerState {
                 &p,
             )
             .await?;
+            self.ctx
+                .metrics
+                .replayed(ReplayKind::Since, result.events.len());
             return ok(&result);
         }
         Err(RpcError::internal("the session kept restarting"))

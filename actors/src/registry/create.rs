@@ -66,6 +66,7 @@ impl RegistryState {
                         status: CompleteStatus::Complete,
                         failure_reason: None,
                         recoverable: None,
+                        usage: None,
                     },
                     None,
                     now,

@@ -80,6 +80,10 @@ impl SessionState {
                 });
             }
             info!(session_id = %self.id, turn_id = %tag.turn_id, trace_id = %tag.trace_id, "ending a turn interrupted by a restart");
+            let reason = Some(reasons::GATEWAY_RESTART);
+            self.ctx
+                .metrics
+                .turn_ended(CompleteStatus::Error, reason, None);
             self.emit_durable(
                 EventType::MessageComplete,
                 &MessageCompletePayload {
@@ -87,11 +91,16 @@ impl SessionState {
                     status: CompleteStatus::Error,
                     failure_reason: Some(reasons::GATEWAY_RESTART.into()),
                     recoverable: Some(true),
+                    usage: None,
                 },
                 Some(tag),
             );
         }
         for q in marker.queued {
+            let dequeued = Some(reasons::DEQUEUED);
+            self.ctx
+                .metrics
+                .turn_ended(CompleteStatus::Interrupted, dequeued, None);
             self.emit_durable(
                 EventType::MessageComplete,
                 &MessageCompletePayload {
@@ -99,6 +108,7 @@ impl SessionState {
                     status: CompleteStatus::Interrupted,
                     failure_reason: Some(reasons::DEQUEUED.into()),
                     recoverable: None,
+                    usage: None,
                 },
                 Some(q.tag()),
             );

@@ -45,6 +45,8 @@ pub(crate) struct RunningTurn {
     pub reasoning_bytes: u64,
     /// The deadline timer, cancelled when the turn ends.
     pub deadline: Option<tokio::task::AbortHandle>,
+    /// The `usage` of the host's `turn.end`, for `message.complete`.
+    pub usage: Option<Value>,
 }
 
 /// A prompt waiting behind the running turn.
@@ -100,6 +102,7 @@ impl SessionState {
                 text: String::new(),
                 reasoning_bytes: 0,
                 deadline: None,
+                usage: None,
             });
             self.set_status(SessionStatus::Running);
             self.dispatch_turn(myself);
@@ -253,7 +256,15 @@ impl SessionState {
         match update {
             TurnUpdate::Started { host_id } => self.turn_started(host_id),
             TurnUpdate::Event(event) => self.turn_event(event),
-            TurnUpdate::End { status, text } => {
+            TurnUpdate::End {
+                status,
+                text,
+                usage,
+            } => {
+                if let Some(turn) = self.turns.running.as_mut() {
+                    // Only an object is passed on: clients read its fields.
+                    turn.usage = usage.filter(Value::is_object);
+                }
                 let status = match status {
                     TurnEndStatus::Complete => CompleteStatus::Complete,
                     TurnEndStatus::Interrupted => CompleteStatus::Interrupted,
@@ -384,9 +395,13 @@ impl SessionState {
             status,
             failure_reason,
             recoverable,
+            usage: turn.usage,
         };
         let elapsed_ms = now_ms() - turn.started_at_ms;
         info!(session_id = %self.id, turn_id = %tag.turn_id, trace_id = %tag.trace_id, status = status.as_str(), elapsed_ms, "turn ended");
+        let took = Duration::from_millis(elapsed_ms.max(0) as u64);
+        let reason = payload.failure_reason.as_deref();
+        self.ctx.metrics.turn_ended(status, reason, Some(took));
         self.emit_durable(EventType::MessageComplete, &payload, Some(tag));
         self.turns.marker_dirty = true;
         self.start_next(myself);
@@ -405,6 +420,7 @@ impl SessionState {
                     text: String::new(),
                     reasoning_bytes: 0,
                     deadline: None,
+                    usage: None,
                 });
                 self.dispatch_turn(myself);
             }
@@ -448,6 +464,10 @@ impl SessionState {
         let dropped: Vec<QueuedTurn> = self.turns.queue.drain(..).collect();
         self.finish_turn(myself, &turn_id, CompleteStatus::Interrupted, None, None);
         for q in dropped {
+            let dequeued = Some(reasons::DEQUEUED);
+            self.ctx
+                .metrics
+                .turn_ended(CompleteStatus::Interrupted, dequeued, None);
             self.emit_durable(
                 EventType::MessageComplete,
                 &MessageCompletePayload {
@@ -455,6 +475,7 @@ impl SessionState {
                     status: CompleteStatus::Interrupted,
                     failure_reason: Some(reasons::DEQUEUED.into()),
                     recoverable: None,
+                    usage: None,
                 },
                 Some(q.tag),
             );

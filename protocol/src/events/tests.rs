@@ -158,6 +158,7 @@ fn message_complete_payload() {
             status: CompleteStatus::Complete,
             failure_reason: None,
             recoverable: None,
+            usage: None,
         },
         json!({"text":"hi","status":"complete"}),
     );
@@ -167,6 +168,7 @@ fn message_complete_payload() {
             status: CompleteStatus::Error,
             failure_reason: Some("host_crash".into()),
             recoverable: Some(true),
+            usage: None,
         },
         json!({"text":"","status":"error","failure_reason":"host_crash","recoverable":true}),
     );
@@ -176,8 +178,19 @@ fn message_complete_payload() {
             status: CompleteStatus::Interrupted,
             failure_reason: Some("dequeued".into()),
             recoverable: None,
+            usage: None,
         },
         json!({"text":"","status":"interrupted","failure_reason":"dequeued"}),
+    );
+    round_trip(
+        &MessageCompletePayload {
+            text: "hi".into(),
+            status: CompleteStatus::Complete,
+            failure_reason: None,
+            recoverable: None,
+            usage: Some(json!({"total_tokens":7})),
+        },
+        json!({"text":"hi","status":"complete","usage":{"total_tokens":7}}),
     );
     assert_eq!(
         CompleteStatus::ALL
@@ -220,6 +233,7 @@ fn event_params_field_order_and_omissions() {
         status: CompleteStatus::Complete,
         failure_reason: None,
         recoverable: None,
+        usage: None,
     });
     let params = encode_event_params(&EventParams {
         kind: EventType::MessageComplete,

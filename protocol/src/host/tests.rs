@@ -104,14 +104,26 @@ fn from_host_frames() {
             turn_id: "t_1".into(),
             status: TurnEndStatus::Complete,
             text: "hi".into(),
+            usage: None,
         },
         json!({"type":"turn.end","turn_id":"t_1","status":"complete","text":"hi"}),
     );
     round_trip(
         &FromHost::TurnEnd {
             turn_id: "t_1".into(),
+            status: TurnEndStatus::Complete,
+            text: "hi".into(),
+            usage: Some(json!({"prompt_tokens":3,"completion_tokens":1})),
+        },
+        json!({"type":"turn.end","turn_id":"t_1","status":"complete","text":"hi",
+               "usage":{"prompt_tokens":3,"completion_tokens":1}}),
+    );
+    round_trip(
+        &FromHost::TurnEnd {
+            turn_id: "t_1".into(),
             status: TurnEndStatus::Interrupted,
             text: "".into(),
+            usage: None,
         },
         json!({"type":"turn.end","turn_id":"t_1","status":"interrupted","text":""}),
     );

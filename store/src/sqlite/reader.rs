@@ -236,6 +236,16 @@ impl StoreRead for SqliteReader {
             .collect()
     }
 
+    async fn count_open_sessions(&self) -> Result<u64, StoreError> {
+        let row = sqlx::query("SELECT COUNT(*) FROM sessions WHERE status <> ?")
+            .bind(SessionStatus::Closed.as_str())
+            .fetch_one(&self.pool)
+            .await
+            .map_err(read_err)?;
+        let n: i64 = row.try_get(0).map_err(read_err)?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
     async fn segment_events(&self, session_id: &SessionId) -> Result<Vec<EventRow>, StoreError> {
         let rows = sqlx::query(&self.sql.segment)
             .bind(session_id.as_str())
