@@ -3,6 +3,7 @@
 
 mod auth;
 mod bench;
+mod client;
 mod client_rate;
 mod config;
 mod host;
@@ -38,6 +39,10 @@ enum Command {
     /// Run a compute host: a worker that runs turns for a gateway over
     /// stdin/stdout (docs/PROTOCOL.md Part 2).
     Host(host::HostArgs),
+    /// Terminal client commands: `new`, `sessions`, `send`, `attach`
+    /// (docs/CLIENT.md).
+    #[command(flatten)]
+    Client(client::ClientCommand),
 }
 
 /// Exit status for bad configuration (sysexits' EX_USAGE).
@@ -50,6 +55,7 @@ fn main() -> ExitCode {
         Err(e) => e.exit(),
     };
     match cli.command {
+        Command::Client(cmd) => client::main(cmd),
         Command::Host(args) => {
             logging::init(args.log_format);
             let runtime = match tokio::runtime::Builder::new_multi_thread()

@@ -76,6 +76,17 @@ impl Gateway {
         }
     }
 
+    /// SIGKILL, then a new gateway process on the same data dir, flags and
+    /// address: for clients that reconnect by themselves to the URL they
+    /// were given (the port is free again at once: the gateway binds with
+    /// `SO_REUSEADDR`).
+    pub fn restart_same_port(&mut self) {
+        self.kill();
+        let (child, addr) = spawn_on(&self.data_dir, &self.addr, &self.extra);
+        self.child = Some(child);
+        self.addr = addr;
+    }
+
     /// Starts a new gateway process on the same data dir and flags.
     pub fn restart(&mut self) {
         self.kill();
@@ -92,10 +103,14 @@ impl Drop for Gateway {
 }
 
 fn spawn(data_dir: &Path, extra: &[String]) -> (Child, String) {
+    spawn_on(data_dir, "127.0.0.1:0", extra)
+}
+
+fn spawn_on(data_dir: &Path, listen: &str, extra: &[String]) -> (Child, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_tether"))
         .arg("serve")
         .arg("--listen")
-        .arg("127.0.0.1:0")
+        .arg(listen)
         .arg("--data-dir")
         .arg(data_dir)
         .args(extra)
