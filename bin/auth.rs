@@ -104,8 +104,11 @@ impl Caller {
 /// Middleware: 401 without a valid token when tokens are configured; the
 /// caller's profile in the request's extensions otherwise.
 pub async fn authenticate(State(app): State<AppState>, mut req: Request, next: Next) -> Response {
-    // Probes of orchestrators carry no token and learn nothing private.
-    if matches!(req.uri().path(), "/healthz" | "/readyz") {
+    // Probes of orchestrators carry no token and learn nothing private;
+    // neither do the console's static files (the socket they open does).
+    if matches!(req.uri().path(), "/healthz" | "/readyz")
+        || crate::console::is_console_path(req.uri().path())
+    {
         return next.run(req).await;
     }
     let caller = if app.tokens.is_empty() {

@@ -6,6 +6,7 @@ mod bench;
 mod client;
 mod client_rate;
 mod config;
+mod console;
 mod host;
 mod http;
 mod listen;

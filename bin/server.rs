@@ -56,6 +56,7 @@ pub fn router(app: AppState) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(crate::metrics::metrics))
+        .merge(crate::console::routes())
         // Inner layer: runs after the Origin/Host check below.
         .layer(axum::middleware::from_fn_with_state(
             app.clone(),
