@@ -60,9 +60,21 @@ macro_rules! string_id {
     };
 }
 
+/// One monotonic ULID generator for the process: two ids made in the same
+/// millisecond still sort in the order they were made (a plain `Ulid::new`
+/// orders them by its random part), so "newest first" listings and
+/// time-sorted ids agree with creation order.
+static ULIDS: std::sync::Mutex<ulid::Generator> = std::sync::Mutex::new(ulid::Generator::new());
+
 /// `prefix` + a fresh ULID (26 Crockford base32 characters, time-sortable).
 fn prefixed_ulid(prefix: &str) -> String {
-    let ulid = ulid::Ulid::new().to_string();
+    let next = ULIDS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .generate()
+        // Overflow needs 2^80 ids in one millisecond; a random one is fine.
+        .unwrap_or_else(|_| ulid::Ulid::new());
+    let ulid = next.to_string();
     let mut s = String::with_capacity(prefix.len() + ulid.len());
     s.push_str(prefix);
     s.push_str(&ulid);
@@ -153,6 +165,12 @@ mod tests {
     fn prefixes_and_ulid_part() {
         assert_ulid_part(SessionId::new().as_str(), "s_");
         assert_ulid_part(TurnId::new().as_str(), "t_");
+        // Made in a burst (mostly within one millisecond), ids still sort
+        // in creation order.
+        let ids: Vec<SessionId> = (0..1000).map(|_| SessionId::new()).collect();
+        let mut sorted = ids.clone();
+        sorted.sort();
+        assert_eq!(ids, sorted);
         assert_ulid_part(PeerId::new().as_str(), "p_");
         assert_ulid_part(HandoffId::new().as_str(), "h_");
     }
