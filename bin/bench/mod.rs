@@ -12,6 +12,7 @@
 mod fanout;
 mod harness;
 mod idle;
+mod load;
 mod store;
 mod storm;
 mod turns;
@@ -41,6 +42,9 @@ enum Scenario {
     Storm(storm::StormBench),
     /// Resident memory per idle peer, idle live session and parked session.
     Idle(idle::IdleBench),
+    /// A server in its own process (tether or a baseline) under fanout,
+    /// storm or idle load, for side-by-side comparisons.
+    Load(load::LoadBench),
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
@@ -52,5 +56,6 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         Scenario::Crash(b) => turns::run_crash(b),
         Scenario::Storm(b) => storm::run(b),
         Scenario::Idle(b) => idle::run(b),
+        Scenario::Load(b) => load::run(b),
     }
 }

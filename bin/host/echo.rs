@@ -21,6 +21,7 @@
 //! | `/todo A; B; C` | `todo.updated` with items id `"1"`, `"2"`, ... (empty entries skipped; no entry → an empty list), status `pending`, then reply |
 //! | `/big N` | N bytes of `"x"` in deltas of at most 1024 bytes (N ≤ 64 MiB); the rest of the prompt is ignored |
 //! | `/config` | reply with the turn's engine `config`, as compact JSON (how a test sees what reached the host) |
+//! | `/flood N PER_SECOND BYTES [T0_US]` | N durable `tool.start` events on a fixed schedule, for benchmarks (see [`super::flood`]), then reply |
 //!
 //! A first line starting with `/` but another word (`/usr/bin is ...`) is
 //! plain text and echoed whole. A directive with bad arguments (`/sleep x`,
@@ -39,6 +40,7 @@ use serde_json::{json, Value};
 use tether_protocol::{Message, TodoItem};
 
 use super::engine::{Cancel, CompressResult, Engine, TurnOutcome, TurnRequest, TurnSink};
+use super::flood::Flood;
 
 /// The largest `/big` reply.
 const MAX_BIG: u64 = 64 * 1024 * 1024;
@@ -113,6 +115,10 @@ impl EchoEngine {
                 out.todo_updated(items).await?;
                 reply
             }
+            Script::Flood { flood, reply } => {
+                flood.run(out, cancel).await?;
+                reply
+            }
             Script::Big(n) => {
                 let text = "x".repeat(n);
                 // ASCII only, so every byte index is a char boundary.
@@ -184,7 +190,7 @@ impl Engine for EchoEngine {
 }
 
 /// The turn stops early: cancelled, or stdout closed.
-struct Stop;
+pub(super) struct Stop;
 
 impl From<super::io::Closed> for Stop {
     fn from(_: super::io::Closed) -> Self {
@@ -227,6 +233,10 @@ enum Script {
     },
     Big(usize),
     Config,
+    Flood {
+        flood: Flood,
+        reply: String,
+    },
 }
 
 impl Script {
@@ -308,6 +318,10 @@ impl Script {
                 // Bounded by MAX_BIG, so it fits any usize tether runs on.
                 Script::Big(usize::try_from(n).unwrap_or(usize::MAX))
             }
+            "/flood" => Script::Flood {
+                flood: Flood::parse(args)?,
+                reply,
+            },
             _ => Script::Reply(prompt.to_owned()),
         })
     }

@@ -12,6 +12,7 @@
 mod command;
 mod echo;
 mod engine;
+mod flood;
 mod io;
 mod openai;
 
