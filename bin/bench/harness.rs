@@ -197,6 +197,27 @@ pub fn peak_rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
+/// `taskset -c CPU PROGRAM` when taskset exists (it execs, so the child's
+/// pid is the program's), else the program unpinned: benchmarks that start
+/// a server process pin it apart from the load generator.
+pub fn pinned_command(cpu: usize, program: &std::path::Path) -> std::process::Command {
+    use std::process::{Command, Stdio};
+    let have_taskset = Command::new("taskset")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if have_taskset {
+        let mut c = Command::new("taskset");
+        c.arg("-c").arg(cpu.to_string()).arg(program);
+        c
+    } else {
+        eprintln!("bench: taskset not found, the server runs unpinned");
+        Command::new(program)
+    }
+}
+
 /// Current resident set size of process `pid` in KiB (`VmRSS`), or 0 when
 /// it cannot be read.
 pub fn rss_kib(pid: u32) -> u64 {

@@ -13,7 +13,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -23,7 +23,9 @@ use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::MaybeTlsStream;
 
-use super::harness::{on_pinned_thread, pinned_runtime, request, rss_kib, status_kib, Ws};
+use super::harness::{
+    on_pinned_thread, pinned_command, pinned_runtime, request, rss_kib, status_kib, Ws,
+};
 use super::store::cpu_label;
 
 /// Longest wait for any single step; only bounds a stall.
@@ -71,20 +73,7 @@ impl ServerProcess {
     fn start(b: &IdleBench, orphan_grace_s: u64) -> anyhow::Result<Self> {
         let dir = tempfile::tempdir()?;
         let exe = std::env::current_exe()?;
-        let have_taskset = Command::new("taskset")
-            .arg("--version")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        let mut cmd = if have_taskset {
-            let mut c = Command::new("taskset");
-            c.arg("-c").arg(b.server_cpu.to_string()).arg(&exe);
-            c
-        } else {
-            eprintln!("bench: taskset not found, the gateway runs unpinned");
-            Command::new(&exe)
-        };
+        let mut cmd = pinned_command(b.server_cpu, &exe);
         let live_cap = (b.sessions * 2).max(10_000);
         let connection_cap = (b.connections + 1024).max(65_536);
         cmd.arg("serve")

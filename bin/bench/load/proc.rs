@@ -4,6 +4,8 @@
 
 use std::collections::HashMap;
 
+use crate::bench::harness::status_kib;
+
 /// `/proc/PID/stat` counts CPU time in clock ticks of 1/100 s on Linux.
 const TICKS_PER_S: f64 = 100.0;
 
@@ -66,19 +68,6 @@ fn stat_fields(pid: u32) -> Option<Vec<String>> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let (_, rest) = stat.rsplit_once(')')?;
     Some(rest.split_whitespace().map(str::to_owned).collect())
-}
-
-/// A `kB` field of `/proc/PID/status`, or 0.
-pub fn status_kib(pid: u32, field: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with(field))
-                .and_then(|l| l.split_whitespace().nth(1).map(str::to_owned))
-        })
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
 }
 
 /// Every live process below `pid` in the process tree.

@@ -8,7 +8,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 
 use anyhow::{bail, Context};
 
@@ -82,7 +82,7 @@ impl Server {
                 (PathBuf::from(&b.node), vec![script])
             }
         };
-        let mut cmd = pinned(b.server_cpu, &program);
+        let mut cmd = crate::bench::harness::pinned_command(b.server_cpu, &program);
         cmd.args(&args)
             .env("RUST_LOG", "warn")
             .env("PORT", "0")
@@ -120,25 +120,6 @@ impl Drop for Server {
             let _ = child.kill();
             let _ = child.wait();
         }
-    }
-}
-
-/// `taskset -c CPU PROGRAM` when taskset exists (it execs, so the pid is
-/// the server's), else the program unpinned.
-fn pinned(cpu: usize, program: &PathBuf) -> Command {
-    let have_taskset = Command::new("taskset")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if have_taskset {
-        let mut c = Command::new("taskset");
-        c.arg("-c").arg(cpu.to_string()).arg(program);
-        c
-    } else {
-        eprintln!("bench: taskset not found, the server runs unpinned");
-        Command::new(program)
     }
 }
 
