@@ -7,7 +7,7 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{tempdir, Client, Gateway};
+use common::{complete, submit, tempdir, turn_events, Client, Gateway};
 use serde_json::{json, Value};
 
 const AGENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/agent.py");
@@ -34,35 +34,6 @@ async fn session(c: &mut Client) -> String {
     let r = c.ok("session.create", json!({"title": "t"})).await;
     assert_eq!(c.next_event().await["type"], "session.created");
     r["session"]["session_id"].as_str().unwrap().to_string()
-}
-
-async fn submit(c: &mut Client, id: &str, text: &str) -> String {
-    let r = c
-        .ok("prompt.submit", json!({"session_id": id, "text": text}))
-        .await;
-    r["turn_id"].as_str().unwrap().to_string()
-}
-
-/// The events of one turn, through its `message.complete`.
-async fn turn_events(c: &mut Client, turn_id: &str) -> Vec<Value> {
-    let mut out = Vec::new();
-    loop {
-        let e = c.next_event().await;
-        if e["turn_id"] != turn_id {
-            continue;
-        }
-        let done = e["type"] == "message.complete";
-        out.push(e);
-        if done {
-            return out;
-        }
-    }
-}
-
-fn complete(events: &[Value]) -> &Value {
-    let last = events.last().expect("events");
-    assert_eq!(last["type"], "message.complete");
-    &last["payload"]
 }
 
 fn of_type<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {

@@ -4,7 +4,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{tempdir, Client, Gateway};
+use common::{complete, tempdir, turn_events, Client, Gateway};
 use serde_json::{json, Value};
 
 /// Creates a session (attached) and drains its `session.created`.
@@ -12,22 +12,6 @@ async fn session(c: &mut Client) -> String {
     let r = c.ok("session.create", json!({"title": "t"})).await;
     assert_eq!(c.next_event().await["type"], "session.created");
     r["session"]["session_id"].as_str().unwrap().to_string()
-}
-
-/// Collects the events of one turn, through its `message.complete`.
-async fn turn_events(c: &mut Client, turn_id: &str) -> Vec<Value> {
-    let mut out = Vec::new();
-    loop {
-        let e = c.next_event().await;
-        if e["turn_id"] != turn_id {
-            continue;
-        }
-        let done = e["type"] == "message.complete";
-        out.push(e);
-        if done {
-            return out;
-        }
-    }
 }
 
 /// Waits until a turn is under way on its host: its first delta.
@@ -38,12 +22,6 @@ async fn first_delta(c: &mut Client) {
 async fn submit(c: &mut Client, id: &str, text: &str) -> Value {
     c.ok("prompt.submit", json!({"session_id": id, "text": text}))
         .await
-}
-
-fn complete(events: &[Value]) -> &Value {
-    let last = events.last().expect("events");
-    assert_eq!(last["type"], "message.complete");
-    &last["payload"]
 }
 
 fn deltas_text(events: &[Value]) -> String {

@@ -326,6 +326,38 @@ impl Client {
     }
 }
 
+/// Submits a prompt on session `id`; the new turn's id.
+pub async fn submit(c: &mut Client, id: &str, text: &str) -> String {
+    let r = c
+        .ok("prompt.submit", json!({"session_id": id, "text": text}))
+        .await;
+    r["turn_id"].as_str().expect("turn_id").to_string()
+}
+
+/// The events of one turn, through its `message.complete` (events of other
+/// turns are skipped).
+pub async fn turn_events(c: &mut Client, turn_id: &str) -> Vec<Value> {
+    let mut out = Vec::new();
+    loop {
+        let e = c.next_event().await;
+        if e["turn_id"] != turn_id {
+            continue;
+        }
+        let done = e["type"] == "message.complete";
+        out.push(e);
+        if done {
+            return out;
+        }
+    }
+}
+
+/// The payload of the `message.complete` that ends `events`.
+pub fn complete(events: &[Value]) -> &Value {
+    let last = events.last().expect("events");
+    assert_eq!(last["type"], "message.complete");
+    &last["payload"]
+}
+
 pub fn seqs(events: &[Value]) -> Vec<u64> {
     events
         .iter()
