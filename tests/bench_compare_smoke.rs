@@ -4,11 +4,12 @@
 //! node_modules. The full comparison is run by hand (docs/BENCHMARKS.md);
 //! these keep the generator working and checking delivery on every target.
 
-use std::io::Read;
-use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+mod common;
 
+use std::path::Path;
+use std::time::Duration;
+
+use common::run_bench;
 use serde_json::Value;
 
 /// Bounds a whole run; a healthy one takes seconds.
@@ -16,51 +17,9 @@ const RUN_LIMIT: Duration = Duration::from_secs(240);
 
 /// Runs `tether bench load ARGS` and returns its JSON report line.
 fn load(args: &[&str]) -> Value {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tether"))
-        .args(["bench", "load"])
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start tether bench load");
-    // Read both pipes on threads so a chatty child never blocks on them.
-    let mut out = child.stdout.take().expect("stdout");
-    let mut err = child.stderr.take().expect("stderr");
-    let out = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        s
-    });
-    let err = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for tether bench load") {
-            break status;
-        }
-        if started.elapsed() > RUN_LIMIT {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("tether bench load {args:?} did not finish within {RUN_LIMIT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let stdout = out.join().expect("stdout reader");
-    let stderr = err.join().expect("stderr reader");
-    assert!(
-        status.success(),
-        "tether bench load {args:?} failed: {status}\nstdout: {stdout}\nstderr: {stderr}"
-    );
-    let line = stdout
-        .lines()
-        .rev()
-        .find(|l| l.starts_with('{'))
-        .unwrap_or_else(|| panic!("no report in {stdout:?}"));
-    serde_json::from_str(line).expect("report is JSON")
+    let mut all = vec!["load"];
+    all.extend_from_slice(args);
+    run_bench(&all, RUN_LIMIT)
 }
 
 /// A small fan-out: two steps, every event to every client exactly once.

@@ -2,10 +2,11 @@
 //! benchmarks are run by hand (docs/BENCHMARKS.md), but the generators
 //! must keep working and keep checking delivery.
 
-use std::io::Read;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+mod common;
 
+use std::time::Duration;
+
+use common::run_bench;
 use serde_json::Value;
 
 /// Bounds a whole run; a healthy one takes a few seconds.
@@ -13,50 +14,7 @@ const RUN_LIMIT: Duration = Duration::from_secs(180);
 
 /// Runs `tether bench ARGS` and returns its JSON report line.
 fn bench(args: &[&str]) -> Value {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tether"))
-        .arg("bench")
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start tether bench");
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for tether bench") {
-            break status;
-        }
-        if started.elapsed() > RUN_LIMIT {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("tether bench {args:?} did not finish within {RUN_LIMIT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let mut stdout = String::new();
-    let mut stderr = String::new();
-    child
-        .stdout
-        .take()
-        .expect("stdout")
-        .read_to_string(&mut stdout)
-        .expect("read stdout");
-    child
-        .stderr
-        .take()
-        .expect("stderr")
-        .read_to_string(&mut stderr)
-        .expect("read stderr");
-    assert!(
-        status.success(),
-        "tether bench {args:?} failed: {status}\nstdout: {stdout}\nstderr: {stderr}"
-    );
-    let line = stdout
-        .lines()
-        .rev()
-        .find(|l| l.starts_with('{'))
-        .unwrap_or_else(|| panic!("no report in {stdout:?}"));
-    serde_json::from_str(line).expect("report is JSON")
+    run_bench(args, RUN_LIMIT)
 }
 
 #[test]
