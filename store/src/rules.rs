@@ -4,7 +4,7 @@
 
 use tether_protocol::SessionId;
 
-use crate::{EventRow, SessionPatch, StoreError};
+use crate::{EventRow, StoreError};
 
 /// Seqs within one op must be consecutive (n, n+1, ...).
 pub(crate) fn check_contiguous(events: &[EventRow]) -> Result<(), StoreError> {
@@ -61,34 +61,9 @@ pub(crate) fn check_append(
     }
 }
 
-/// Folds `later` into `into`: a field `later` sets wins, one it leaves alone keeps `into`'s.
-/// Used to write several ops' patches to one session as one update.
-pub(crate) fn merge_patch(into: &mut SessionPatch, later: &SessionPatch) {
-    if later.status.is_some() {
-        into.status = later.status;
-    }
-    if later.title.is_some() {
-        into.title.clone_from(&later.title);
-    }
-    if later.message_count.is_some() {
-        into.message_count = later.message_count;
-    }
-    if later.history_version.is_some() {
-        into.history_version = later.history_version;
-    }
-    if later.turn_marker.is_some() {
-        into.turn_marker.clone_from(&later.turn_marker);
-    }
-    if later.updated_at_ms.is_some() {
-        into.updated_at_ms = later.updated_at_ms;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
-    use tether_protocol::SessionStatus;
 
     fn ev(seq: u64) -> EventRow {
         EventRow {
@@ -144,36 +119,5 @@ mod tests {
         assert_eq!(check_create(&[ev(1), ev(2)]), Ok(()));
         assert!(check_create(&[ev(2)]).is_err());
         assert!(check_create(&[ev(1), ev(3)]).is_err());
-    }
-
-    #[test]
-    fn later_patch_fields_win() {
-        let mut p = SessionPatch {
-            status: Some(SessionStatus::Running),
-            title: Some("a".into()),
-            turn_marker: Some(Some(json!({"t": 1}))),
-            message_count: Some(1),
-            ..SessionPatch::default()
-        };
-        merge_patch(
-            &mut p,
-            &SessionPatch {
-                status: Some(SessionStatus::Idle),
-                turn_marker: Some(None),
-                updated_at_ms: Some(5),
-                ..SessionPatch::default()
-            },
-        );
-        assert_eq!(
-            p,
-            SessionPatch {
-                status: Some(SessionStatus::Idle),
-                title: Some("a".into()),
-                message_count: Some(1),
-                history_version: None,
-                turn_marker: Some(None),
-                updated_at_ms: Some(5),
-            }
-        );
     }
 }

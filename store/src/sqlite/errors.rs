@@ -1,4 +1,4 @@
-//! SQLite (sqlx) errors → [`StoreError`].
+//! SQLite errors (sqlx's for the readers, rusqlite's for the writer thread) → [`StoreError`].
 //!
 //! The mapping is by SQLite result code (the primary code is the low byte of the extended code
 //! sqlx reports), because the code, unlike the message, says whether anything can be retried
@@ -62,6 +62,23 @@ pub(crate) fn map_sqlx(err: sqlx::Error, doing: Doing) -> StoreError {
         | sqlx::Error::TypeNotFound { .. } => StoreError::Invalid(text),
         sqlx::Error::Migrate(_) => StoreError::Unavailable(text),
         _ => StoreError::Io(text),
+    }
+}
+
+/// Maps a rusqlite error (the writer thread's connection).
+pub(crate) fn map_rusqlite(err: rusqlite::Error, doing: Doing) -> StoreError {
+    let text = err.to_string();
+    match &err {
+        rusqlite::Error::SqliteFailure(e, _) => map_code(i64::from(e.extended_code), text, doing),
+        rusqlite::Error::FromSqlConversionFailure(..)
+        | rusqlite::Error::IntegralValueOutOfRange(..)
+        | rusqlite::Error::InvalidColumnType(..)
+        | rusqlite::Error::QueryReturnedNoRows
+        | rusqlite::Error::ToSqlConversionFailure(_) => StoreError::Invalid(text),
+        _ => match doing {
+            Doing::Open => StoreError::Unavailable(text),
+            Doing::Read | Doing::Write => StoreError::Io(text),
+        },
     }
 }
 

@@ -1,10 +1,9 @@
 //! The embedded SQLite implementation of the store.
 //!
-//! One writer connection (a plain [`SqliteConnection`], not a pool: there is exactly one writer
-//! and it is owned by the StoreWriter actor) and a small read-only pool. WAL mode lets the readers
-//! see the last committed state while the writer writes.
+//! One writer connection, on a thread of its own (`writer.rs`: there is exactly one writer and
+//! the StoreWriter actor owns its handle), and a small read-only pool (sqlx). WAL mode lets the
+//! readers see the last committed state while the writer writes.
 
-mod bulk;
 mod checkpoint;
 mod errors;
 mod handoffs;
@@ -20,29 +19,30 @@ use sqlx::migrate::Migrator;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous,
 };
-use sqlx::{ConnectOptions, Row};
+use sqlx::{ConnectOptions, Connection, Row};
 
 use crate::{Opened, StoreConfig, StoreError, StoreWrite, Synchronous};
 use errors::{map_migrate, map_sqlx, Doing};
 use handoffs::SqliteHandoffs;
 use reader::SqliteReader;
-use writer::SqliteWriter;
 
 /// The embedded migrations (`store/migrations/*.sql`).
 static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
-
-/// Statement cache of the writer: the multi-row INSERTs of every chunk size plus a few fixed
-/// statements must all stay prepared, or the hot path re-parses SQL on every append.
-const WRITER_STATEMENT_CACHE: usize = 512;
 
 /// Opens (creating the directory and file if needed) the SQLite store, runs the migrations,
 /// creates the epoch on first open (16 lowercase hex digits, random), and returns the writer,
 /// the reader and the epoch.
 pub async fn open_sqlite(cfg: &StoreConfig) -> Result<Opened, StoreError> {
     ensure_parent_dir(&cfg.db_path).await?;
-    let mut conn = connect_writer(cfg, true).await?;
+    let mut conn = base_options(cfg)
+        .create_if_missing(true)
+        .connect()
+        .await
+        .map_err(|e| map_sqlx(e, Doing::Open))?;
     MIGRATOR.run(&mut conn).await.map_err(map_migrate)?;
     let epoch = ensure_epoch(&mut conn).await?;
+    conn.close().await.map_err(|e| map_sqlx(e, Doing::Open))?;
+    let writer = writer::start(cfg, false, None).await?;
 
     let read_opts = base_options(cfg).read_only(true);
     let pool = SqlitePoolOptions::new()
@@ -63,7 +63,7 @@ pub async fn open_sqlite(cfg: &StoreConfig) -> Result<Opened, StoreError> {
 
     tracing::info!(db_path = %cfg.db_path.display(), epoch = %epoch, "store opened");
     Ok(Opened {
-        writer: Box::new(SqliteWriter::new(conn)),
+        writer: Box::new(writer),
         reader: Arc::new(SqliteReader::new(pool, epoch.clone(), stop_checkpoints)),
         handoffs: Arc::new(handoffs),
         epoch,
@@ -74,8 +74,7 @@ pub async fn open_sqlite(cfg: &StoreConfig) -> Result<Opened, StoreError> {
 /// restarted). Does not create the database nor run migrations: a missing file here means the
 /// store was lost, which must not silently become a new, empty store.
 pub async fn open_sqlite_writer(cfg: &StoreConfig) -> Result<Box<dyn StoreWrite>, StoreError> {
-    let conn = connect_writer(cfg, false).await?;
-    Ok(Box::new(SqliteWriter::new(conn)))
+    Ok(Box::new(writer::start(cfg, false, None).await?))
 }
 
 /// Test support: a writer whose database may grow by at most `headroom_pages` pages
@@ -85,19 +84,9 @@ pub async fn open_sqlite_writer_with_page_headroom(
     cfg: &StoreConfig,
     headroom_pages: u64,
 ) -> Result<Box<dyn StoreWrite>, StoreError> {
-    let mut conn = connect_writer(cfg, false).await?;
-    let pages: i64 = sqlx::query("PRAGMA page_count")
-        .fetch_one(&mut conn)
-        .await
-        .and_then(|row| row.try_get(0))
-        .map_err(|e| map_sqlx(e, Doing::Open))?;
-    let max = pages.saturating_add(i64::try_from(headroom_pages).unwrap_or(i64::MAX));
-    // PRAGMA arguments cannot be bound; `max` is an integer we computed.
-    sqlx::query(&format!("PRAGMA max_page_count = {max}"))
-        .execute(&mut conn)
-        .await
-        .map_err(|e| map_sqlx(e, Doing::Open))?;
-    Ok(Box::new(SqliteWriter::new(conn)))
+    Ok(Box::new(
+        writer::start(cfg, false, Some(headroom_pages)).await?,
+    ))
 }
 
 /// Settings every connection gets: WAL, the configured durability, the busy timeout and
@@ -112,27 +101,6 @@ fn base_options(cfg: &StoreConfig) -> SqliteConnectOptions {
         })
         .busy_timeout(cfg.busy_timeout)
         .foreign_keys(true)
-}
-
-/// WAL frames before the writer checkpoints by itself (about 256 MiB with
-/// 4 KiB pages): only a backstop, the background checkpointer normally
-/// keeps the WAL far smaller.
-const WAL_AUTOCHECKPOINT_PAGES: u32 = 65536;
-/// Writer page cache: negative means KiB (64 MiB), enough to keep the hot
-/// leaves of every live session's events in memory.
-const WRITER_CACHE_KIB: i64 = -65536;
-
-async fn connect_writer(cfg: &StoreConfig, create: bool) -> Result<SqliteConnection, StoreError> {
-    base_options(cfg)
-        .create_if_missing(create)
-        .statement_cache_capacity(WRITER_STATEMENT_CACHE)
-        .pragma("temp_store", "MEMORY")
-        // Checkpoints run on their own connection (checkpoint.rs).
-        .pragma("wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES.to_string())
-        .pragma("cache_size", WRITER_CACHE_KIB.to_string())
-        .connect()
-        .await
-        .map_err(|e| map_sqlx(e, Doing::Open))
 }
 
 async fn ensure_parent_dir(db_path: &Path) -> Result<(), StoreError> {
