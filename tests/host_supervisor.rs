@@ -358,12 +358,14 @@ async fn a_turn_streams_started_events_and_end() {
     h.start_turn("t_1", "hello big world", None);
     assert_eq!(h.started("t_1").await, 0);
     let (events, end) = h.finish("t_1").await;
-    let texts: Vec<&str> = events
+    let texts: Vec<String> = events
         .iter()
         .map(|e| match e {
             TurnUpdate::Event(ev) => {
                 assert_eq!(ev.kind, "message.delta");
-                ev.payload["text"].as_str().expect("delta text")
+                let payload: serde_json::Value =
+                    serde_json::from_str(ev.payload.get()).expect("delta payload");
+                payload["text"].as_str().expect("delta text").to_owned()
             }
             other => panic!("expected an event, got {other:?}"),
         })

@@ -14,7 +14,7 @@ use futures::future::BoxFuture;
 use serde::Serialize;
 use serde_json::{Map, Value};
 use tether_protocol::{
-    FromHost, HostEvent, Message, SessionId, TextPayload, TodoItem, TodoUpdatedPayload,
+    to_raw, FromHost, HostEvent, Message, SessionId, TextPayload, TodoItem, TodoUpdatedPayload,
     ToolCompletePayload, ToolStartPayload, TraceId, TurnId,
 };
 use tokio::sync::watch;
@@ -201,14 +201,13 @@ impl TurnSink {
 
     /// Any event type with any payload; the gateway decides what it accepts.
     pub async fn event<P: Serialize>(&self, kind: &str, payload: &P) -> Result<(), Closed> {
-        // These payloads are plain structs and JSON values: converting them
-        // cannot fail, and `Null` would be a harmless answer if it did.
-        let payload = serde_json::to_value(payload).unwrap_or_default();
+        // Straight to JSON text, no `Value` tree: these payloads are plain
+        // structs and JSON values, whose serialization cannot fail.
         let frame = FromHost::Event {
             turn_id: self.turn_id.clone(),
             event: HostEvent {
                 kind: kind.into(),
-                payload,
+                payload: to_raw(payload).into(),
             },
         };
         self.writer.send(&frame).await

@@ -1,8 +1,9 @@
 //! Invariants of the compute-host line decoder (`parse_host_line`).
 
-use serde::de::DeserializeOwned;
 use serde::Serialize;
-use tether_protocol::{encode_host_line, parse_host_line, FromHost, HostFrameError, ToHost};
+use tether_protocol::{
+    encode_host_line, parse_host_line, FromHost, HostFrameError, HostLine, ToHost,
+};
 
 use crate::json_eq::same;
 
@@ -41,7 +42,7 @@ pub fn check_line(line: &str) {
 /// `known`; a rejection's `error` reply is itself a well-formed frame.
 fn check_as<T>(line: &str, known: &[&str])
 where
-    T: Serialize + DeserializeOwned + std::fmt::Debug,
+    T: Serialize + HostLine + std::fmt::Debug,
 {
     match parse_host_line::<T>(line) {
         Ok(frame) => {

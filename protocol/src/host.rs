@@ -4,8 +4,11 @@
 //! Any program in any language can be a compute host, so these types are the
 //! whole contract; both the gateway and `tether host` use them.
 
+use std::borrow::Cow;
+
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::ids::{SessionId, TraceId, TurnId};
@@ -111,7 +114,127 @@ pub struct HostEvent {
     #[serde(rename = "type")]
     pub kind: String,
     #[serde(default)]
-    pub payload: Value,
+    pub payload: RawPayload,
+}
+
+/// A host event's payload as the JSON text the host wrote.
+///
+/// Events are most of what hosts send, and most event types go to the store
+/// and to the peers unchanged: kept as text, a payload is parsed once (to
+/// check it) and never rebuilt, where a [`Value`] cost a tree of allocations
+/// to parse and a serialization to turn back into text. Two payloads are
+/// equal when their texts are.
+#[derive(Debug, Clone)]
+pub struct RawPayload(Box<RawValue>);
+
+impl RawPayload {
+    /// The JSON text.
+    pub fn get(&self) -> &str {
+        self.0.get()
+    }
+
+    /// Whether the payload is a JSON object (what every durable host event
+    /// must carry).
+    pub fn is_object(&self) -> bool {
+        self.get().starts_with('{')
+    }
+
+    /// The payload as a [`RawValue`], without copying.
+    pub fn into_raw(self) -> Box<RawValue> {
+        self.0
+    }
+}
+
+impl Default for RawPayload {
+    /// `null`, the payload of an event frame without one.
+    fn default() -> Self {
+        RawPayload(RawValue::NULL.to_owned())
+    }
+}
+
+impl PartialEq for RawPayload {
+    fn eq(&self, other: &Self) -> bool {
+        self.get() == other.get()
+    }
+}
+
+impl From<Box<RawValue>> for RawPayload {
+    fn from(raw: Box<RawValue>) -> Self {
+        RawPayload(raw)
+    }
+}
+
+impl From<Value> for RawPayload {
+    fn from(value: Value) -> Self {
+        RawPayload(crate::to_raw(&value))
+    }
+}
+
+impl Serialize for RawPayload {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for RawPayload {
+    /// Through a [`Value`]: this impl is what serde's internally tagged
+    /// [`FromHost`] reaches, and its buffered content cannot give raw text
+    /// back. The gateway's own decoder ([`HostLine`] for `FromHost`) reads
+    /// event frames without it.
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = Value::deserialize(deserializer)?;
+        serde_json::value::to_raw_value(&value)
+            .map(RawPayload)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// How one side decodes the frames it reads.
+pub trait HostLine: DeserializeOwned {
+    /// Decodes one line (no error classification: see [`parse_host_line`]).
+    fn decode(line: &str) -> Result<Self, serde_json::Error> {
+        serde_json::from_str(line)
+    }
+}
+
+impl HostLine for ToHost {}
+
+impl HostLine for FromHost {
+    /// `event` frames, nearly every line a busy host writes, are read
+    /// straight into their fields with the payload kept as text; serde's
+    /// internally tagged enum would first buffer the whole object (every key
+    /// and value allocated), then build the payload as a [`Value`]. Finding
+    /// the tag first costs a scan that allocates nothing.
+    fn decode(line: &str) -> Result<Self, serde_json::Error> {
+        #[derive(Deserialize)]
+        struct Tag<'a> {
+            #[serde(rename = "type", borrow)]
+            kind: Cow<'a, str>,
+        }
+        #[derive(Deserialize)]
+        struct EventFrame {
+            turn_id: TurnId,
+            event: RawEvent,
+        }
+        #[derive(Deserialize)]
+        struct RawEvent {
+            #[serde(rename = "type")]
+            kind: String,
+            payload: Option<Box<RawValue>>,
+        }
+        let is_event = serde_json::from_str::<Tag>(line).is_ok_and(|t| t.kind == "event");
+        if !is_event {
+            return serde_json::from_str(line);
+        }
+        let frame: EventFrame = serde_json::from_str(line)?;
+        Ok(FromHost::Event {
+            turn_id: frame.turn_id,
+            event: HostEvent {
+                kind: frame.event.kind,
+                payload: frame.event.payload.map(RawPayload).unwrap_or_default(),
+            },
+        })
+    }
 }
 
 /// Why a host line was rejected; either way the reply is
@@ -140,8 +263,8 @@ pub fn encode_host_line<T: Serialize>(frame: &T) -> String {
 }
 
 /// Decodes one line (a trailing `\r\n` or `\n` is fine).
-pub fn parse_host_line<T: DeserializeOwned>(line: &str) -> Result<T, HostFrameError> {
-    let err = match serde_json::from_str::<T>(line) {
+pub fn parse_host_line<T: HostLine>(line: &str) -> Result<T, HostFrameError> {
+    let err = match T::decode(line) {
         Ok(frame) => return Ok(frame),
         Err(e) => e,
     };

@@ -1119,7 +1119,10 @@ fn from_host() -> impl Strategy<Value = FromHost> {
         }),
         (turn_id(), text(), json_value()).prop_map(|(turn_id, kind, payload)| FromHost::Event {
             turn_id,
-            event: HostEvent { kind, payload },
+            event: HostEvent {
+                kind,
+                payload: payload.into(),
+            },
         }),
         (
             turn_id(),
@@ -1245,7 +1248,7 @@ fn host_line() -> impl Strategy<Value = String> {
 /// that decodes re-encodes to itself; an unknown type is really unknown.
 fn check_host_line<T>(line: &str, known: &[&str])
 where
-    T: serde::Serialize + serde::de::DeserializeOwned + PartialEq + std::fmt::Debug,
+    T: serde::Serialize + HostLine + PartialEq + std::fmt::Debug,
 {
     match parse_host_line::<T>(line) {
         Ok(frame) => {

@@ -25,7 +25,7 @@ use tether_protocol::{
 use tracing::{debug, info, warn};
 
 use super::{SessionMsg, SessionState, Waiter};
-use crate::event::TurnTag;
+use crate::event::{EventRecord, TurnTag};
 use crate::host_supervisor::HostSupervisorMsg;
 use crate::turn::{reasons, TurnStart, TurnUpdate};
 
@@ -295,19 +295,24 @@ impl SessionState {
     }
 
     fn turn_event(&mut self, event: HostEvent) {
+        /// What the gateway reads of a delta: the rest of the payload (its
+        /// offset among it) is the gateway's to compute.
+        #[derive(serde::Deserialize)]
+        struct Text {
+            text: String,
+        }
+        #[derive(serde::Deserialize)]
+        struct Items {
+            items: Vec<TodoItem>,
+        }
         let Some(turn) = self.turns.running.as_mut() else {
             return;
         };
         let tag = turn.tag.clone();
-        let text_of = |payload: &Value| {
-            payload
-                .get("text")
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-        };
+        let text_of = |payload: &str| serde_json::from_str::<Text>(payload).ok().map(|t| t.text);
         match event.kind.as_str() {
             "message.delta" => {
-                let Some(text) = text_of(&event.payload) else {
+                let Some(text) = text_of(event.payload.get()) else {
                     return warn!(turn_id = %tag.turn_id, trace_id = %tag.trace_id, "delta without text");
                 };
                 let offset = turn.text.len() as u64;
@@ -315,7 +320,7 @@ impl SessionState {
                 self.emit_transient(EventType::MessageDelta, &DeltaPayload { text, offset }, tag);
             }
             "reasoning.delta" => {
-                let Some(text) = text_of(&event.payload) else {
+                let Some(text) = text_of(event.payload.get()) else {
                     return warn!(turn_id = %tag.turn_id, trace_id = %tag.trace_id, "reasoning delta without text");
                 };
                 let offset = turn.reasoning_bytes;
@@ -327,14 +332,9 @@ impl SessionState {
                 );
             }
             "todo.updated" => {
-                let items: Vec<TodoItem> = match event
-                    .payload
-                    .get("items")
-                    .cloned()
-                    .map(serde_json::from_value)
-                {
-                    Some(Ok(items)) => items,
-                    _ => {
+                let items = match serde_json::from_str::<Items>(event.payload.get()) {
+                    Ok(Items { items }) => items,
+                    Err(_) => {
                         return warn!(turn_id = %tag.turn_id, trace_id = %tag.trace_id, "todo.updated without valid items")
                     }
                 };
@@ -350,7 +350,15 @@ impl SessionState {
                     return warn!(turn_id = %tag.turn_id, trace_id = %tag.trace_id, kind = %event.kind, "event payload is not an object");
                 }
                 if let Some(kind) = EventType::parse(&event.kind) {
-                    self.emit_durable(kind, &event.payload, Some(tag));
+                    // Passed on as the host wrote it: stored and sent without
+                    // being parsed into a tree and encoded again.
+                    self.emit(EventRecord {
+                        seq: None,
+                        kind,
+                        turn: Some(tag),
+                        ts_ms: now_ms(),
+                        payload: event.payload.into_raw(),
+                    });
                 }
             }
             other => {

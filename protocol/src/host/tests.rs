@@ -5,7 +5,7 @@ use serde_json::json;
 /// Encodes as a line, checks the JSON, and parses the line back.
 fn round_trip<T>(frame: &T, expected: Value)
 where
-    T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug,
+    T: Serialize + HostLine + PartialEq + std::fmt::Debug,
 {
     let line = encode_host_line(frame);
     assert!(line.ends_with('\n'));
@@ -93,7 +93,7 @@ fn from_host_frames() {
             turn_id: "t_1".into(),
             event: HostEvent {
                 kind: "message.delta".into(),
-                payload: json!({"text":"hi ","offset":0}),
+                payload: json!({"text":"hi ","offset":0}).into(),
             },
         },
         json!({"type":"event","turn_id":"t_1",
@@ -174,7 +174,7 @@ fn host_event_payload_defaults_to_null() {
             turn_id: "t".into(),
             event: HostEvent {
                 kind: "status.update".into(),
-                payload: Value::Null,
+                payload: Value::Null.into(),
             },
         }
     );
@@ -234,4 +234,27 @@ fn parse_errors() {
     );
     let e = HostFrameError::UnknownType("x".into());
     assert_eq!(e.to_string(), "unknown host frame type `x`");
+}
+
+#[test]
+fn event_payload_keeps_the_hosts_text() {
+    let line = r#"{"turn_id":"t_1","event":{"payload": {"b": [1, 2.50], "a":"x"},"type":"tool.start"},"type":"event"}"#;
+    let FromHost::Event { turn_id, event } = parse_host_line::<FromHost>(line).unwrap() else {
+        panic!("not an event frame");
+    };
+    assert_eq!(turn_id.as_str(), "t_1");
+    assert_eq!(event.kind, "tool.start");
+    assert_eq!(event.payload.get(), r#"{"b": [1, 2.50], "a":"x"}"#);
+    assert!(event.payload.is_object());
+    // A malformed event frame is still an error, with the tag known.
+    assert!(matches!(
+        parse_host_line::<FromHost>(r#"{"type":"event","event":{"type":"x"}}"#),
+        Err(HostFrameError::Json(_))
+    ));
+    assert!(matches!(
+        parse_host_line::<FromHost>(
+            r#"{"type":"event","turn_id":"t","event":{"type":"x","payload":[1,}}"#
+        ),
+        Err(HostFrameError::Json(_))
+    ));
 }
