@@ -59,6 +59,40 @@ pub(crate) fn apply(conn: &Connection, op: &WriteOp) -> Result<(), StoreError> {
     }
 }
 
+/// Runs an Append or a Patch whose refusal writes nothing: `Ok(Err(_))` is the op refused (by
+/// its seq check, its first statement), `Err(_)` an SQL error after which the transaction must
+/// be rolled back, since part of the op may be written.
+pub(crate) fn apply_checked_first(
+    conn: &Connection,
+    op: &WriteOp,
+) -> Result<Result<(), StoreError>, StoreError> {
+    let (session_id, events, patch) = match op {
+        WriteOp::Append {
+            session_id,
+            events,
+            patch,
+        } => (session_id, events.as_slice(), patch),
+        WriteOp::Patch { session_id, patch } => (session_id, &[][..], patch),
+        WriteOp::CreateSession { .. } => {
+            return Err(StoreError::Invalid("create without a savepoint".into()))
+        }
+    };
+    if let Err(refused) = check_shape(events) {
+        return Ok(Err(refused));
+    }
+    let seqs = match (events.first(), events.last()) {
+        (Some(first), Some(last)) => Some((first.seq - 1, last.seq)),
+        _ => None,
+    };
+    match update(conn, session_id, patch, seqs) {
+        Ok(()) => {}
+        Err(Mismatch::NoRow) => return Ok(Err(refusal(conn, session_id, events)?)),
+        Err(Mismatch::Error(e)) => return Err(e),
+    }
+    insert_events(conn, session_id, events)?;
+    Ok(Ok(()))
+}
+
 /// Latest seq of a session as this connection sees it; `None` if the session does not exist.
 pub(crate) fn latest_seq(
     conn: &Connection,
@@ -119,25 +153,42 @@ fn append(
     let (Some(first), Some(last)) = (events.first(), events.last()) else {
         return patch_only(conn, session_id, patch);
     };
-    rules::check_contiguous(events)?;
-    if first.seq == 0 {
-        return Err(StoreError::Invalid("seqs start at 1".into()));
-    }
+    check_shape(events)?;
     if let Err(mismatch) = update(conn, session_id, patch, Some((first.seq - 1, last.seq))) {
-        // Nothing matched: say why, with the error `check_append` gives.
         return Err(match mismatch {
-            Mismatch::NoRow => {
-                let latest = latest_seq(conn, session_id)?;
-                rules::check_append(session_id, latest, events)
-                    .err()
-                    .unwrap_or_else(|| {
-                        StoreError::Io(format!("session {} not updated", session_id.as_str()))
-                    })
-            }
+            Mismatch::NoRow => refusal(conn, session_id, events)?,
             Mismatch::Error(e) => e,
         });
     }
     insert_events(conn, session_id, events)
+}
+
+/// Appended seqs must be contiguous and start at 1 or later.
+fn check_shape(events: &[EventRow]) -> Result<(), StoreError> {
+    rules::check_contiguous(events)?;
+    if events.first().is_some_and(|e| e.seq == 0) {
+        return Err(StoreError::Invalid("seqs start at 1".into()));
+    }
+    Ok(())
+}
+
+/// Why an append's (or a patch's) seq-checking UPDATE matched no row, as the error
+/// `check_append` gives; `Err` only if reading the session failed.
+fn refusal(
+    conn: &Connection,
+    session_id: &SessionId,
+    events: &[EventRow],
+) -> Result<StoreError, StoreError> {
+    if events.is_empty() {
+        return Ok(StoreError::Invalid(format!(
+            "no session {}",
+            session_id.as_str()
+        )));
+    }
+    let latest = latest_seq(conn, session_id)?;
+    Ok(rules::check_append(session_id, latest, events)
+        .err()
+        .unwrap_or_else(|| StoreError::Io(format!("session {} not updated", session_id.as_str()))))
 }
 
 fn patch_only(

@@ -8,9 +8,15 @@
 //!
 //! A batch is one transaction (`BEGIN IMMEDIATE`, so the write lock is taken, and waited for,
 //! up front rather than half-way through an op). Every op is atomic and ops are independent: one
-//! failing op leaves no trace and does not sink the others. A batch of one op is the
-//! transaction itself; a larger one runs each op in its own SAVEPOINT, rolled back to it if the
-//! op fails.
+//! failing op leaves no trace and does not sink the others. Three ways to get there, cheapest
+//! first:
+//!
+//! 1. A batch of one op is the transaction itself.
+//! 2. Appends and patches, the batches of a busy gateway, run one after the other with no
+//!    savepoint: each op's first statement is the `UPDATE sessions` that checks its seq, and an
+//!    op it refuses has written nothing. Only an SQL error half-way (e.g. disk full) could leave
+//!    part of an op behind; it rolls the whole transaction back and the batch takes way 3.
+//! 3. Each op in its own SAVEPOINT, rolled back to it if the op fails.
 //!
 //! One subtlety: SQLite may roll back the WHOLE transaction on some errors (SQLITE_FULL, IOERR,
 //! BUSY, NOMEM: <https://www.sqlite.org/lang_transaction.html>), taking the earlier, successful
@@ -40,7 +46,7 @@ type OpResult = Result<(), StoreError>;
 const QUEUE: usize = 4;
 /// Prepared statements kept per connection (the writer has about ten).
 const STATEMENT_CACHE: usize = 32;
-/// WAL frames (16 MiB of 4 KiB pages) after which the writer checkpoints, right after a commit.
+/// WAL frames (64 MiB of 4 KiB pages) after which the writer checkpoints, right after a commit.
 ///
 /// The background checkpointer (`checkpoint.rs`) does most of the copying, but it cannot let
 /// the WAL start over: SQLite rewinds the WAL only when a write transaction begins with every
@@ -49,7 +55,9 @@ const STATEMENT_CACHE: usize = 32;
 /// whole write rate (175 MiB in a 30 s fan-out run), each frame landing on a new part of the
 /// file. Run here, between two of the writer's own transactions, a checkpoint has only the
 /// frames since the last background one left to copy, and the next commit rewinds the WAL.
-const WAL_AUTOCHECKPOINT_PAGES: u32 = 4096;
+/// It copies only what the background checkpointer has not, and it stalls the writer while it
+/// runs, hence a threshold well above what the background one leaves behind (500 ms of writes).
+const WAL_AUTOCHECKPOINT_PAGES: u32 = 16384;
 /// Writer page cache: negative means KiB (64 MiB), enough to keep the hot leaves of every live
 /// session's events in memory.
 const WRITER_CACHE_KIB: i64 = -65536;
@@ -158,9 +166,12 @@ struct Tx {
 }
 
 impl Tx {
+    /// Runs one of the fixed transaction statements, kept prepared.
     fn exec(&self, sql: &str) -> OpResult {
         self.conn
-            .execute_batch(sql)
+            .prepare_cached(sql)
+            .and_then(|mut stmt| stmt.execute([]))
+            .map(|_| ())
             .map_err(|e| map_rusqlite(e, Doing::Write))
     }
 
@@ -197,8 +208,47 @@ impl Tx {
         match ops {
             [] => Vec::new(),
             [op] => vec![self.commit_one(op)],
-            _ => self.commit_many(ops),
+            _ => match self.commit_unguarded(ops) {
+                Some(results) => results,
+                None => self.commit_many(ops),
+            },
         }
+    }
+
+    /// Way 2: no savepoints. `None`: the batch must take way 3 (it creates a session, or an SQL
+    /// error rolled everything back).
+    fn commit_unguarded(&self, ops: &[WriteOp]) -> Option<Vec<OpResult>> {
+        if ops
+            .iter()
+            .any(|op| matches!(op, WriteOp::CreateSession { .. }))
+        {
+            return None;
+        }
+        if let Err(e) = self.begin() {
+            return Some(vec![Err(e); ops.len()]);
+        }
+        let mut results = Vec::with_capacity(ops.len());
+        for op in ops {
+            match ops::apply_checked_first(&self.conn, op) {
+                Ok(outcome) => results.push(outcome),
+                Err(e) => {
+                    tracing::debug!(error = %e, "batch failed half-way; retrying op by op");
+                    self.rollback();
+                    return None;
+                }
+            }
+        }
+        let committed = self.finish();
+        Some(
+            results
+                .into_iter()
+                .map(|r| match (r, &committed) {
+                    (Err(refused), _) => Err(refused),
+                    (Ok(()), Ok(())) => Ok(()),
+                    (Ok(()), Err(e)) => Err(e.clone()),
+                })
+                .collect(),
+        )
     }
 
     /// A batch of one: the transaction is the op.
