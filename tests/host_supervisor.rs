@@ -358,16 +358,18 @@ async fn a_turn_streams_started_events_and_end() {
     h.start_turn("t_1", "hello big world", None);
     assert_eq!(h.started("t_1").await, 0);
     let (events, end) = h.finish("t_1").await;
+    // However the supervisor batched them, the deltas arrive whole and in order.
     let texts: Vec<String> = events
         .iter()
-        .map(|e| match e {
-            TurnUpdate::Event(ev) => {
-                assert_eq!(ev.kind, "message.delta");
-                let payload: serde_json::Value =
-                    serde_json::from_str(ev.payload.get()).expect("delta payload");
-                payload["text"].as_str().expect("delta text").to_owned()
-            }
-            other => panic!("expected an event, got {other:?}"),
+        .flat_map(|e| match e {
+            TurnUpdate::Events(evs) => evs,
+            other => panic!("expected events, got {other:?}"),
+        })
+        .map(|ev| {
+            assert_eq!(ev.kind, "message.delta");
+            let payload: serde_json::Value =
+                serde_json::from_str(ev.payload.get()).expect("delta payload");
+            payload["text"].as_str().expect("delta text").to_owned()
         })
         .collect();
     assert_eq!(texts, ["hello ", "big ", "world"]);
@@ -483,7 +485,7 @@ async fn kill_9_of_the_host_is_a_host_crash() {
 
     h.start_turn("t_hang", "/hang", None);
     assert_eq!(h.started("t_hang").await, 0);
-    assert!(matches!(h.update("t_hang").await, TurnUpdate::Event(_)));
+    assert!(matches!(h.update("t_hang").await, TurnUpdate::Events(_)));
     kill_9(pid);
     let end = h.update("t_hang").await;
     assert!(crash_error(&end), "{end:?}");

@@ -304,13 +304,34 @@ async fn read_frames(stdout: ChildStdout, r: Reader) {
     let _ = r.host.cast(HostMsg::ReaderDone(why));
 }
 
+/// Most frames handed to the supervisor in one message.
+const MAX_BATCH: usize = 256;
+
 /// Reads and forwards frames until the host is dead; returns why it is.
+///
+/// Frames go to the supervisor in batches: all the complete lines one read
+/// of the pipe brought, in one message, so a busy host costs an actor
+/// message per read rather than per line. A batch is sent before the reader
+/// waits for more input, so no frame is ever held back waiting.
 async fn read_until_dead(stdout: ChildStdout, r: &Reader) -> String {
     let mut input = BufReader::with_capacity(64 * 1024, stdout);
     let mut buf = Vec::new();
+    let mut batch = Vec::new();
     let hello_deadline = Instant::now() + r.hello_timeout;
     let mut said_hello = false;
     loop {
+        let line_buffered = input.buffer().contains(&b'\n');
+        if !batch.is_empty() && (!line_buffered || batch.len() >= MAX_BATCH) {
+            let forwarded = r.supervisor.cast(HostSupervisorMsg::Frames {
+                slot: r.slot,
+                incarnation: r.incarnation,
+                pid: r.pid,
+                frames: std::mem::take(&mut batch),
+            });
+            if forwarded.is_err() {
+                return "the host supervisor stopped".into();
+            }
+        }
         let deadline = if said_hello {
             Instant::now() + r.silence_limit
         } else {
@@ -354,15 +375,7 @@ async fn read_until_dead(stdout: ChildStdout, r: &Reader) -> String {
             }
         };
         said_hello |= matches!(frame, FromHost::Hello { .. });
-        let forwarded = r.supervisor.cast(HostSupervisorMsg::Frame {
-            slot: r.slot,
-            incarnation: r.incarnation,
-            pid: r.pid,
-            frame,
-        });
-        if forwarded.is_err() {
-            return "the host supervisor stopped".into();
-        }
+        batch.push(frame);
     }
 }
 

@@ -78,12 +78,13 @@ pub enum HostSupervisorMsg {
     /// Drain: `shutdown` to every host, up to `shutdown_grace` for them to
     /// exit, then kill what is left; the reply comes when every host is gone.
     Shutdown { reply: RpcReplyPort<()> },
-    /// Internal: a frame the host of `slot` wrote (`pid` is its process).
-    Frame {
+    /// Internal: frames the host of `slot` wrote, in order (`pid` is its
+    /// process).
+    Frames {
         slot: u32,
         incarnation: u64,
         pid: u32,
-        frame: FromHost,
+        frames: Vec<FromHost>,
     },
     /// Internal: the Host actor of `slot` stopped.
     HostStopped {
@@ -277,12 +278,12 @@ impl Actor for HostSupervisor {
                 let _ = reply.send(state.stats());
             }
             HostSupervisorMsg::Shutdown { reply } => state.shutdown(&myself, reply),
-            HostSupervisorMsg::Frame {
+            HostSupervisorMsg::Frames {
                 slot,
                 incarnation,
                 pid,
-                frame,
-            } => state.on_frame(slot, incarnation, pid, frame),
+                frames,
+            } => state.on_frames(slot, incarnation, pid, frames),
             HostSupervisorMsg::HostStopped {
                 slot,
                 incarnation,

@@ -42,8 +42,8 @@ pub mod reasons {
 pub enum TurnUpdate {
     /// `turn.start` was written to host slot `host_id`.
     Started { host_id: u32 },
-    /// A host `event` frame for the turn.
-    Event(HostEvent),
+    /// Host `event` frames for the turn, in order.
+    Events(Vec<HostEvent>),
     /// `turn.end` from the host (`usage`: its token counts, if any).
     End {
         status: TurnEndStatus,

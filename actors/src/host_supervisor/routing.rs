@@ -1,8 +1,10 @@
 //! Turns: choosing a slot, writing `turn.start`, and routing every host
 //! frame to whoever waits for it.
 
+use std::collections::HashMap;
+
 use ractor::ActorRef;
-use tether_protocol::{FromHost, ToHost, TurnId};
+use tether_protocol::{FromHost, HostEvent, ToHost, TurnId};
 use tracing::{debug, info, trace, warn};
 
 use super::{
@@ -170,7 +172,17 @@ impl HostSupervisorState {
         }
     }
 
-    pub(super) fn on_frame(&mut self, slot: u32, incarnation: u64, pid: u32, frame: FromHost) {
+    /// The frames of one read of a host's stdout, in order. Event frames
+    /// are gathered per turn and handed to each session as one message; any
+    /// other frame first hands over the events before it, so a turn's events
+    /// always reach its session before its end.
+    pub(super) fn on_frames(
+        &mut self,
+        slot: u32,
+        incarnation: u64,
+        pid: u32,
+        frames: Vec<FromHost>,
+    ) {
         let current = self
             .slots
             .get(slot as usize)
@@ -178,10 +190,37 @@ impl HostSupervisorState {
         if !current {
             debug!(
                 host_id = slot,
-                pid, "frame from a host that is gone; dropped"
+                pid,
+                frames = frames.len(),
+                "frames from a host that is gone; dropped"
             );
             return;
         }
+        let mut events = TurnEvents::default();
+        for frame in frames {
+            match frame {
+                FromHost::Event { turn_id, event } => events.push(turn_id, event),
+                other => {
+                    self.hand_over(slot, &mut events);
+                    self.on_frame(slot, pid, other);
+                }
+            }
+        }
+        self.hand_over(slot, &mut events);
+    }
+
+    /// Sends every turn's gathered events to its session.
+    fn hand_over(&mut self, slot: u32, events: &mut TurnEvents) {
+        for (turn_id, list) in events.drain() {
+            if let Some(route) = self.route_of(slot, &turn_id) {
+                if !send_update(&route.session, turn_id.clone(), TurnUpdate::Events(list)) {
+                    self.abandon(&turn_id);
+                }
+            }
+        }
+    }
+
+    fn on_frame(&mut self, slot: u32, pid: u32, frame: FromHost) {
         match frame {
             FromHost::Hello {
                 protocol,
@@ -194,11 +233,9 @@ impl HostSupervisorState {
                 rss_kb,
             } => trace!(host_id = slot, pid, active_turns, rss_kb, "host heartbeat"),
             FromHost::Event { turn_id, event } => {
-                if let Some(route) = self.route_of(slot, &turn_id) {
-                    if !send_update(&route.session, turn_id.clone(), TurnUpdate::Event(event)) {
-                        self.abandon(&turn_id);
-                    }
-                }
+                let mut events = TurnEvents::default();
+                events.push(turn_id, event);
+                self.hand_over(slot, &mut events);
             }
             FromHost::TurnEnd {
                 turn_id,
@@ -312,5 +349,71 @@ impl HostSupervisorState {
                 None
             }
         }
+    }
+}
+
+/// Event frames gathered per turn, turns in the order they first appeared.
+#[derive(Default)]
+struct TurnEvents {
+    turns: Vec<(TurnId, Vec<HostEvent>)>,
+    index: HashMap<TurnId, usize>,
+}
+
+impl TurnEvents {
+    fn push(&mut self, turn_id: TurnId, event: HostEvent) {
+        match self.index.get(&turn_id) {
+            Some(&i) => self.turns[i].1.push(event),
+            None => {
+                self.index.insert(turn_id.clone(), self.turns.len());
+                self.turns.push((turn_id, vec![event]));
+            }
+        }
+    }
+
+    fn drain(&mut self) -> std::vec::Drain<'_, (TurnId, Vec<HostEvent>)> {
+        self.index.clear();
+        self.turns.drain(..)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(kind: &str) -> HostEvent {
+        HostEvent {
+            kind: kind.into(),
+            payload: Default::default(),
+        }
+    }
+
+    #[test]
+    fn events_are_gathered_per_turn_in_order() {
+        let mut events = TurnEvents::default();
+        for (turn, kind) in [
+            ("t_a", "1"),
+            ("t_b", "2"),
+            ("t_a", "3"),
+            ("t_c", "4"),
+            ("t_b", "5"),
+        ] {
+            events.push(TurnId::from(turn), ev(kind));
+        }
+        let kinds = |list: &[HostEvent]| list.iter().map(|e| e.kind.clone()).collect::<Vec<_>>();
+        let drained: Vec<_> = events
+            .drain()
+            .map(|(t, list)| (t.as_str().to_owned(), kinds(&list)))
+            .collect();
+        assert_eq!(
+            drained,
+            [
+                ("t_a".to_owned(), vec!["1".to_owned(), "3".to_owned()]),
+                ("t_b".to_owned(), vec!["2".to_owned(), "5".to_owned()]),
+                ("t_c".to_owned(), vec!["4".to_owned()]),
+            ]
+        );
+        // Drained means empty: the next batch starts afresh.
+        events.push(TurnId::from("t_a"), ev("6"));
+        assert_eq!(events.drain().count(), 1);
     }
 }

@@ -255,7 +255,11 @@ impl SessionState {
         }
         match update {
             TurnUpdate::Started { host_id } => self.turn_started(host_id),
-            TurnUpdate::Event(event) => self.turn_event(event),
+            TurnUpdate::Events(events) => {
+                for event in events {
+                    self.turn_event(event);
+                }
+            }
             TurnUpdate::End {
                 status,
                 text,
