@@ -4,9 +4,10 @@
 //! an fsync of the database file, so every few thousand commits one append
 //! (and every turn waiting on it) stalled for the length of that fsync. A
 //! separate connection now runs `PRAGMA wal_checkpoint(PASSIVE)` on a short
-//! interval: passive checkpoints never block the writer or the readers, and
-//! the writer keeps only a far-off automatic checkpoint as a backstop in
-//! case this task cannot keep up.
+//! interval: passive checkpoints never block the writer or the readers. They
+//! do most of the copying; the writer's own checkpoint at 64 MiB of WAL
+//! (`writer.rs`) copies what is left and lets the WAL start over, which a
+//! checkpoint on another connection cannot do while the writer is busy.
 
 use std::time::Duration;
 

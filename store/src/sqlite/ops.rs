@@ -1,5 +1,5 @@
-//! The SQL of each [`WriteOp`] on its own, run by the writer thread (`writer.rs`), one op per
-//! savepoint or, for a lone op, per transaction.
+//! The SQL of each [`WriteOp`] on its own, run by the writer thread (`writer.rs`, which decides
+//! how ops share a transaction and when each gets a savepoint).
 //!
 //! Shape (DESIGN.md "Durable event"): an Append is one `UPDATE sessions` that both moves
 //! `latest_seq` and checks it (so no separate read is needed), then one prepared INSERT per
@@ -50,12 +50,8 @@ const SELECT_LATEST_SEQ: &str = "SELECT latest_seq FROM sessions WHERE id = ?1";
 pub(crate) fn apply(conn: &Connection, op: &WriteOp) -> Result<(), StoreError> {
     match op {
         WriteOp::CreateSession { session, events } => create_session(conn, session, events),
-        WriteOp::Append {
-            session_id,
-            events,
-            patch,
-        } => append(conn, session_id, events, patch),
-        WriteOp::Patch { session_id, patch } => patch_only(conn, session_id, patch),
+        // In a savepoint a refusal and an SQL error end alike: the op is rolled back.
+        WriteOp::Append { .. } | WriteOp::Patch { .. } => apply_checked_first(conn, op)?,
     }
 }
 
@@ -144,25 +140,6 @@ fn create_session(
     insert_events(conn, &session.id, events)
 }
 
-fn append(
-    conn: &Connection,
-    session_id: &SessionId,
-    events: &[EventRow],
-    patch: &SessionPatch,
-) -> Result<(), StoreError> {
-    let (Some(first), Some(last)) = (events.first(), events.last()) else {
-        return patch_only(conn, session_id, patch);
-    };
-    check_shape(events)?;
-    if let Err(mismatch) = update(conn, session_id, patch, Some((first.seq - 1, last.seq))) {
-        return Err(match mismatch {
-            Mismatch::NoRow => refusal(conn, session_id, events)?,
-            Mismatch::Error(e) => e,
-        });
-    }
-    insert_events(conn, session_id, events)
-}
-
 /// Appended seqs must be contiguous and start at 1 or later.
 fn check_shape(events: &[EventRow]) -> Result<(), StoreError> {
     rules::check_contiguous(events)?;
@@ -189,17 +166,6 @@ fn refusal(
     Ok(rules::check_append(session_id, latest, events)
         .err()
         .unwrap_or_else(|| StoreError::Io(format!("session {} not updated", session_id.as_str()))))
-}
-
-fn patch_only(
-    conn: &Connection,
-    session_id: &SessionId,
-    patch: &SessionPatch,
-) -> Result<(), StoreError> {
-    update(conn, session_id, patch, None).map_err(|mismatch| match mismatch {
-        Mismatch::NoRow => StoreError::Invalid(format!("no session {}", session_id.as_str())),
-        Mismatch::Error(e) => e,
-    })
 }
 
 /// Applies `patch`; with `seqs = Some((expected, new))` also moves `latest_seq` from `expected`
