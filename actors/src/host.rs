@@ -389,7 +389,7 @@ impl Reader {
             + 1;
         // Every one is answered; the first ten and then every thousandth
         // are logged, with the count.
-        if n <= 10 || n % 1000 == 0 {
+        if n <= 10 || n.is_multiple_of(1000) {
             warn!(host_id = self.slot, pid = self.pid, bad_lines = n, error = %message, "bad line from host");
         }
         let _ = self

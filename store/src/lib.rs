@@ -22,6 +22,7 @@ mod config;
 mod cursor;
 mod error;
 mod handoff;
+mod lock;
 mod model;
 mod rules;
 mod sqlite;
@@ -33,6 +34,7 @@ pub use handoff::{
     truncate_utf8, CompleteOutcome, FailOutcome, HandoffRow, HandoffStore, RequestOutcome,
     MAX_HANDOFF_ERROR_BYTES,
 };
+pub use lock::{LockError, StoreLock, LOCK_FILE};
 pub use model::{EventRow, NewSession, SessionPatch, SessionRow, WriteOp};
 pub use sqlite::{open_sqlite, open_sqlite_writer};
 
