@@ -64,8 +64,10 @@ pub struct ServeArgs {
     /// A resume of a segment with more messages fails with 4130.
     #[arg(long, env = "TETHER_MAX_RESUME_MESSAGES", default_value_t = 20_000)]
     pub max_resume_messages: u64,
-    /// SQLite durability: normal (WAL, fsync at checkpoints) or full.
-    #[arg(long, env = "TETHER_SYNCHRONOUS", value_enum, default_value = "normal")]
+    /// SQLite durability: full (fsync of the WAL at every commit: what a
+    /// client saw survives a power cut) or normal (fsync at checkpoints
+    /// only: survives a crash of the process, not of the machine).
+    #[arg(long, env = "TETHER_SYNCHRONOUS", value_enum, default_value = "full")]
     pub synchronous: SyncMode,
     /// Log format on stderr.
     #[arg(long, env = "TETHER_LOG_FORMAT", value_enum, default_value = "text")]

@@ -53,7 +53,7 @@ enum Command {
 }
 
 /// Exit status for bad configuration (sysexits' EX_USAGE).
-const EX_USAGE: u8 = 64;
+pub(crate) const EX_USAGE: u8 = 64;
 
 fn main() -> ExitCode {
     let matches = Cli::command().get_matches();

@@ -1,6 +1,7 @@
 //! `tether serve`: open the store, start the actor system, serve a
 //! transport, and drain on SIGTERM/SIGINT.
 
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,14 +10,20 @@ use anyhow::Context;
 use tether_actors::store_writer::WriterFactory;
 use tether_actors::supervisor::RestartPolicy;
 use tether_actors::{GatewayArgs, GatewayConfig, GatewayHandle, HostConfig};
-use tether_store::{open_sqlite, open_sqlite_writer, StoreConfig, Synchronous};
+use tether_store::{
+    open_sqlite, open_sqlite_writer, LockError, StoreConfig, StoreLock, Synchronous,
+};
 use tracing::info;
 
 use crate::config::{ServeArgs, SyncMode};
 use crate::server::AppState;
 
-/// How long a drain may take before the process exits anyway.
-const DRAIN_DEADLINE: Duration = Duration::from_secs(8);
+/// A SIGTERM drain exits within 10 s (DESIGN "Defaults"), in three steps:
+/// end the turns and deliver their endings, close the clients, then stop
+/// the hosts and flush the store.
+const END_TURNS_DEADLINE: Duration = Duration::from_secs(3);
+const CLOSE_DEADLINE: Duration = Duration::from_millis(1500);
+const DRAIN_DEADLINE: Duration = Duration::from_secs(5);
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let db_path = args.db_path()?;
@@ -28,6 +35,16 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 .with_context(|| format!("cannot create data directory {}", dir.display()))?;
         }
     }
+    // Before anything else touches the directory or the database: a second
+    // gateway must leave the first one's hosts, files and clients alone.
+    let _locks = match lock_store(&args.data_dir, &db_path) {
+        Ok(locks) => locks,
+        Err(e @ LockError::Held { .. }) => {
+            eprintln!("tether: {e}");
+            return Ok(ExitCode::from(crate::EX_USAGE));
+        }
+        Err(e) => return Err(e.into()),
+    };
     let store_cfg = StoreConfig {
         db_path: db_path.clone(),
         synchronous: match args.synchronous {
@@ -53,6 +70,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             }
         })
     });
+    // Safe only because the lock is ours: whoever recorded these hosts is
+    // dead (a live gateway would still hold the lock).
     let killed = tether_actors::host_registry::kill_leftovers(&args.data_dir);
     if killed > 0 {
         tracing::warn!(
@@ -108,12 +127,29 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     .await
     .context("cannot start the gateway")?;
     info!(epoch = %opened.epoch, db = %db_path.display(), "store open");
+    // Consistent before it serves: the turns the last stop cut short are
+    // ended on disk before any client can read them (PROTOCOL 1.5).
+    let lifecycle = gateway.ctx().lifecycle.clone();
+    tokio::select! {
+        _ = lifecycle.wait_recovered() => {}
+        _ = gateway.stopped() => return Ok(ExitCode::FAILURE),
+    }
 
     if args.stdio {
         let ctx = gateway.ctx().clone();
+        let (drain_tx, drain_rx) = tokio::sync::watch::channel(false);
+        let serve = crate::stdio::serve_stdio(&ctx, drain_rx);
+        tokio::pin!(serve);
         tokio::select! {
-            r = crate::stdio::serve_stdio(&ctx) => r?,
+            r = &mut serve => r?,
             _ = gateway.stopped() => return Ok(ExitCode::FAILURE),
+            _ = shutdown_signal() => {
+                info!("draining");
+                gateway.end_turns(END_TURNS_DEADLINE).await;
+                // The peer writes what it holds, then stdout is done.
+                let _ = drain_tx.send(true);
+                let _ = tokio::time::timeout(CLOSE_DEADLINE, &mut serve).await;
+            }
         }
         gateway.shutdown(DRAIN_DEADLINE).await;
         return Ok(ExitCode::SUCCESS);
@@ -154,12 +190,26 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::FAILURE);
     }
     info!("draining");
+    // The story first: running turns end and queued prompts come out
+    // `dequeued`, on disk and in the peers' outboxes. Only then are the
+    // sockets told to close: each writes what it holds, then 1001.
+    gateway.end_turns(END_TURNS_DEADLINE).await;
     let _ = shutdown_tx.send(true);
-    // The sockets were told to close; give the HTTP side a moment only.
-    let _ = tokio::time::timeout(Duration::from_secs(1), server).await;
+    let _ = tokio::time::timeout(CLOSE_DEADLINE, server).await;
     gateway.shutdown(DRAIN_DEADLINE).await;
     info!("stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+/// Locks the data directory and the database file: two gateways must share
+/// neither, and a gateway started with another `--data-dir` but this
+/// database (`--database-url sqlite://…`) must be refused too. Held until
+/// the process exits; the kernel releases them however it exits.
+fn lock_store(data_dir: &Path, db_path: &Path) -> Result<Vec<StoreLock>, LockError> {
+    Ok(vec![
+        StoreLock::data_dir(data_dir)?,
+        StoreLock::file(db_path)?,
+    ])
 }
 
 /// SIGHUP re-reads the config file's `[profiles.NAME.engine]` tables;

@@ -174,6 +174,7 @@ pub async fn session_events(
         rx,
         shutdown: app.shutdown.clone(),
         done: false,
+        closing: false,
         _guard: guard,
         _open: app.ctx.metrics.open_connection(Transport::Sse),
     };
@@ -205,6 +206,8 @@ struct Live {
     shutdown: watch::Receiver<bool>,
     /// Set after `session.closed`: the next poll ends the stream.
     done: bool,
+    /// The gateway drains: write what is queued, then end.
+    closing: bool,
     _guard: PeerGuard,
     /// Counted in `tether_connections_open{transport="sse"}` while it streams.
     _open: tether_actors::metrics::OpenConnection,
@@ -230,9 +233,18 @@ async fn next_live(mut st: Live) -> Option<(Result<Event, Infallible>, Live)> {
         return None;
     }
     loop {
-        let item = tokio::select! {
-            item = st.rx.recv() => item,
-            _ = st.shutdown.wait_for(|s| *s) => return None,
+        let item = if st.closing {
+            // Draining: what is queued (the endings of the turns the drain
+            // just wrote) still goes out, then the stream ends.
+            st.rx.try_recv()
+        } else {
+            tokio::select! {
+                item = st.rx.recv() => item,
+                _ = st.shutdown.wait_for(|s| *s) => {
+                    st.closing = true;
+                    continue;
+                }
+            }
         };
         let Outbound::Frame(bytes) = item? else {
             // Slow consumer: end; the client resumes from its watermark.

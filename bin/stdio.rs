@@ -5,10 +5,13 @@ use std::sync::Arc;
 
 use tether_actors::{Identity, Outbound, PeerMsg};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::sync::Semaphore;
+use tokio::sync::{watch, Semaphore};
 
-/// Serves until stdin closes.
-pub async fn serve_stdio(ctx: &tether_actors::Ctx) -> anyhow::Result<()> {
+/// Serves until stdin closes or `drain` turns true.
+pub async fn serve_stdio(
+    ctx: &tether_actors::Ctx,
+    mut drain: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
     let identity = Identity {
         profile: "default".into(),
         fixed: false,
@@ -34,7 +37,11 @@ pub async fn serve_stdio(ctx: &tether_actors::Ctx) -> anyhow::Result<()> {
     let max = ctx.config.max_frame_bytes;
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
     loop {
-        let line = match lines.next_line().await {
+        let next = tokio::select! {
+            next = lines.next_line() => next,
+            _ = drain.wait_for(|d| *d) => break,
+        };
+        let line = match next {
             Ok(Some(line)) => line,
             Ok(None) => break,
             // A line that is not UTF-8: answer a parse error and go on.

@@ -15,6 +15,7 @@ use tokio::sync::watch;
 
 use crate::config::GatewayConfig;
 use crate::host_supervisor::HostSupervisorMsg;
+use crate::lifecycle::Lifecycle;
 use crate::metrics::{Metrics, OutboxMetrics};
 use crate::reaper::ReaperMsg;
 use crate::registry::RegistryMsg;
@@ -39,6 +40,8 @@ pub struct Ctx {
     pub outbox_metrics: Arc<OutboxMetrics>,
     /// Everything `/metrics` reports; `outbox` is `outbox_metrics`.
     pub metrics: Arc<Metrics>,
+    /// Recovering, serving or draining.
+    pub lifecycle: Arc<Lifecycle>,
 }
 
 impl Ctx {

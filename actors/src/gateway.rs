@@ -378,6 +378,7 @@ impl GatewayHandle {
             hosts_up: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
             outbox_metrics: metrics.outbox.clone(),
             metrics,
+            lifecycle: Default::default(),
         };
         let root = RootArgs {
             ctx: ctx.clone(),
@@ -407,6 +408,22 @@ impl GatewayHandle {
         identity: Identity,
     ) -> Result<(ActorRef<PeerMsg>, OutboxReceiver), ractor::SpawnErr> {
         spawn_peer(&self.ctx, identity).await
+    }
+
+    /// The first step of a drain, before any client is told to go: no new
+    /// turn starts, and every running and queued turn ends (`interrupted`
+    /// / `gateway_shutdown`, `dequeued`), written and pushed to the peers
+    /// attached, so that the close that follows comes after them.
+    pub async fn end_turns(&self, deadline: Duration) {
+        self.ctx.lifecycle.start_draining();
+        if let Ok(registry) = self.ctx.registry() {
+            let ended = registry
+                .call(|reply| RegistryMsg::DrainAll { reply }, Some(deadline))
+                .await;
+            if !matches!(ended, Ok(ractor::rpc::CallResult::Success(()))) {
+                warn!("not every session ended its turns within the drain deadline");
+            }
+        }
     }
 
     /// Drains and stops the gateway (SIGTERM path).

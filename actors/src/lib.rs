@@ -12,6 +12,7 @@ pub mod host_registry;
 pub mod host_supervisor;
 mod info;
 pub mod late_acks;
+pub mod lifecycle;
 pub mod metrics;
 pub mod outbox;
 pub mod peer;

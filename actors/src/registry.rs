@@ -94,6 +94,11 @@ pub enum RegistryMsg {
         profile: String,
     },
     /// Answered once every live session has committed what it emitted.
+    /// The gateway drains: every live session ends its turns; answered
+    /// once all of them are committed and fanned out.
+    DrainAll {
+        reply: RpcReplyPort<()>,
+    },
     FlushAll {
         reply: RpcReplyPort<()>,
     },
@@ -254,6 +259,7 @@ impl Actor for Registry {
                 }
             }
             RegistryMsg::FlushAll { reply } => state.flush_all(reply),
+            RegistryMsg::DrainAll { reply } => state.drain_all(reply),
             RegistryMsg::WriterRestarted => {
                 for live in state.live.values() {
                     let _ = live.actor.cast(SessionMsg::WriterRestarted);
@@ -601,6 +607,19 @@ impl RegistryState {
                 }
             }
             let _ = reply.send(result);
+        });
+    }
+
+    fn drain_all(&self, reply: RpcReplyPort<()>) {
+        let actors: Vec<_> = self.live.values().map(|l| l.actor.clone()).collect();
+        tokio::spawn(async move {
+            // At once, not one after another: each waits for its commit,
+            // and the writer batches them together.
+            let drains = actors
+                .iter()
+                .map(|actor| actor.call(|port| SessionMsg::Drain { reply: port }, None));
+            futures::future::join_all(drains).await;
+            let _ = reply.send(());
         });
     }
 

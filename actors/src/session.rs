@@ -138,6 +138,9 @@ pub enum SessionMsg {
     },
     /// Answered once every event emitted so far is committed and fanned out.
     Flush { reply: RpcReplyPort<()> },
+    /// The gateway drains: end the running and queued turns, then answer
+    /// as `Flush` does.
+    Drain { reply: RpcReplyPort<()> },
     /// From the writer: every pending event with `seq <= upto_seq` is on disk.
     Committed { gen: u64, upto_seq: u64 },
     /// From the writer: the append starting at `from_seq` was not written.
@@ -451,6 +454,7 @@ impl Actor for Session {
                     state.flush_waiters.push(reply);
                 }
             }
+            SessionMsg::Drain { reply } => state.drain(&myself, reply),
             SessionMsg::Committed { gen, upto_seq } => {
                 state.committed(&myself, gen, upto_seq);
                 state.store_recovered();
@@ -548,7 +552,7 @@ impl SessionState {
             return;
         }
         info!(session_id = %self.id, "last peer left a close_on_disconnect session; closing");
-        self.stop_turns(myself);
+        self.stop_turns(myself, None);
         self.close("disconnect", None);
     }
 

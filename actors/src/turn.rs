@@ -31,6 +31,9 @@ pub mod reasons {
     pub const HOST_UNAVAILABLE: &str = "host_unavailable";
     /// The gateway stopped while the turn ran; written at the next start.
     pub const GATEWAY_RESTART: &str = "gateway_restart";
+    /// The gateway was told to stop (SIGTERM/SIGINT) while the turn ran;
+    /// written and delivered during the drain.
+    pub const GATEWAY_SHUTDOWN: &str = "gateway_shutdown";
     /// A queued prompt dropped by an interrupt.
     pub const DEQUEUED: &str = "dequeued";
     /// The engine reported an error (`turn.error` without its own reason).

@@ -5,14 +5,16 @@ use std::time::Duration;
 
 /// Durability of a commit (SQLite's `PRAGMA synchronous` under WAL).
 ///
-/// `Normal` (the default) survives a process crash but may lose the last commits on power loss;
-/// `Full` syncs the WAL on every commit and survives power loss, at a throughput cost.
+/// `Full` (the default) syncs the WAL on every commit, so an event a client saw survives a power
+/// cut; group commit keeps its cost to one fsync per batch. `Normal` syncs only at checkpoints:
+/// it survives a process crash, but a power cut may erase the last commits, events that clients
+/// may already have seen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Synchronous {
     /// fsync only at checkpoints.
-    #[default]
     Normal,
     /// fsync the WAL at every commit.
+    #[default]
     Full,
 }
 
@@ -31,12 +33,12 @@ pub struct StoreConfig {
 }
 
 impl StoreConfig {
-    /// The defaults of DESIGN.md for a database at `db_path`: synchronous NORMAL, 5 s busy
+    /// The defaults of DESIGN.md for a database at `db_path`: synchronous FULL, 5 s busy
     /// timeout, 4 read connections.
     pub fn new(db_path: impl Into<PathBuf>) -> Self {
         StoreConfig {
             db_path: db_path.into(),
-            synchronous: Synchronous::Normal,
+            synchronous: Synchronous::Full,
             busy_timeout: Duration::from_secs(5),
             read_connections: 4,
         }

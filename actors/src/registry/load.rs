@@ -1,13 +1,17 @@
 //! Bringing stored sessions live: the row, the latest todo snapshot, and a
 //! barrier through the writer for the committed seq.
 
+use std::time::Duration;
+
+use futures::StreamExt;
 use ractor::ActorRef;
 use tether_protocol::{SessionStatus, Todos};
 use tether_store::StoreError;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
-use super::{Loaded, RegistryMsg, SessionKey};
+use super::{Loaded, RegistryMsg, Resolved, SessionKey};
 use crate::ctx::Ctx;
+use crate::session::SessionMsg;
 use crate::store_writer::{Barrier, StoreWriterMsg};
 
 /// Reads a session row and, through the writer, its committed latest seq.
@@ -69,28 +73,88 @@ pub(super) async fn load_session(
 }
 
 /// At start, sessions whose turns were cut short by a stop are brought live:
-/// each one ends those turns (`gateway_restart` / `dequeued`) as it starts,
-/// so clients see them ended without having to resume first.
+/// each one ends those turns (`gateway_restart` / `dequeued`) as it starts.
+/// Recovery is done once every one of those endings is committed (each
+/// session's `Flush` answers then); until then the gateway answers nothing
+/// (`Lifecycle::recovered`), so no client can read a turn that looks
+/// still running. Sessions are brought up a few at a time: their loads and
+/// their first appends overlap, and the writer commits them in batches.
 pub(super) fn end_interrupted_turns(ctx: &Ctx, registry: &ActorRef<RegistryMsg>) {
-    let reader = ctx.reader.clone();
+    let ctx = ctx.clone();
     let registry = registry.clone();
+    ctx.lifecycle.set_recovered(false);
     tokio::spawn(async move {
-        let sessions = match reader.sessions_with_turn_marker().await {
+        let sessions = match ctx.reader.sessions_with_turn_marker().await {
             Ok(s) => s,
-            Err(e) => return warn!(error = %e, "could not look for interrupted turns"),
+            Err(e) => {
+                // Serve anyway: the sessions still end their turns when a
+                // client brings them live, and readyz tells the store's state.
+                warn!(error = %e, "could not look for interrupted turns");
+                ctx.lifecycle.set_recovered(true);
+                return;
+            }
         };
-        for key in sessions {
-            info!(session_id = %key.1, profile = %key.0, "session had turns running at the last stop");
-            let _ = registry
-                .call(
-                    |reply| RegistryMsg::Resolve {
-                        key,
-                        load: true,
-                        reply,
-                    },
-                    None,
-                )
-                .await;
+        let count = sessions.len();
+        let ended = futures::stream::iter(sessions)
+            .map(|key| recover_one(&registry, key))
+            .buffer_unordered(RECOVER_AT_ONCE)
+            .filter(|ok| futures::future::ready(*ok))
+            .count()
+            .await;
+        if count > 0 {
+            info!(
+                sessions = count,
+                recovered = ended,
+                "turns cut short by the last stop are ended"
+            );
         }
+        ctx.lifecycle.set_recovered(true);
     });
+}
+
+/// Sessions brought live at once during recovery.
+const RECOVER_AT_ONCE: usize = 32;
+/// A session's recovery that takes longer is logged and left to finish on
+/// its own (the gateway then serves; that session's reads may still show
+/// its turn running until its writes land).
+const RECOVER_DEADLINE: Duration = Duration::from_secs(30);
+
+/// Brings one session live and waits until what it wrote on start is
+/// committed; whether that happened.
+async fn recover_one(registry: &ActorRef<RegistryMsg>, key: SessionKey) -> bool {
+    let session_id = key.1.clone();
+    debug!(session_id = %session_id, profile = %key.0, "session had turns running at the last stop");
+    let work = async {
+        let resolved = registry
+            .call(
+                |reply| RegistryMsg::Resolve {
+                    key,
+                    load: true,
+                    reply,
+                },
+                None,
+            )
+            .await;
+        match resolved {
+            Ok(ractor::rpc::CallResult::Success(Ok(Resolved::Live(live)))) => live
+                .actor
+                .call(|reply| SessionMsg::Flush { reply }, None)
+                .await
+                .is_ok(),
+            // Closed or gone since: nothing of it is running.
+            Ok(ractor::rpc::CallResult::Success(Ok(_))) => true,
+            _ => false,
+        }
+    };
+    match tokio::time::timeout(RECOVER_DEADLINE, work).await {
+        Ok(true) => true,
+        Ok(false) => {
+            warn!(session_id = %session_id, "could not end the turns a stop cut short");
+            false
+        }
+        Err(_) => {
+            warn!(session_id = %session_id, "ending the turns a stop cut short is taking long; serving meanwhile");
+            false
+        }
+    }
 }

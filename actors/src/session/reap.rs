@@ -94,7 +94,7 @@ impl SessionState {
         }
         if reason == ParkReason::Stale && self.turns.running.is_some() {
             info!(session_id = %self.id, "orphaned turn silent past the staleness window; interrupting");
-            self.stop_turns(myself);
+            self.stop_turns(myself, None);
             let _ = reply.send(false);
             return;
         }

@@ -152,6 +152,12 @@ impl SessionState {
                 self.turns.queue.len()
             )));
         }
+        if self.ctx.lifecycle.draining() {
+            return Err(RpcError::new(
+                tether_protocol::codes::HOST_UNAVAILABLE,
+                "the gateway is shutting down",
+            ));
+        }
         if self.ctx.hosts_up() == 0 {
             return Err(RpcError::host_unavailable());
         }
@@ -381,6 +387,22 @@ impl SessionState {
         text: Option<String>,
         failure: Option<(&str, &str)>,
     ) {
+        let reason = failure.map(|(reason, _)| reason);
+        let error = failure.map(|(_, message)| message);
+        self.end_turn(myself, turn_id, status, text, reason, error);
+    }
+
+    /// Ends the running turn with `reason` as its `failure_reason`, after an
+    /// `error` event when there is an `error` message to tell.
+    fn end_turn(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        turn_id: &TurnId,
+        status: CompleteStatus,
+        text: Option<String>,
+        reason: Option<&str>,
+        error: Option<&str>,
+    ) {
         let Some(turn) = self.turns.running.take_if(|t| &t.tag.turn_id == turn_id) else {
             return;
         };
@@ -388,7 +410,7 @@ impl SessionState {
             timer.abort();
         }
         let tag = turn.tag.clone();
-        if let Some((_, message)) = failure {
+        if let Some(message) = error {
             self.emit_durable(
                 EventType::Error,
                 &ErrorPayload {
@@ -398,10 +420,8 @@ impl SessionState {
                 Some(tag.clone()),
             );
         }
-        let (failure_reason, recoverable) = match failure {
-            Some((reason, _)) => (Some(reason.to_string()), Some(is_recoverable(reason))),
-            None => (None, None),
-        };
+        let failure_reason = reason.map(str::to_string);
+        let recoverable = reason.map(is_recoverable);
         let payload = MessageCompletePayload {
             text: text.unwrap_or(turn.text),
             status,
@@ -420,6 +440,11 @@ impl SessionState {
     }
 
     fn start_next(&mut self, myself: &ActorRef<SessionMsg>) {
+        if self.ctx.lifecycle.draining() {
+            // The hosts are about to stop: a turn started now would only
+            // fail. Queued prompts come out `dequeued`, as on an interrupt.
+            self.dequeue_all();
+        }
         match self.turns.queue.pop_front() {
             Some(next) => {
                 self.turns.running = Some(RunningTurn {
@@ -452,7 +477,7 @@ impl SessionState {
         myself: &ActorRef<SessionMsg>,
         reply: RpcReplyPort<Result<InterruptResult, RpcError>>,
     ) {
-        let status = if self.stop_turns(myself) {
+        let status = if self.stop_turns(myself, None) {
             InterruptStatus::Interrupted
         } else {
             InterruptStatus::Idle
@@ -460,9 +485,14 @@ impl SessionState {
         let _ = reply.send(Ok(InterruptResult { status }));
     }
 
-    /// Ends the running turn as interrupted and drops the queue; whether a
-    /// turn was running.
-    pub(super) fn stop_turns(&mut self, myself: &ActorRef<SessionMsg>) -> bool {
+    /// Ends the running turn as interrupted (with `reason` as its
+    /// `failure_reason`, if any) and drops the queue; whether a turn was
+    /// running.
+    pub(super) fn stop_turns(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        reason: Option<&str>,
+    ) -> bool {
         let Some(turn_id) = self.turns.running.as_ref().map(|t| t.tag.turn_id.clone()) else {
             return false;
         };
@@ -474,7 +504,19 @@ impl SessionState {
         // Queued prompts first leave the queue, so finishing the running
         // turn does not start one of them.
         let dropped: Vec<QueuedTurn> = self.turns.queue.drain(..).collect();
-        self.finish_turn(myself, &turn_id, CompleteStatus::Interrupted, None, None);
+        let status = CompleteStatus::Interrupted;
+        self.end_turn(myself, &turn_id, status, None, reason, None);
+        self.turns.queue = dropped.into();
+        self.dequeue_all();
+        true
+    }
+
+    /// Ends every queued prompt with its `dequeued` completion.
+    fn dequeue_all(&mut self) {
+        if self.turns.queue.is_empty() {
+            return;
+        }
+        let dropped: Vec<QueuedTurn> = self.turns.queue.drain(..).collect();
         for q in dropped {
             let dequeued = Some(reasons::DEQUEUED);
             self.ctx
@@ -493,7 +535,25 @@ impl SessionState {
             );
         }
         self.turns.marker_dirty = true;
-        true
+    }
+
+    /// A drain (SIGTERM/SIGINT): the running turn ends `interrupted` /
+    /// `gateway_shutdown` (recoverable: the client may simply send it
+    /// again), queued prompts `dequeued`; `reply` answers once those
+    /// endings are committed and fanned out, so the transports close their
+    /// peers only after the peers have them.
+    pub(super) fn drain(&mut self, myself: &ActorRef<SessionMsg>, reply: RpcReplyPort<()>) {
+        if self.turns.running.is_some() {
+            info!(session_id = %self.id, "ending the running turn for the gateway's shutdown");
+            self.stop_turns(myself, Some(reasons::GATEWAY_SHUTDOWN));
+        } else {
+            self.dequeue_all();
+        }
+        if self.pending.is_empty() && self.unsent.is_empty() {
+            let _ = reply.send(());
+        } else {
+            self.flush_waiters.push(reply);
+        }
     }
 
     /// The turn deadline passed: give up on the host and end the turn.
@@ -596,5 +656,6 @@ fn is_recoverable(reason: &str) -> bool {
             | reasons::HOST_TIMEOUT
             | reasons::HOST_UNAVAILABLE
             | reasons::GATEWAY_RESTART
+            | reasons::GATEWAY_SHUTDOWN
     )
 }
