@@ -27,6 +27,15 @@ pub enum SyncMode {
     Full,
 }
 
+impl From<SyncMode> for tether_store::Synchronous {
+    fn from(mode: SyncMode) -> Self {
+        match mode {
+            SyncMode::Normal => Self::Normal,
+            SyncMode::Full => Self::Full,
+        }
+    }
+}
+
 /// Flags of `tether serve`. Every one is also `TETHER_<NAME>` and a key of
 /// the config file (snake_case).
 #[derive(Debug, Clone, Args)]

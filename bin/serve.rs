@@ -10,12 +10,10 @@ use anyhow::Context;
 use tether_actors::store_writer::WriterFactory;
 use tether_actors::supervisor::RestartPolicy;
 use tether_actors::{GatewayArgs, GatewayConfig, GatewayHandle, HostConfig};
-use tether_store::{
-    open_sqlite, open_sqlite_writer, LockError, StoreConfig, StoreLock, Synchronous,
-};
+use tether_store::{open_sqlite, open_sqlite_writer, LockError, StoreConfig, StoreLock};
 use tracing::info;
 
-use crate::config::{ServeArgs, SyncMode};
+use crate::config::ServeArgs;
 use crate::server::AppState;
 
 /// A SIGTERM drain exits within 10 s (DESIGN "Defaults"), in three steps:
@@ -47,10 +45,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     };
     let store_cfg = StoreConfig {
         db_path: db_path.clone(),
-        synchronous: match args.synchronous {
-            SyncMode::Normal => Synchronous::Normal,
-            SyncMode::Full => Synchronous::Full,
-        },
+        synchronous: args.synchronous.into(),
         ..StoreConfig::new(db_path.clone())
     };
     let opened = open_sqlite(&store_cfg)

@@ -13,7 +13,7 @@ use tether_actors::session::SessionMsg;
 use tether_actors::store_writer::WriterFactory;
 use tether_actors::{GatewayArgs, GatewayConfig, GatewayHandle};
 use tether_protocol::{now_ms, EventType, SessionId, TextPayload};
-use tether_store::{open_sqlite, open_sqlite_writer, StoreConfig};
+use tether_store::{open_sqlite, open_sqlite_writer, StoreConfig, Synchronous};
 use tokio::runtime::Runtime;
 
 /// A tokio runtime whose worker threads all run on `cpu` (if it exists).
@@ -73,8 +73,20 @@ pub async fn start_gateway_with_hosts(
     config: GatewayConfig,
     hosts: Option<tether_actors::HostConfig>,
 ) -> anyhow::Result<BenchGateway> {
+    start_gateway_synchronous(config, hosts, Synchronous::default()).await
+}
+
+/// As [`start_gateway_with_hosts`], with the store's durability chosen.
+pub async fn start_gateway_synchronous(
+    config: GatewayConfig,
+    hosts: Option<tether_actors::HostConfig>,
+    synchronous: Synchronous,
+) -> anyhow::Result<BenchGateway> {
     let dir = tempfile::tempdir()?;
-    let cfg = StoreConfig::new(dir.path().join("tether.db"));
+    let cfg = StoreConfig {
+        synchronous,
+        ..StoreConfig::new(dir.path().join("tether.db"))
+    };
     let opened = open_sqlite(&cfg).await?;
     let first = std::sync::Mutex::new(Some(opened.writer));
     let factory: WriterFactory = Arc::new(move || {

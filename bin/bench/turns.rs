@@ -18,10 +18,12 @@ use tokio::sync::oneshot;
 use tokio_tungstenite::tungstenite::Message;
 
 use super::harness::{
-    connect, on_pinned_thread, peak_rss_kib, pinned_runtime, request, start_gateway_with_hosts, Ws,
+    connect, on_pinned_thread, peak_rss_kib, pinned_runtime, request, start_gateway_synchronous, Ws,
 };
 use super::store::cpu_label;
+use crate::config::SyncMode;
 use crate::server::AppState;
+use tether_store::Synchronous;
 
 #[derive(Debug, Args, Clone)]
 pub struct TurnsBench {
@@ -40,6 +42,9 @@ pub struct TurnsBench {
     /// The echo engine's --delay-ms between deltas.
     #[arg(long, default_value_t = 0)]
     delay_ms: u64,
+    /// The store's durability, as `tether serve --synchronous`.
+    #[arg(long, value_enum, default_value = "full")]
+    synchronous: SyncMode,
     #[arg(long, default_value_t = 0)]
     server_cpu: usize,
     #[arg(long, default_value_t = 1)]
@@ -79,6 +84,7 @@ fn host_config(slots: usize, delay_ms: u64) -> anyhow::Result<HostConfig> {
 /// address back.
 fn serve(
     server_cpu: usize,
+    synchronous: Synchronous,
     hosts: HostConfig,
     addr_tx: oneshot::Sender<std::net::SocketAddr>,
     done: oneshot::Receiver<()>,
@@ -91,7 +97,7 @@ fn serve(
             rate_limit_rps: 0,
             ..GatewayConfig::default()
         };
-        let gw = start_gateway_with_hosts(config, Some(hosts)).await?;
+        let gw = start_gateway_synchronous(config, Some(hosts), synchronous).await?;
         // Wait for the hosts to say hello.
         for _ in 0..500 {
             if gw.handle.ctx().hosts_up() > 0 {
@@ -116,8 +122,11 @@ pub fn run_turns(b: TurnsBench) -> anyhow::Result<()> {
     let (done_tx, done_rx) = oneshot::channel();
     let hosts = host_config(b.hosts, b.delay_ms)?;
     let cpu = b.server_cpu;
+    let synchronous = b.synchronous.into();
     let server = std::thread::spawn(move || {
-        on_pinned_thread(cpu, move || serve(cpu, hosts, addr_tx, done_rx))
+        on_pinned_thread(cpu, move || {
+            serve(cpu, synchronous, hosts, addr_tx, done_rx)
+        })
     });
     let cb = b.clone();
     let result = on_pinned_thread(
@@ -165,6 +174,7 @@ pub fn run_turns(b: TurnsBench) -> anyhow::Result<()> {
         "words": b.words,
         "hosts": b.hosts,
         "delay_ms": b.delay_ms,
+        "synchronous": format!("{:?}", b.synchronous).to_lowercase(),
         "server_cpu": cpu_label(b.server_cpu),
         "client_cpu": cpu_label(b.client_cpu),
         "seconds": secs,
@@ -227,7 +237,9 @@ pub fn run_crash(b: CrashBench) -> anyhow::Result<()> {
     let hosts = host_config(1, 0)?;
     let cpu = b.server_cpu;
     let server = std::thread::spawn(move || {
-        on_pinned_thread(cpu, move || serve(cpu, hosts, addr_tx, done_rx))
+        on_pinned_thread(cpu, move || {
+            serve(cpu, Synchronous::default(), hosts, addr_tx, done_rx)
+        })
     });
     let cb = b.clone();
     let result = on_pinned_thread(b.client_cpu, move || -> anyhow::Result<Vec<(f64, f64)>> {
