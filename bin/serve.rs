@@ -80,6 +80,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         max_frame_bytes: args.max_frame_bytes,
         max_replay_events: args.max_replay_events,
         max_resume_messages: args.max_resume_messages,
+        max_title_bytes: args.max_title_bytes,
+        max_list_bytes: args.max_list_bytes,
         heartbeat_s: args.heartbeat_s,
         max_queued: args.max_queued,
         turn_deadline: Duration::from_secs(args.turn_deadline_s),

@@ -30,6 +30,10 @@ const PAGE: u32 = 2000;
 
 impl PeerState {
     pub(super) async fn branch(&mut self, p: BranchParams) -> Result<CreateResult, RpcError> {
+        let max_title = self.ctx.config.max_title_bytes;
+        if let Some(title) = &p.title {
+            crate::title::check(title, max_title)?;
+        }
         let (profile, found) = self
             .resolve(p.profile.as_deref(), &p.session_id, false)
             .await?;
@@ -78,7 +82,7 @@ impl PeerState {
                     .branch_titles(&profile, &parent.id)
                     .await
                     .map_err(store_err)?;
-                next_branch_title(&parent.title, &taken)
+                next_branch_title(&parent.title, &taken, max_title)
             }
         };
         let now = now_ms();
@@ -185,20 +189,27 @@ impl PeerState {
     }
 }
 
-/// `"TITLE (branch N)"` with N one more than the highest taken.
-fn next_branch_title(parent: &str, taken: &[String]) -> String {
-    let prefix = format!("{parent} (branch ");
+/// `"TITLE (branch N)"` with N one more than the highest taken, within
+/// `max` bytes: a parent title too long for the suffix is shortened (the
+/// number is what tells branches apart, so it is kept whole).
+fn next_branch_title(parent: &str, taken: &[String], max: usize) -> String {
     let highest = taken
         .iter()
         .filter_map(|t| {
-            t.strip_prefix(&prefix)?
-                .strip_suffix(')')?
-                .parse::<u64>()
-                .ok()
+            let (head, n) = t.strip_suffix(')')?.rsplit_once(" (branch ")?;
+            // The parent's title, or its prefix in a title that was
+            // shortened to the bound (at most 3 bytes short of it: a cut
+            // falls on a character boundary).
+            let ours = head == parent || (parent.starts_with(head) && t.len() + 3 >= max);
+            ours.then(|| n.parse::<u64>().ok()).flatten()
         })
         .max()
         .unwrap_or(0);
-    format!("{parent} (branch {})", highest + 1)
+    let suffix = format!(" (branch {})", highest + 1);
+    let room = max.saturating_sub(suffix.len());
+    let title = format!("{}{suffix}", crate::title::prefix_within(parent, room));
+    // A bound shorter than the suffix itself: shorten the whole.
+    crate::title::prefix_within(&title, max).to_owned()
 }
 
 fn store_err(e: tether_store::StoreError) -> RpcError {
@@ -211,13 +222,27 @@ mod tests {
 
     #[test]
     fn branch_titles_take_the_next_free_number() {
-        assert_eq!(next_branch_title("Plan", &[]), "Plan (branch 1)");
+        assert_eq!(next_branch_title("Plan", &[], 1024), "Plan (branch 1)");
         let taken = vec![
             "Plan (branch 1)".to_string(),
             "Plan (branch 3)".to_string(),
             "renamed".to_string(),
             "Plan (branch x)".to_string(),
+            "P (branch 9)".to_string(),
         ];
-        assert_eq!(next_branch_title("Plan", &taken), "Plan (branch 4)");
+        assert_eq!(next_branch_title("Plan", &taken, 1024), "Plan (branch 4)");
+    }
+
+    #[test]
+    fn branch_titles_fit_the_bound_and_keep_counting() {
+        let parent = "é".repeat(10); // 20 bytes
+        let first = next_branch_title(&parent, &[], 24);
+        assert!(first.len() <= 24, "{first}");
+        assert!(first.ends_with(" (branch 1)"), "{first}");
+        assert!(parent.starts_with(first.strip_suffix(" (branch 1)").unwrap()));
+        let second = next_branch_title(&parent, &[first], 24);
+        assert!(second.ends_with(" (branch 2)"), "{second}");
+        // A bound below the suffix still gives a title within it.
+        assert!(next_branch_title(&parent, &[], 5).len() <= 5);
     }
 }

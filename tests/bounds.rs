@@ -1,0 +1,161 @@
+//! Bounds on what one client can make the gateway do (issue 15), black-box:
+//! titles and `session.list` replies are bounded in bytes.
+
+mod common;
+
+use std::collections::HashSet;
+
+use common::{tempdir, Client, Gateway};
+use serde_json::{json, Value};
+
+async fn create(c: &mut Client, title: &str) -> String {
+    let r = c
+        .ok("session.create", json!({"title": title, "attach": false}))
+        .await;
+    r["session"]["session_id"].as_str().unwrap().to_string()
+}
+
+fn listed_ids(list: &Value) -> Vec<String> {
+    list["sessions"]
+        .as_array()
+        .expect("sessions")
+        .iter()
+        .map(|s| s["session_id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_title_over_max_title_bytes_is_refused_and_nothing_is_created() {
+    let dir = tempdir();
+    let gw = Gateway::start(dir.path(), &["--hosts", "1"]);
+    let mut c = gw.client().await;
+    // The bound is in bytes, not characters: 512 × "é" is 1024 bytes.
+    let at_bound = "é".repeat(512);
+    let parent = create(&mut c, &at_bound).await;
+    let over = "x".repeat(1025);
+    let e = c
+        .err("session.create", json!({"title": over, "attach": false}))
+        .await;
+    assert_eq!(e["code"], -32602, "{e}");
+    assert_eq!(e["data"]["field"], "title", "{e}");
+    let e = c
+        .err(
+            "session.create",
+            json!({"title": "é".repeat(513), "messages": [{"role": "user", "text": "hi"}]}),
+        )
+        .await;
+    assert_eq!(
+        (e["code"].clone(), e["data"]["field"].clone()),
+        (json!(-32602), json!("title"))
+    );
+    let e = c
+        .err(
+            "session.branch",
+            json!({"session_id": parent, "title": over}),
+        )
+        .await;
+    assert_eq!(e["code"], -32602, "{e}");
+    assert_eq!(e["data"]["field"], "title", "{e}");
+    let list = c.ok("session.list", json!({"include_closed": true})).await;
+    assert_eq!(
+        listed_ids(&list),
+        vec![parent.clone()],
+        "nothing was created"
+    );
+
+    // A branch named after a parent whose title is at the bound gets a
+    // title within it (the parent's part is shortened, never the number).
+    let b = c.ok("session.branch", json!({"session_id": parent})).await;
+    let title = b["session"]["title"].as_str().unwrap();
+    assert!(title.len() <= 1024, "{} bytes", title.len());
+    assert!(title.ends_with(" (branch 1)"), "{title}");
+    let b = c.ok("session.branch", json!({"session_id": parent})).await;
+    assert!(
+        b["session"]["title"]
+            .as_str()
+            .unwrap()
+            .ends_with(" (branch 2)"),
+        "the shortened titles still count: {}",
+        b["session"]["title"]
+    );
+}
+
+#[tokio::test]
+async fn max_title_bytes_is_a_flag() {
+    let dir = tempdir();
+    let gw = Gateway::start(dir.path(), &["--hosts", "0", "--max-title-bytes", "8"]);
+    let mut c = gw.client().await;
+    create(&mut c, "12345678").await;
+    let e = c.err("session.create", json!({"title": "123456789"})).await;
+    assert_eq!(e["data"]["field"], "title", "{e}");
+}
+
+/// Every page of `session.list` until `next_cursor` is null.
+async fn all_pages(c: &mut Client, params: Value) -> Vec<Value> {
+    let mut pages = Vec::new();
+    let mut cursor = Value::Null;
+    loop {
+        let mut p = params.clone();
+        p["cursor"] = cursor;
+        let page = c.ok("session.list", p).await;
+        cursor = page["next_cursor"].clone();
+        pages.push(page);
+        if cursor.is_null() {
+            return pages;
+        }
+        assert!(pages.len() < 1000, "paging does not end");
+    }
+}
+
+#[tokio::test]
+async fn list_pages_end_early_at_max_list_bytes_and_the_cursor_goes_on_exactly() {
+    let dir = tempdir();
+    let gw = Gateway::start(
+        dir.path(),
+        &[
+            "--hosts",
+            "0",
+            "--max-list-bytes",
+            "8192",
+            "--max-title-bytes",
+            "20000",
+        ],
+    );
+    let mut c = gw.client().await;
+    let mut created = Vec::new();
+    for i in 0..20 {
+        let title = format!("{i:02}{}", "t".repeat(998));
+        created.push(create(&mut c, &title).await);
+    }
+    let pages = all_pages(&mut c, json!({"limit": 500})).await;
+    assert!(pages.len() > 1, "one page of 20 × 1000-byte titles");
+    let mut seen = Vec::new();
+    for page in &pages {
+        let bytes = serde_json::to_string(page).unwrap().len();
+        assert!(bytes <= 8192, "a page of {bytes} bytes");
+        let ids = listed_ids(page);
+        assert!(!ids.is_empty(), "an empty page: {page}");
+        seen.extend(ids);
+    }
+    assert_eq!(seen.len(), 20, "each session once: {seen:?}");
+    assert_eq!(
+        seen.iter().collect::<HashSet<_>>(),
+        created.iter().collect::<HashSet<_>>()
+    );
+    // Newest first across pages, as without the bound.
+    let mut newest_first = created.clone();
+    newest_first.reverse();
+    assert_eq!(seen, newest_first);
+
+    // `limit` still bounds a page too.
+    let pages = all_pages(&mut c, json!({"limit": 3})).await;
+    assert!(pages.iter().all(|p| listed_ids(p).len() <= 3));
+    assert_eq!(pages.iter().map(|p| listed_ids(p).len()).sum::<usize>(), 20);
+
+    // A session larger than the bound on its own still gets a page of its
+    // own: paging always moves on.
+    let big = create(&mut c, &"b".repeat(10_000)).await;
+    let pages = all_pages(&mut c, json!({"limit": 500})).await;
+    assert_eq!(listed_ids(&pages[0]), vec![big]);
+    assert_eq!(pages.iter().map(|p| listed_ids(p).len()).sum::<usize>(), 21);
+}
