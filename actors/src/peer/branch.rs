@@ -11,12 +11,16 @@
 //! before it). A compaction's summary becomes the branch's first
 //! `message.system`, so the branch starts a fresh lineage (history version
 //! 0) that reads exactly like the parent did.
+//!
+//! The cut never falls inside a turn (see `cut`): the branch ends before
+//! any turn that had begun but not ended at `upto_seq`, and the reply says
+//! where it actually ended.
 
 use tether_protocol::{
     now_ms, BranchParams, CreateResult, EventType, RpcError, SessionCreatedPayload, SessionId,
     TextPayload,
 };
-use tether_store::NewSession;
+use tether_store::{EventRow, NewSession};
 
 use super::dispatch::ask;
 use super::PeerState;
@@ -25,11 +29,21 @@ use crate::registry::number_from_one;
 use crate::registry::{CreatedSession, RegistryMsg, Resolved};
 use crate::session::SessionMsg;
 
+mod cut;
+
+use cut::{whole_turns_cut, Mark};
+
 /// Most events read back per page while copying.
 const PAGE: u32 = 2000;
 
+/// A new branch and the seq its copy actually ended at.
+pub(super) struct Branched {
+    pub created: CreateResult,
+    pub upto_seq: u64,
+}
+
 impl PeerState {
-    pub(super) async fn branch(&mut self, p: BranchParams) -> Result<CreateResult, RpcError> {
+    pub(super) async fn branch(&mut self, p: BranchParams) -> Result<Branched, RpcError> {
         let max_title = self.ctx.config.max_title_bytes;
         if let Some(title) = &p.title {
             crate::title::check(title, max_title)?;
@@ -72,7 +86,7 @@ impl PeerState {
                 ))
             }
         };
-        let copied = self.segment_at(&parent.id, upto).await?;
+        let (copied, upto) = self.segment_at(&parent.id, upto).await?;
         let title = match p.title {
             Some(t) => t,
             None => {
@@ -124,16 +138,20 @@ impl PeerState {
             self.ctx.config.call_timeout,
         )
         .await??;
-        Ok(result)
+        Ok(Branched {
+            created: result,
+            upto_seq: upto,
+        })
     }
 
-    /// The transcript events of the segment current at `upto`, ready to be
-    /// renumbered into a new session.
+    /// The transcript events of the segment current at the cut, ready to be
+    /// renumbered into a new session, and the cut: `upto`, or earlier when
+    /// a turn was unfinished there.
     async fn segment_at(
         &self,
         session: &SessionId,
         upto: u64,
-    ) -> Result<Vec<EventRecord>, RpcError> {
+    ) -> Result<(Vec<EventRecord>, u64), RpcError> {
         let mut rows = Vec::new();
         let mut after = 0;
         while after < upto {
@@ -149,6 +167,8 @@ impl PeerState {
             rows.extend(page.into_iter().filter(|r| r.seq <= upto));
             after = last;
         }
+        let cut = whole_turns_cut(&marks(&rows), upto);
+        rows.retain(|r| r.seq <= cut);
         let start = rows
             .iter()
             .rposition(|r| r.kind == EventType::SessionCompacted.as_str())
@@ -185,8 +205,22 @@ impl PeerState {
             rec.seq = None;
             out.push(rec);
         }
-        Ok(out)
+        Ok((out, cut))
     }
+}
+
+/// The turn marks of stored rows, for the cut.
+fn marks(rows: &[EventRow]) -> Vec<(u64, Mark<'_>)> {
+    rows.iter()
+        .map(|r| {
+            let mark = match (r.kind.as_str(), r.turn_id.as_deref()) {
+                (k, Some(turn)) if k == EventType::MessageUser.as_str() => Mark::Start(turn),
+                (k, Some(turn)) if k == EventType::MessageComplete.as_str() => Mark::End(turn),
+                _ => Mark::Other,
+            };
+            (r.seq, mark)
+        })
+        .collect()
 }
 
 /// `"TITLE (branch N)"` with N one more than the highest taken, within

@@ -100,8 +100,10 @@ impl PeerState {
                 ok(&result)
             }
             Request::SessionBranch(p) => {
-                let created = self.branch(p).await?;
-                ok(&serde_json::json!({ "session": created.session }))
+                let b = self.branch(p).await?;
+                // `upto_seq`: where the copy actually ended, which is
+                // before any turn still unfinished at the asked cut.
+                ok(&serde_json::json!({ "session": b.created.session, "upto_seq": b.upto_seq }))
             }
             Request::EventsStats => {
                 let registry = self.ctx.registry()?;
