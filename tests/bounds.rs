@@ -1,12 +1,17 @@
 //! Bounds on what one client can make the gateway do (issue 15), black-box:
-//! titles and `session.list` replies are bounded in bytes.
+//! titles and `session.list` replies are bounded in bytes, and
+//! `session.events.stats` shows only the caller's profile.
 
 mod common;
 
 use std::collections::HashSet;
+use std::time::Duration;
 
 use common::{tempdir, Client, Gateway};
 use serde_json::{json, Value};
+
+/// Bounds waits for something the gateway does on its own.
+const WAIT: Duration = Duration::from_secs(30);
 
 async fn create(c: &mut Client, title: &str) -> String {
     let r = c
@@ -158,4 +163,58 @@ async fn list_pages_end_early_at_max_list_bytes_and_the_cursor_goes_on_exactly()
     let pages = all_pages(&mut c, json!({"limit": 500})).await;
     assert_eq!(listed_ids(&pages[0]), vec![big]);
     assert_eq!(pages.iter().map(|p| listed_ids(p).len()).sum::<usize>(), 21);
+}
+
+async fn as_user(gw: &Gateway, token: &str) -> Client {
+    Client::connect(&format!("{}?token={token}", gw.url())).await
+}
+
+fn host_turns(stats: &Value) -> u64 {
+    stats["hosts"]
+        .as_array()
+        .expect("hosts")
+        .iter()
+        .map(|h| h["active_turns"].as_u64().unwrap())
+        .sum()
+}
+
+#[tokio::test]
+async fn stats_show_only_the_callers_profile() {
+    let dir = tempdir();
+    let gw = Gateway::start(
+        dir.path(),
+        &["--hosts", "1", "--token", "alice:ta", "--token", "bob:tb"],
+    );
+    let mut alice = as_user(&gw, "ta").await;
+    let r = alice.ok("session.create", json!({"title": "a"})).await;
+    let id = r["session"]["session_id"].as_str().unwrap().to_string();
+    alice
+        .ok("prompt.submit", json!({"session_id": id, "text": "/hang"}))
+        .await;
+    // Wait until the turn is on the host.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let s = alice.ok("session.events.stats", json!({})).await;
+        if s["active_turns"].as_array().unwrap().len() == 1 && host_turns(&s) == 1 {
+            assert_eq!(s["sessions_live"], 1, "{s}");
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{s}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut bob = as_user(&gw, "tb").await;
+    let s = bob.ok("session.events.stats", json!({})).await;
+    assert_eq!(s["active_turns"], json!([]), "{s}");
+    assert_eq!(s["sessions_live"], 0, "{s}");
+    assert_eq!(s["peers"], 1, "only bob himself: {s}");
+    assert_eq!(s["ring"]["sessions"], 0, "{s}");
+    assert_eq!(host_turns(&s), 0, "alice's turn shows in bob's hosts: {s}");
+    // What every profile may see of the hosts: that they are there.
+    let hosts = s["hosts"].as_array().unwrap();
+    assert_eq!(hosts.len(), 1, "{s}");
+    assert!(hosts[0]["pid"].is_u64(), "{s}");
+    assert_eq!(hosts[0]["state"], "up", "{s}");
+    alice
+        .ok("session.interrupt", json!({"session_id": id}))
+        .await;
 }
