@@ -82,6 +82,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         max_resume_messages: args.max_resume_messages,
         max_title_bytes: args.max_title_bytes,
         max_list_bytes: args.max_list_bytes,
+        request_read_timeout: Duration::from_secs(args.handshake_timeout_s),
         heartbeat_s: args.heartbeat_s,
         max_queued: args.max_queued,
         turn_deadline: Duration::from_secs(args.turn_deadline_s),

@@ -1,6 +1,7 @@
 //! Bounds on what one client can make the gateway do (issue 15), black-box:
-//! titles and `session.list` replies are bounded in bytes, and
-//! `session.events.stats` shows only the caller's profile.
+//! titles and `session.list` replies are bounded in bytes,
+//! `session.events.stats` shows only the caller's profile, and a dripped
+//! `POST /rpc` body is cut.
 
 mod common;
 
@@ -9,6 +10,8 @@ use std::time::Duration;
 
 use common::{tempdir, Client, Gateway};
 use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 /// Bounds waits for something the gateway does on its own.
 const WAIT: Duration = Duration::from_secs(30);
@@ -217,4 +220,72 @@ async fn stats_show_only_the_callers_profile() {
     alice
         .ok("session.interrupt", json!({"session_id": id}))
         .await;
+}
+
+/// The status of an HTTP answer, and whether the server then closed.
+async fn status_and_close(tcp: &mut TcpStream, within: Duration) -> (u16, bool) {
+    let mut got = Vec::new();
+    let closed = tokio::time::timeout(within, tcp.read_to_end(&mut got))
+        .await
+        .is_ok();
+    let text = String::from_utf8_lossy(&got);
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, closed)
+}
+
+#[tokio::test]
+async fn a_post_body_dripped_byte_by_byte_is_cut_with_408() {
+    let dir = tempdir();
+    let gw = Gateway::start(
+        dir.path(),
+        &[
+            "--hosts",
+            "0",
+            "--token",
+            "p:tok",
+            "--handshake-timeout-s",
+            "2",
+        ],
+    );
+    let mut tcp = TcpStream::connect(&gw.addr).await.unwrap();
+    let head = format!(
+        "POST /rpc HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer tok\r\n\
+         Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n",
+        gw.addr
+    );
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    let (mut read, mut write) = tcp.into_split();
+    let drip = tokio::spawn(async move {
+        for _ in 0..1000 {
+            if write.write_all(b" ").await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    });
+    let mut got = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(20), read.read_to_end(&mut got))
+        .await
+        .is_ok();
+    drip.abort();
+    let text = String::from_utf8_lossy(&got);
+    assert!(closed, "the dripped body is still being read: {text:?}");
+    assert!(text.starts_with("HTTP/1.1 408"), "{text:?}");
+
+    // A body that arrives in time is served as before.
+    let mut tcp = TcpStream::connect(&gw.addr).await.unwrap();
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"gateway.ping"}"#;
+    let req = format!(
+        "POST /rpc HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer tok\r\nConnection: close\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        gw.addr,
+        body.len()
+    );
+    tcp.write_all(req.as_bytes()).await.unwrap();
+    let (status, _) = status_and_close(&mut tcp, WAIT).await;
+    assert_eq!(status, 200);
 }
