@@ -7,6 +7,7 @@ mod client;
 mod client_rate;
 mod config;
 mod console;
+mod fdlimit;
 mod host;
 mod http;
 mod listen;
@@ -123,6 +124,9 @@ fn main() -> ExitCode {
                 }
             };
             logging::init(args.log_format);
+            if !args.stdio {
+                fdlimit::raise(args.max_connections);
+            }
             let runtime = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()

@@ -1,11 +1,16 @@
 //! Bounds on what one client can make the gateway do (issue 15), black-box:
 //! titles and `session.list` replies are bounded in bytes,
-//! `session.events.stats` shows only the caller's profile, and a dripped
-//! `POST /rpc` body is cut.
+//! `session.events.stats` shows only the caller's profile, a dripped
+//! `POST /rpc` body is cut, the descriptor limit is raised at start, and a
+//! gateway out of descriptors or connections still answers (503, and
+//! `/healthz` stays 200 at `--max-connections`).
 
 mod common;
 
 use std::collections::HashSet;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::{tempdir, Client, Gateway};
@@ -288,4 +293,109 @@ async fn a_post_body_dripped_byte_by_byte_is_cut_with_408() {
     tcp.write_all(req.as_bytes()).await.unwrap();
     let (status, _) = status_and_close(&mut tcp, WAIT).await;
     assert_eq!(status, 200);
+}
+
+/// `tether serve` under `sh -c "ulimit ...; exec tether serve ..."`: the
+/// child is the gateway itself (exec), with the descriptor limits given.
+fn spawn_with_ulimit(dir: &Path, ulimit: &str, extra: &[&str]) -> (Child, String) {
+    let mut script = format!(
+        "ulimit {ulimit} && exec '{}' serve --listen 127.0.0.1:0 --data-dir '{}'",
+        env!("CARGO_BIN_EXE_tether"),
+        dir.display()
+    );
+    for a in extra {
+        script.push_str(&format!(" '{a}'"));
+    }
+    let mut child = Command::new("sh")
+        .args(["-c", &script])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start tether");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("read start-up line");
+    let addr = line
+        .trim()
+        .strip_prefix("tether listening on http://")
+        .unwrap_or_else(|| panic!("unexpected start-up line {line:?}"))
+        .to_string();
+    (child, addr)
+}
+
+/// (soft, hard) "Max open files" of a process.
+fn nofile(pid: u32) -> (String, String) {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .expect("Max open files");
+    let mut parts = line["Max open files".len()..].split_whitespace();
+    (
+        parts.next().unwrap().to_string(),
+        parts.next().unwrap().to_string(),
+    )
+}
+
+#[test]
+fn the_soft_descriptor_limit_is_raised_to_the_hard_one() {
+    let dir = tempdir();
+    let (mut child, _) = spawn_with_ulimit(dir.path(), "-Sn 256", &["--hosts", "0"]);
+    let (soft, hard) = nofile(child.id());
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_ne!(hard, "256", "the test needs a hard limit above 256");
+    assert_eq!(soft, hard, "soft {soft}, hard {hard}");
+}
+
+#[tokio::test]
+async fn a_gateway_out_of_descriptors_answers_503_instead_of_hanging() {
+    let dir = tempdir();
+    let (mut child, addr) = spawn_with_ulimit(
+        dir.path(),
+        "-n 96",
+        &["--hosts", "0", "--handshake-timeout-s", "120"],
+    );
+    // Silent connections, each holding a descriptor of the gateway, until
+    // it has none left; those beyond wait in the listen backlog.
+    let mut held = Vec::new();
+    for _ in 0..150 {
+        held.push(TcpStream::connect(&addr).await.unwrap());
+    }
+    let mut probe = TcpStream::connect(&addr).await.unwrap();
+    probe
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .await
+        .unwrap();
+    let (status, closed) = status_and_close(&mut probe, Duration::from_secs(15)).await;
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(closed, "the connection hangs in the backlog");
+    assert_eq!(status, 503);
+    drop(held);
+}
+
+#[tokio::test]
+async fn healthz_stays_200_when_connections_are_full() {
+    let dir = tempdir();
+    let gw = Gateway::start(dir.path(), &["--hosts", "0", "--max-connections", "1"]);
+    let mut c = gw.client().await;
+    for _ in 0..3 {
+        let mut tcp = TcpStream::connect(&gw.addr).await.unwrap();
+        tcp.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            .await
+            .unwrap();
+        let (status, closed) = status_and_close(&mut tcp, WAIT).await;
+        assert_eq!(status, 200);
+        assert!(closed, "an over-capacity probe is answered and closed");
+    }
+    // Anything else over the cap is still 503.
+    let mut tcp = TcpStream::connect(&gw.addr).await.unwrap();
+    tcp.write_all(b"GET /readyz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(status_and_close(&mut tcp, WAIT).await.0, 503);
+    c.ok("gateway.ping", json!({})).await;
 }
