@@ -39,8 +39,13 @@ impl Tokens {
             let (profile, secret) = spec
                 .split_once(':')
                 .with_context(|| "a token is PROFILE:TOKEN or PROFILE:sha256:HEX".to_string())?;
-            if profile.is_empty() || secret.is_empty() {
-                bail!("a token is PROFILE:TOKEN or PROFILE:sha256:HEX (got an empty part)");
+            if profile.trim().is_empty() || secret.trim().is_empty() {
+                bail!("a token is PROFILE:TOKEN or PROFILE:sha256:HEX (got an empty or whitespace-only part in {spec:?})");
+            }
+            // A header's token is presented trimmed (`Bearer  TOKEN `), so a
+            // token with whitespace at either end could never match there.
+            if secret.trim() != secret || profile.trim() != profile {
+                bail!("profile {profile:?}'s token (or its name) starts or ends with whitespace; no client could present it");
             }
             let digest = match secret.strip_prefix("sha256:") {
                 Some(hex) => decode_hex32(hex).with_context(|| {
@@ -183,7 +188,19 @@ mod tests {
 
     #[test]
     fn bad_specs_are_refused() {
-        for bad in ["nocolon", ":tok", "p:", "p:sha256:abc", "p:sha256:zz"] {
+        for bad in [
+            "nocolon",
+            ":tok",
+            "p:",
+            "p:sha256:abc",
+            "p:sha256:zz",
+            "p:   ",
+            "p:\t",
+            "  :tok",
+            "p: tok",
+            "p:tok ",
+            " p:tok",
+        ] {
             assert!(Tokens::parse(&[bad.to_string()]).is_err(), "{bad}");
         }
     }

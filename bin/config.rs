@@ -73,6 +73,13 @@ pub struct ServeArgs {
     /// A resume of a segment with more messages fails with 4130.
     #[arg(long, env = "TETHER_MAX_RESUME_MESSAGES", default_value_t = 20_000)]
     pub max_resume_messages: u64,
+    /// Longest session title, in bytes (UTF-8); a longer one is -32602.
+    #[arg(long, env = "TETHER_MAX_TITLE_BYTES", default_value_t = 1024)]
+    pub max_title_bytes: usize,
+    /// A `session.list` page ends early (with a `next_cursor`) rather than
+    /// pass this many bytes; it always holds at least one session.
+    #[arg(long, env = "TETHER_MAX_LIST_BYTES", default_value_t = 1 << 20)]
+    pub max_list_bytes: usize,
     /// SQLite durability: full (fsync of the WAL at every commit: what a
     /// client saw survives a power cut) or normal (fsync at checkpoints
     /// only: survives a crash of the process, not of the machine).
@@ -194,6 +201,8 @@ struct FileConfig {
     max_frame_bytes: Option<usize>,
     max_replay_events: Option<u64>,
     max_resume_messages: Option<u64>,
+    max_title_bytes: Option<usize>,
+    max_list_bytes: Option<usize>,
     synchronous: Option<SyncMode>,
     log_format: Option<LogFormat>,
     hosts: Option<usize>,
@@ -254,6 +263,8 @@ impl ServeArgs {
                 max_frame_bytes,
                 max_replay_events,
                 max_resume_messages,
+                max_title_bytes,
+                max_list_bytes,
                 synchronous,
                 log_format,
                 hosts,
@@ -302,6 +313,9 @@ impl ServeArgs {
     fn check(&self) -> anyhow::Result<()> {
         if self.max_frame_bytes < 1024 {
             bail!("--max-frame-bytes must be at least 1024");
+        }
+        if self.max_title_bytes == 0 || self.max_list_bytes == 0 {
+            bail!("--max-title-bytes and --max-list-bytes must be at least 1");
         }
         if self.outbox_frames == 0 {
             bail!("--outbox-frames must be at least 1");

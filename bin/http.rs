@@ -11,6 +11,9 @@
 //!   before reading, or while reading a body without one). Unlike a
 //!   WebSocket frame there is no 4013 answer for a body up to 4× the limit:
 //!   HTTP has its own status for it.
+//! - **Time.** The body must arrive within `--handshake-timeout-s` of the
+//!   handler starting, as the head must within it of the connection
+//!   opening; a slower one is 408 and the connection is closed.
 //! - **Body not UTF-8**: 200 with the -32700 error, as for a binary frame.
 //! - **Notifications only** (a notification or a batch of them): the peer
 //!   executes them and answers nothing, so the response is 204 No Content
@@ -68,10 +71,17 @@ pub async fn post_rpc(
     if declared.is_some_and(|n| n > max as u64) {
         return too_large(max);
     }
-    let bytes = match read_limited(body, max).await {
-        Ok(b) => b,
-        Err(ReadError::TooLarge) => return too_large(max),
-        Err(ReadError::Broken) => return status_text(StatusCode::BAD_REQUEST, "cannot read body"),
+    // The body is bounded in time like the request head: a client that
+    // drips it a byte at a time would otherwise hold a connection (and its
+    // place under --max-connections) for as long as it likes.
+    let read_timeout = app.ctx.config.request_read_timeout;
+    let bytes = match tokio::time::timeout(read_timeout, read_limited(body, max)).await {
+        Ok(Ok(b)) => b,
+        Ok(Err(ReadError::TooLarge)) => return too_large(max),
+        Ok(Err(ReadError::Broken)) => {
+            return status_text(StatusCode::BAD_REQUEST, "cannot read body")
+        }
+        Err(_) => return body_too_slow(read_timeout),
     };
     let msg = match String::from_utf8(bytes) {
         Ok(text) => PeerMsg::Text { text, permit: None },
@@ -176,6 +186,17 @@ async fn read_limited(body: Body, max: usize) -> Result<Vec<u8>, ReadError> {
         buf.extend_from_slice(&data);
     }
     Ok(buf)
+}
+
+/// 408, and the connection closed: what is left of the body is never read.
+fn body_too_slow(limit: Duration) -> Response {
+    let mut resp = status_text(
+        StatusCode::REQUEST_TIMEOUT,
+        &format!("the body did not arrive within {} s", limit.as_secs()),
+    );
+    resp.headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    resp
 }
 
 fn too_large(max: usize) -> Response {

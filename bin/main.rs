@@ -7,6 +7,7 @@ mod client;
 mod client_rate;
 mod config;
 mod console;
+mod fdlimit;
 mod host;
 mod http;
 mod listen;
@@ -52,11 +53,32 @@ enum Command {
     Client(client::ClientCommand),
 }
 
+/// Makes every argument whose environment variable is set but empty read
+/// as if it were unset. `TETHER_TOKEN=` in a unit file or a compose file
+/// usually means "none"; clap would take it as the value `""` and fail (or
+/// worse, take an empty value as meant). Done on the command, before
+/// parsing, so the environment itself (which compute hosts inherit) is left
+/// as it is.
+fn ignore_empty_env(cmd: clap::Command) -> clap::Command {
+    cmd.mut_args(|arg| {
+        let empty = arg
+            .get_env()
+            .and_then(std::env::var_os)
+            .is_some_and(|v| v.is_empty());
+        if empty {
+            arg.env(None::<&'static str>)
+        } else {
+            arg
+        }
+    })
+    .mut_subcommands(ignore_empty_env)
+}
+
 /// Exit status for bad configuration (sysexits' EX_USAGE).
 pub(crate) const EX_USAGE: u8 = 64;
 
 fn main() -> ExitCode {
-    let matches = Cli::command().get_matches();
+    let matches = ignore_empty_env(Cli::command()).get_matches();
     let cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
         Err(e) => e.exit(),
@@ -102,6 +124,9 @@ fn main() -> ExitCode {
                 }
             };
             logging::init(args.log_format);
+            if !args.stdio {
+                fdlimit::raise(args.max_connections);
+            }
             let runtime = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()

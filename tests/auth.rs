@@ -260,3 +260,93 @@ async fn a_config_file_may_give_the_token_as_its_sha256() {
         "the digest itself is not a token"
     );
 }
+
+/// `tether serve ARGS` with `env`, until it prints its start-up line or
+/// exits: `Ok(line)` or `Err((status, stderr))`.
+fn start_or_exit(
+    dir: &std::path::Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Result<String, (Option<i32>, String)> {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tether"));
+    cmd.args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--hosts",
+        "0",
+        "--data-dir",
+    ])
+    .arg(dir)
+    .args(args)
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().expect("run tether");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    if line.starts_with("tether listening on ") {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Ok(line);
+    }
+    let out = child.wait_with_output().expect("wait for tether");
+    Err((
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    ))
+}
+
+#[test]
+fn empty_and_whitespace_tokens_are_refused_with_64() {
+    for spec in [
+        "alice:   ",
+        "alice:\t",
+        "   :secret",
+        "alice:",
+        "alice: secret",
+        "alice:secret ",
+    ] {
+        let dir = tempdir();
+        match start_or_exit(dir.path(), &["--token", spec], &[]) {
+            Ok(line) => panic!("{spec:?} was accepted: {line}"),
+            Err((code, err)) => {
+                assert_eq!(code, Some(64), "{spec:?}: {err}");
+                assert!(err.contains("token"), "{spec:?}: {err}");
+            }
+        }
+    }
+    // The same from the environment and the file.
+    let dir = tempdir();
+    let err = start_or_exit(dir.path(), &[], &[("TETHER_TOKEN", "alice:  ")]).unwrap_err();
+    assert_eq!(err.0, Some(64), "{}", err.1);
+    let file = dir.path().join("tether.toml");
+    std::fs::write(&file, "token = [\"alice: \"]\n").unwrap();
+    let err = start_or_exit(dir.path(), &["--config", file.to_str().unwrap()], &[]).unwrap_err();
+    assert_eq!(err.0, Some(64), "{}", err.1);
+}
+
+#[test]
+fn empty_tether_variables_count_as_unset() {
+    let dir = tempdir();
+    let started = start_or_exit(
+        dir.path(),
+        &[],
+        &[
+            ("TETHER_TOKEN", ""),
+            ("TETHER_MAX_QUEUED", ""),
+            ("TETHER_ALLOW_ORIGIN", ""),
+            ("TETHER_LOG_FORMAT", ""),
+        ],
+    );
+    assert!(started.is_ok(), "{started:?}");
+    // A variable that is set still counts.
+    let err = start_or_exit(dir.path(), &[], &[("TETHER_MAX_QUEUED", "x")]).unwrap_err();
+    assert_ne!(err.0, Some(0), "{}", err.1);
+}

@@ -5,6 +5,7 @@
 mod chaos;
 mod common;
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -275,4 +276,168 @@ async fn a_branch_the_disk_cannot_hold_leaves_nothing() {
     assert_eq!(rows.len(), 1, "only the parent exists");
     assert_eq!(rows[0].id.as_str(), parent);
     gw.shutdown(Duration::from_secs(5)).await;
+}
+
+/// Every event of `id` from the store, in order.
+async fn stored_events(c: &mut Client, id: &str) -> Vec<Value> {
+    let r = c
+        .ok(
+            "session.events.since",
+            json!({"session_id": id, "last_seen": 0, "limit": 10000}),
+        )
+        .await;
+    r["events"].as_array().unwrap().clone()
+}
+
+/// The seq of the `message.user` that started `turn`.
+fn user_seq(events: &[Value], turn: &Value) -> u64 {
+    events
+        .iter()
+        .find(|e| e["type"] == "message.user" && e["turn_id"] == *turn)
+        .and_then(|e| e["seq"].as_u64())
+        .expect("the turn's message.user")
+}
+
+/// No turn without its end, no turn id twice, no two user messages in a
+/// row: what a branch's store and transcript must look like.
+fn assert_whole_turns(events: &[Value], messages: &[(String, String)]) {
+    let mut open = HashSet::new();
+    for e in events {
+        let Some(turn) = e["turn_id"].as_str() else {
+            continue;
+        };
+        match e["type"].as_str().unwrap() {
+            "message.user" => assert!(open.insert(turn.to_string()), "turn twice: {e}"),
+            "message.complete" => assert!(open.remove(turn), "an end without a start: {e}"),
+            _ => {}
+        }
+    }
+    assert!(open.is_empty(), "unfinished turns in the branch: {open:?}");
+    for pair in messages.windows(2) {
+        assert!(
+            !(pair[0].0 == "user" && pair[1].0 == "user"),
+            "two user messages in a row: {messages:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_branch_taken_during_a_turn_stops_before_that_turn() {
+    let dir = tempdir();
+    let gw = Gateway::start(dir.path(), &["--hosts", "1"]);
+    let mut c = gw.client().await;
+    let r = c.ok("session.create", json!({"title": "live"})).await;
+    let parent = r["session"]["session_id"].as_str().unwrap().to_string();
+    run_turn(&mut c, &parent, "finished one").await;
+    let before = transcript(&resume(&mut c, &parent).await);
+
+    // A turn that runs until interrupted, and one queued behind it.
+    let hang = c
+        .ok(
+            "prompt.submit",
+            json!({"session_id": parent, "text": "/hang"}),
+        )
+        .await;
+    let queued = c
+        .ok(
+            "prompt.submit",
+            json!({"session_id": parent, "text": "queued"}),
+        )
+        .await;
+    assert_eq!(queued["status"], "queued");
+    let events = stored_events(&mut c, &parent).await;
+    let hang_user = user_seq(&events, &hang["turn_id"]);
+    let latest = resume(&mut c, &parent).await["latest_seq"]
+        .as_u64()
+        .unwrap();
+
+    // Everything (the default), just after the turn's message.user, and
+    // just after the queued one's: each cut moves to before the running turn.
+    let queued_user = user_seq(&events, &queued["turn_id"]);
+    for upto in [None, Some(hang_user), Some(queued_user), Some(latest)] {
+        let mut params = json!({"session_id": parent});
+        if let Some(n) = upto {
+            params["upto_seq"] = json!(n);
+        }
+        let b = c.ok("session.branch", params).await;
+        assert_eq!(b["upto_seq"], hang_user - 1, "{upto:?}: {b}");
+        let id = b["session"]["session_id"].as_str().unwrap().to_string();
+        let branch = resume(&mut c, &id).await;
+        assert_eq!(transcript(&branch), before, "{upto:?}");
+        assert_whole_turns(&stored_events(&mut c, &id).await, &transcript(&branch));
+    }
+    // A cut before the turn is taken as it is.
+    let b = c
+        .ok(
+            "session.branch",
+            json!({"session_id": parent, "upto_seq": hang_user - 1}),
+        )
+        .await;
+    assert_eq!(b["upto_seq"], hang_user - 1, "{b}");
+
+    // The branch takes turns of its own that complete and read right.
+    let id = b["session"]["session_id"].as_str().unwrap().to_string();
+    c.ok("session.resume", json!({"session_id": id})).await;
+    run_turn(&mut c, &id, "on the branch").await;
+    let branch = resume(&mut c, &id).await;
+    let messages = transcript(&branch);
+    assert_eq!(
+        messages.last().unwrap(),
+        &("assistant".to_string(), "on the branch".to_string())
+    );
+    assert_whole_turns(&stored_events(&mut c, &id).await, &messages);
+
+    c.ok("session.interrupt", json!({"session_id": parent}))
+        .await;
+}
+
+#[tokio::test]
+async fn a_branch_between_a_queued_turns_start_and_the_running_ones_end_stops_before_both() {
+    let dir = tempdir();
+    let gw = Gateway::start(dir.path(), &["--hosts", "1"]);
+    let mut c = gw.client().await;
+    let r = c.ok("session.create", json!({"title": "q"})).await;
+    let parent = r["session"]["session_id"].as_str().unwrap().to_string();
+    run_turn(&mut c, &parent, "done").await;
+    let before = transcript(&resume(&mut c, &parent).await);
+    // The first turn is slow enough for the second to queue behind it;
+    // the second never ends.
+    let slow = c
+        .ok(
+            "prompt.submit",
+            json!({"session_id": parent, "text": "/sleep 700\nslow"}),
+        )
+        .await;
+    let hang = c
+        .ok(
+            "prompt.submit",
+            json!({"session_id": parent, "text": "/hang"}),
+        )
+        .await;
+    assert_eq!(hang["status"], "queued");
+    // Wait for the slow turn's end.
+    let slow_end = loop {
+        let e = c.next_event().await;
+        if e["type"] == "message.complete" && e["turn_id"] == slow["turn_id"] {
+            break e["seq"].as_u64().unwrap();
+        }
+    };
+    let events = stored_events(&mut c, &parent).await;
+    let slow_user = user_seq(&events, &slow["turn_id"]);
+    assert!(user_seq(&events, &hang["turn_id"]) < slow_end);
+    // At the slow turn's end the queued one has begun (its message.user
+    // is in range) but not ended: the branch stops before both.
+    let b = c
+        .ok(
+            "session.branch",
+            json!({"session_id": parent, "upto_seq": slow_end}),
+        )
+        .await;
+    assert_eq!(b["upto_seq"], slow_user - 1, "{b}");
+    let id = b["session"]["session_id"].as_str().unwrap().to_string();
+    let branch = resume(&mut c, &id).await;
+    assert_eq!(transcript(&branch), before);
+    assert_whole_turns(&stored_events(&mut c, &id).await, &transcript(&branch));
+    c.ok("session.interrupt", json!({"session_id": parent}))
+        .await;
 }

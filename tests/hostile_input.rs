@@ -1019,6 +1019,46 @@ async fn ids_of_every_shape_are_echoed_or_refused() {
     fx.finish().await;
 }
 
+/// `-0` is the integer 0 written with a sign: it is read (not refused as
+/// "beyond 64 bits") and echoed as it was sent. A number too large for any
+/// float is refused as out of range, not as "not a number".
+#[tokio::test]
+async fn a_minus_zero_id_is_echoed_and_1e400_is_out_of_range() {
+    let mut fx = Fixture::start(UNLIMITED).await;
+    fx.c.send_text(r#"{"jsonrpc":"2.0","id":-0,"method":"gateway.ping"}"#)
+        .await;
+    let text = fx.c.next_text().await;
+    assert!(text.contains(r#""id":-0,"#), "{text}");
+    let f: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(f["result"]["ok"], true, "{text}");
+    // In a batch and on an error as well.
+    fx.c.send_text(r#"[{"jsonrpc":"2.0","id":-0,"method":"no.such"}]"#)
+        .await;
+    let text = fx.c.next_text().await;
+    assert!(text.contains(r#""id":-0,"#), "{text}");
+    assert!(text.contains("-32601"), "{text}");
+
+    for id in ["1e400", "-1e400"] {
+        let frame = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"gateway.ping"}}"#);
+        let f = expect_error(&mut fx, &frame, -32600, Value::Null).await;
+        let msg = f["error"]["message"].as_str().unwrap();
+        assert!(msg.contains("out of range"), "{frame} → {f}");
+    }
+    let frame = r#"{"jsonrpc":"2.0","id":7,"method":"session.events.since","params":{"session_id":"SID","last_seen":1e400}}"#;
+    let frame = fx.fill(frame);
+    let f = expect_error(&mut fx, &frame, -32602, json!(7)).await;
+    assert_eq!(f["error"]["data"]["field"], "last_seen", "{f}");
+    assert!(
+        f["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("out of range"),
+        "{f}"
+    );
+    fx.intact("-0 and 1e400").await;
+    fx.finish().await;
+}
+
 /// JSON-RPC: the answer's id is the request's. An integer past 64 bits
 /// cannot be echoed exactly (it would come back as a float the client
 /// cannot match), so it is refused with -32600 and id null.

@@ -26,6 +26,15 @@ pub struct GatewayConfig {
     pub max_replay_events: u64,
     /// A resume whose segment holds more messages fails with 4130.
     pub max_resume_messages: u64,
+    /// Longest session title in bytes (`--max-title-bytes`): a longer one
+    /// is refused wherever a title is set (-32602 `title`).
+    pub max_title_bytes: usize,
+    /// A `session.list` page ends early rather than pass this many bytes
+    /// of `result` (`--max-list-bytes`), with at least one session.
+    pub max_list_bytes: usize,
+    /// How long an HTTP request's body may take to arrive, like its head
+    /// (`--handshake-timeout-s`): a body dripped slower is answered 408.
+    pub request_read_timeout: Duration,
     /// Advertised client heartbeat interval.
     pub heartbeat_s: u64,
     /// Most events the store writer commits in one transaction.
@@ -94,6 +103,9 @@ impl Default for GatewayConfig {
             max_frame_bytes: 1 << 20,
             max_replay_events: 10_000,
             max_resume_messages: 20_000,
+            max_title_bytes: 1024,
+            max_list_bytes: 1 << 20,
+            request_read_timeout: Duration::from_secs(10),
             heartbeat_s: 15,
             commit_batch_events: 4096,
             core_policy: RestartPolicy::core(),

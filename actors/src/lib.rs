@@ -23,6 +23,7 @@ pub mod ring;
 pub mod session;
 pub mod store_writer;
 pub mod supervisor;
+mod title;
 pub mod transcript;
 pub mod turn;
 

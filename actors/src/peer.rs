@@ -13,6 +13,7 @@
 mod branch;
 mod dispatch;
 mod handoff;
+mod list_page;
 
 use std::collections::HashMap;
 

@@ -552,6 +552,8 @@ impl RegistryState {
 
     /// Counts from the gauges; running turns and hosts are asked for on a
     /// task so the registry does not wait on sessions or the supervisor.
+    /// Everything but the hosts' pids and states (and the process-wide
+    /// outbox counters) is of `profile` alone.
     fn stats(&self, profile: &str, reply: RpcReplyPort<StatsResult>) {
         let mut ring = RingStats {
             sessions: 0,
@@ -605,6 +607,16 @@ impl RegistryState {
                 {
                     result.hosts = h;
                 }
+            }
+            // Every profile may see that the hosts are there (pid, state,
+            // restarts), but not how busy other profiles keep them: a
+            // host's count is of the caller's turns only.
+            for host in &mut result.hosts {
+                host.active_turns = result
+                    .active_turns
+                    .iter()
+                    .filter(|t| t.host_id == host.host_id)
+                    .count() as u32;
             }
             let _ = reply.send(result);
         });

@@ -111,6 +111,14 @@ fn is_integer_literal(text: &str) -> bool {
     !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
 }
 
+/// A JSON number (of valid syntax: the frame was checked before).
+fn is_number_literal(text: &str) -> bool {
+    text.trim_start()
+        .bytes()
+        .next()
+        .is_some_and(|b| b == b'-' || b.is_ascii_digit())
+}
+
 /// Validates one request object (or batch member).
 fn parse_item(raw: &RawValue) -> Item {
     if !raw.get().trim_start().starts_with('{') {
@@ -125,12 +133,22 @@ fn parse_item(raw: &RawValue) -> Item {
     let id = match req.id {
         None => None,
         Some(raw_id) => match serde_json::from_str::<Value>(raw_id.get()) {
-            Ok(Value::Number(n)) if n.is_f64() && is_integer_literal(raw_id.get()) => {
+            // `-0` is read as the float -0.0 (serde_json keeps the sign) and
+            // is the one integer literal that is a float here without being
+            // beyond 64 bits; `encode_*` echo it as `-0`.
+            Ok(Value::Number(n))
+                if n.is_f64() && is_integer_literal(raw_id.get()) && n.as_f64() != Some(0.0) =>
+            {
                 // Beyond 64 bits an integer becomes a float here, and its
                 // echo would not be the id the client sent.
                 return invalid(Value::Null, "id is an integer beyond 64 bits");
             }
             Ok(v @ (Value::Null | Value::String(_) | Value::Number(_))) => Some(v),
+            // The frame's syntax was checked, so a number that does not
+            // decode is one no float can hold (`1e400`).
+            Err(_) if is_number_literal(raw_id.get()) => {
+                return invalid(Value::Null, "id is a number out of range")
+            }
             _ => return invalid(Value::Null, "id must be a string, a number or null"),
         },
     };
@@ -197,6 +215,7 @@ fn exceeds_depth(bytes: &[u8], limit: usize) -> bool {
 #[derive(Serialize)]
 struct ResultOut<'a, T: ?Sized> {
     jsonrpc: &'static str,
+    #[serde(serialize_with = "echo_id")]
     id: &'a Value,
     result: &'a T,
 }
@@ -204,8 +223,26 @@ struct ResultOut<'a, T: ?Sized> {
 #[derive(Serialize)]
 struct ErrorOut<'a> {
     jsonrpc: &'static str,
+    #[serde(serialize_with = "echo_id")]
     id: &'a Value,
     error: &'a RpcError,
+}
+
+/// The id as the client wrote it. The one id a `Value` cannot give back
+/// verbatim is `-0`: it is held as the float -0.0, which serde_json writes
+/// `-0.0`; JSON-RPC wants the id echoed, and a client matching replies by
+/// their text would not find `-0.0`. Other float ids are echoed by value,
+/// as always (`1e3` comes back as `1000.0`).
+fn echo_id<S: serde::Serializer>(id: &&Value, s: S) -> Result<S::Ok, S::Error> {
+    match id {
+        Value::Number(n) if n.as_f64().is_some_and(|f| f == 0.0 && f.is_sign_negative()) => {
+            match RawValue::from_string("-0".to_owned()) {
+                Ok(raw) => raw.serialize(s),
+                Err(_) => id.serialize(s),
+            }
+        }
+        _ => id.serialize(s),
+    }
 }
 
 #[derive(Serialize)]

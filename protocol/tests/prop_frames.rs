@@ -619,6 +619,8 @@ fn id_part() -> impl Strategy<Value = (Option<String>, IdPart)> {
         }),
         1 => Just((Some("1.5".to_owned()), IdPart::Valid(json!(1.5)))),
         1 => Just((Some("1e3".to_owned()), IdPart::Valid(json!(1000.0)))),
+        1 => Just((Some("-0".to_owned()), IdPart::Valid(json!(-0.0)))),
+        1 => Just((Some("1e400".to_owned()), IdPart::Invalid)),
         1 => "-?[1-9][0-9]{20,40}".prop_map(|s| (Some(s), IdPart::Invalid)),
         1 => proptest::sample::select(vec!["[1]", "{}", "true", "false", "[]", "{\"a\":1}"])
             .prop_map(|s| (Some(s.to_owned()), IdPart::Invalid)),

@@ -53,6 +53,23 @@ pub trait StoreRead: Send + Sync {
         include_closed: bool,
         cursor: Option<&str>,
         limit: u32,
+    ) -> Result<(Vec<SessionRow>, Option<String>), StoreError> {
+        self.list_sessions_within(profile, include_closed, cursor, limit, usize::MAX)
+            .await
+    }
+
+    /// [`StoreRead::list_sessions`] whose page also ends once the titles and ids of its rows
+    /// add up to more than `max_bytes`: the row that passes it is the page's last, so a page
+    /// holds at least one row. A reply listing those rows is at least that large, so a caller
+    /// bounding its reply to `max_bytes` loses nothing it could have sent; it may end the page
+    /// earlier still (and continue with [`crate::list_cursor_after`]).
+    async fn list_sessions_within(
+        &self,
+        profile: &str,
+        include_closed: bool,
+        cursor: Option<&str>,
+        limit: u32,
+        max_bytes: usize,
     ) -> Result<(Vec<SessionRow>, Option<String>), StoreError>;
 
     /// Durable events with `seq > after`, ascending, at most `limit`.

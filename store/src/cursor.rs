@@ -42,6 +42,17 @@ impl ListCursor {
     }
 }
 
+/// The `next_cursor` that continues a listing right after `row`: for a
+/// caller that ends a page earlier than the store did (the reply's own
+/// byte bound), so that paging still visits every session exactly once.
+pub fn list_cursor_after(row: &crate::SessionRow) -> String {
+    ListCursor {
+        created_at_ms: row.created_at_ms,
+        id: row.id.as_str().to_owned(),
+    }
+    .encode()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

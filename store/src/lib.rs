@@ -29,6 +29,7 @@ mod sqlite;
 
 pub use api::{Opened, StoreRead, StoreWrite, COMPACTED_KIND, TRANSCRIPT_KINDS};
 pub use config::{StoreConfig, Synchronous};
+pub use cursor::list_cursor_after;
 pub use error::StoreError;
 pub use handoff::{
     truncate_utf8, CompleteOutcome, FailOutcome, HandoffRow, HandoffStore, RequestOutcome,

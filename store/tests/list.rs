@@ -103,6 +103,49 @@ async fn exact_fit_has_no_next_cursor() {
     assert_eq!(next, None);
 }
 
+/// Pages bounded in bytes end after the row that passes the bound (so each
+/// holds at least one), and their cursors walk every session once.
+#[tokio::test]
+async fn byte_bounded_pages_end_after_the_row_that_passes_and_go_on_exactly() {
+    let (_dir, _cfg, mut store) = common::fresh().await;
+    let all = seed(&mut store).await;
+    // Every row counts its title ("title of s_NN") and id ("s_NN"): 17 bytes.
+    for (max, per_page) in [
+        (0usize, 1usize),
+        (16, 1),
+        (17, 2),
+        (33, 2),
+        (34, 3),
+        (10_000, 23),
+    ] {
+        let mut seen = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let (page, next) = store
+                .reader
+                .list_sessions_within("p", true, cursor.as_deref(), 500, max)
+                .await
+                .unwrap();
+            assert!(!page.is_empty());
+            assert!(page.len() <= per_page, "max {max}: {} rows", page.len());
+            seen.extend(page.iter().map(|s| s.id.as_str().to_owned()));
+            match next {
+                Some(c) => {
+                    assert_eq!(
+                        page.len(),
+                        per_page,
+                        "max {max}: a short page with a cursor"
+                    );
+                    assert_eq!(c, tether_store::list_cursor_after(page.last().unwrap()));
+                    cursor = Some(c);
+                }
+                None => break,
+            }
+        }
+        assert_eq!(seen, all, "max {max}");
+    }
+}
+
 #[tokio::test]
 async fn bad_cursor_and_zero_limit_are_invalid() {
     let (_dir, _cfg, store) = common::fresh().await;

@@ -11,12 +11,16 @@
 //! before it). A compaction's summary becomes the branch's first
 //! `message.system`, so the branch starts a fresh lineage (history version
 //! 0) that reads exactly like the parent did.
+//!
+//! The cut never falls inside a turn (see `cut`): the branch ends before
+//! any turn that had begun but not ended at `upto_seq`, and the reply says
+//! where it actually ended.
 
 use tether_protocol::{
     now_ms, BranchParams, CreateResult, EventType, RpcError, SessionCreatedPayload, SessionId,
     TextPayload,
 };
-use tether_store::NewSession;
+use tether_store::{EventRow, NewSession};
 
 use super::dispatch::ask;
 use super::PeerState;
@@ -25,11 +29,25 @@ use crate::registry::number_from_one;
 use crate::registry::{CreatedSession, RegistryMsg, Resolved};
 use crate::session::SessionMsg;
 
+mod cut;
+
+use cut::{whole_turns_cut, Mark};
+
 /// Most events read back per page while copying.
 const PAGE: u32 = 2000;
 
+/// A new branch and the seq its copy actually ended at.
+pub(super) struct Branched {
+    pub created: CreateResult,
+    pub upto_seq: u64,
+}
+
 impl PeerState {
-    pub(super) async fn branch(&mut self, p: BranchParams) -> Result<CreateResult, RpcError> {
+    pub(super) async fn branch(&mut self, p: BranchParams) -> Result<Branched, RpcError> {
+        let max_title = self.ctx.config.max_title_bytes;
+        if let Some(title) = &p.title {
+            crate::title::check(title, max_title)?;
+        }
         let (profile, found) = self
             .resolve(p.profile.as_deref(), &p.session_id, false)
             .await?;
@@ -68,7 +86,7 @@ impl PeerState {
                 ))
             }
         };
-        let copied = self.segment_at(&parent.id, upto).await?;
+        let (copied, upto) = self.segment_at(&parent.id, upto).await?;
         let title = match p.title {
             Some(t) => t,
             None => {
@@ -78,7 +96,7 @@ impl PeerState {
                     .branch_titles(&profile, &parent.id)
                     .await
                     .map_err(store_err)?;
-                next_branch_title(&parent.title, &taken)
+                next_branch_title(&parent.title, &taken, max_title)
             }
         };
         let now = now_ms();
@@ -120,16 +138,20 @@ impl PeerState {
             self.ctx.config.call_timeout,
         )
         .await??;
-        Ok(result)
+        Ok(Branched {
+            created: result,
+            upto_seq: upto,
+        })
     }
 
-    /// The transcript events of the segment current at `upto`, ready to be
-    /// renumbered into a new session.
+    /// The transcript events of the segment current at the cut, ready to be
+    /// renumbered into a new session, and the cut: `upto`, or earlier when
+    /// a turn was unfinished there.
     async fn segment_at(
         &self,
         session: &SessionId,
         upto: u64,
-    ) -> Result<Vec<EventRecord>, RpcError> {
+    ) -> Result<(Vec<EventRecord>, u64), RpcError> {
         let mut rows = Vec::new();
         let mut after = 0;
         while after < upto {
@@ -145,6 +167,8 @@ impl PeerState {
             rows.extend(page.into_iter().filter(|r| r.seq <= upto));
             after = last;
         }
+        let cut = whole_turns_cut(&marks(&rows), upto);
+        rows.retain(|r| r.seq <= cut);
         let start = rows
             .iter()
             .rposition(|r| r.kind == EventType::SessionCompacted.as_str())
@@ -181,24 +205,45 @@ impl PeerState {
             rec.seq = None;
             out.push(rec);
         }
-        Ok(out)
+        Ok((out, cut))
     }
 }
 
-/// `"TITLE (branch N)"` with N one more than the highest taken.
-fn next_branch_title(parent: &str, taken: &[String]) -> String {
-    let prefix = format!("{parent} (branch ");
+/// The turn marks of stored rows, for the cut.
+fn marks(rows: &[EventRow]) -> Vec<(u64, Mark<'_>)> {
+    rows.iter()
+        .map(|r| {
+            let mark = match (r.kind.as_str(), r.turn_id.as_deref()) {
+                (k, Some(turn)) if k == EventType::MessageUser.as_str() => Mark::Start(turn),
+                (k, Some(turn)) if k == EventType::MessageComplete.as_str() => Mark::End(turn),
+                _ => Mark::Other,
+            };
+            (r.seq, mark)
+        })
+        .collect()
+}
+
+/// `"TITLE (branch N)"` with N one more than the highest taken, within
+/// `max` bytes: a parent title too long for the suffix is shortened (the
+/// number is what tells branches apart, so it is kept whole).
+fn next_branch_title(parent: &str, taken: &[String], max: usize) -> String {
     let highest = taken
         .iter()
         .filter_map(|t| {
-            t.strip_prefix(&prefix)?
-                .strip_suffix(')')?
-                .parse::<u64>()
-                .ok()
+            let (head, n) = t.strip_suffix(')')?.rsplit_once(" (branch ")?;
+            // The parent's title, or its prefix in a title that was
+            // shortened to the bound (at most 3 bytes short of it: a cut
+            // falls on a character boundary).
+            let ours = head == parent || (parent.starts_with(head) && t.len() + 3 >= max);
+            ours.then(|| n.parse::<u64>().ok()).flatten()
         })
         .max()
         .unwrap_or(0);
-    format!("{parent} (branch {})", highest + 1)
+    let suffix = format!(" (branch {})", highest + 1);
+    let room = max.saturating_sub(suffix.len());
+    let title = format!("{}{suffix}", crate::title::prefix_within(parent, room));
+    // A bound shorter than the suffix itself: shorten the whole.
+    crate::title::prefix_within(&title, max).to_owned()
 }
 
 fn store_err(e: tether_store::StoreError) -> RpcError {
@@ -211,13 +256,27 @@ mod tests {
 
     #[test]
     fn branch_titles_take_the_next_free_number() {
-        assert_eq!(next_branch_title("Plan", &[]), "Plan (branch 1)");
+        assert_eq!(next_branch_title("Plan", &[], 1024), "Plan (branch 1)");
         let taken = vec![
             "Plan (branch 1)".to_string(),
             "Plan (branch 3)".to_string(),
             "renamed".to_string(),
             "Plan (branch x)".to_string(),
+            "P (branch 9)".to_string(),
         ];
-        assert_eq!(next_branch_title("Plan", &taken), "Plan (branch 4)");
+        assert_eq!(next_branch_title("Plan", &taken, 1024), "Plan (branch 4)");
+    }
+
+    #[test]
+    fn branch_titles_fit_the_bound_and_keep_counting() {
+        let parent = "é".repeat(10); // 20 bytes
+        let first = next_branch_title(&parent, &[], 24);
+        assert!(first.len() <= 24, "{first}");
+        assert!(first.ends_with(" (branch 1)"), "{first}");
+        assert!(parent.starts_with(first.strip_suffix(" (branch 1)").unwrap()));
+        let second = next_branch_title(&parent, &[first], 24);
+        assert!(second.ends_with(" (branch 2)"), "{second}");
+        // A bound below the suffix still gives a title within it.
+        assert!(next_branch_title(&parent, &[], 5).len() <= 5);
     }
 }

@@ -11,6 +11,7 @@ use tether_protocol::{
     ListResult, PingResult, Request, ResumeParams, RpcError, SessionId, SinceParams,
 };
 
+use super::list_page::{sessions_within, Page};
 use super::{AfterReply, PeerState};
 use crate::info::info_from_row;
 use crate::metrics::ReplayKind;
@@ -99,8 +100,10 @@ impl PeerState {
                 ok(&result)
             }
             Request::SessionBranch(p) => {
-                let created = self.branch(p).await?;
-                ok(&serde_json::json!({ "session": created.session }))
+                let b = self.branch(p).await?;
+                // `upto_seq`: where the copy actually ended, which is
+                // before any turn still unfinished at the asked cut.
+                ok(&serde_json::json!({ "session": b.created.session, "upto_seq": b.upto_seq }))
             }
             Request::EventsStats => {
                 let registry = self.ctx.registry()?;
@@ -307,10 +310,17 @@ impl PeerState {
                 next_cursor: None,
             });
         };
-        let (rows, next_cursor) = self
+        let max = self.ctx.config.max_list_bytes;
+        let (rows, store_next) = self
             .ctx
             .reader
-            .list_sessions(&profile, p.include_closed, p.cursor.as_deref(), p.limit)
+            .list_sessions_within(
+                &profile,
+                p.include_closed,
+                p.cursor.as_deref(),
+                p.limit,
+                max,
+            )
             .await
             .map_err(|e| match e {
                 tether_store::StoreError::Invalid(detail) => {
@@ -330,13 +340,24 @@ impl PeerState {
             self.timeout(),
         )
         .await?;
-        let sessions = rows
+        let sessions: Vec<Box<RawValue>> = rows
             .iter()
-            .map(|row| info_from_row(row, counts.get(&row.id).copied()))
+            .map(|row| to_raw(&info_from_row(row, counts.get(&row.id).copied())))
             .collect();
-        ok(&ListResult {
-            sessions,
-            next_cursor,
+        let sizes: Vec<usize> = sessions.iter().map(|s| s.get().len()).collect();
+        let cursor_bytes = |k: usize| {
+            serde_json::to_string(&tether_store::list_cursor_after(&rows[k - 1]))
+                .map_or(usize::MAX / 2, |c| c.len())
+        };
+        let keep = sessions_within(&sizes, store_next.is_some(), cursor_bytes, max);
+        let next_cursor = if keep < rows.len() {
+            Some(tether_store::list_cursor_after(&rows[keep - 1]))
+        } else {
+            store_next
+        };
+        ok(&Page {
+            sessions: &sessions[..keep],
+            next_cursor: next_cursor.as_deref(),
         })
     }
 

@@ -102,6 +102,12 @@ impl RegistryState {
         attach: Option<PeerLink>,
         reply: RpcReplyPort<Result<CreatedSession, RpcError>>,
     ) {
+        // Every new session passes here (create and branch): the one place
+        // that keeps any title over the bound out of the store.
+        if let Err(e) = crate::title::check(&new.title, self.ctx.config.max_title_bytes) {
+            let _ = reply.send(Err(e));
+            return;
+        }
         let Some(writer) = self.ctx.writer() else {
             let _ = reply.send(Err(storage_unavailable()));
             return;

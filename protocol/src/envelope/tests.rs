@@ -101,6 +101,52 @@ fn ids_are_echoed_verbatim() {
 }
 
 #[test]
+fn minus_zero_is_an_id_echoed_as_sent() {
+    let id = call(r#"{"jsonrpc":"2.0","id":-0,"method":"gateway.ping"}"#)
+        .id
+        .expect("an id");
+    let echoed = encode_result(&id, &json!({"ok": true}));
+    assert_eq!(echoed, r#"{"jsonrpc":"2.0","id":-0,"result":{"ok":true}}"#);
+    let echoed = encode_error(&id, &RpcError::method_not_found("x"));
+    assert!(
+        echoed.starts_with(r#"{"jsonrpc":"2.0","id":-0,"error":"#),
+        "{echoed}"
+    );
+    // Zero itself and other numbers are untouched.
+    assert_eq!(
+        encode_result(&json!(0), &1),
+        r#"{"jsonrpc":"2.0","id":0,"result":1}"#
+    );
+    assert_eq!(
+        encode_result(&json!(-1.5), &1),
+        r#"{"jsonrpc":"2.0","id":-1.5,"result":1}"#
+    );
+    // `-00` is not JSON; integers beyond 64 bits are still refused.
+    let (id, e) =
+        item_error(r#"{"jsonrpc":"2.0","id":-18446744073709551616,"method":"gateway.ping"}"#);
+    assert_eq!(id, Some(Value::Null));
+    assert!(e.message.contains("beyond 64 bits"), "{}", e.message);
+}
+
+#[test]
+fn numbers_no_float_holds_are_out_of_range() {
+    for n in ["1e400", "-1e400", "1E+999"] {
+        let text = format!(r#"{{"jsonrpc":"2.0","id":{n},"method":"gateway.ping"}}"#);
+        let (id, e) = item_error(&text);
+        assert_eq!(
+            (id, e.code),
+            (Some(Value::Null), codes::INVALID_REQUEST),
+            "{text}"
+        );
+        assert!(e.message.contains("out of range"), "{text}: {}", e.message);
+        let p = format!(r#"{{"session_id":"s","last_seen":{n}}}"#);
+        let (_, e) = item_error(&request("session.events.since", &p));
+        assert_eq!(e.field(), Some("last_seen"));
+        assert!(e.message.contains("out of range"), "{p}: {}", e.message);
+    }
+}
+
+#[test]
 fn notification() {
     let c = call(r#"{"jsonrpc":"2.0","method":"gateway.ping"}"#);
     assert_eq!(c.id, None);

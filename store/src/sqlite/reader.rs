@@ -8,7 +8,9 @@ use async_trait::async_trait;
 use sqlx::sqlite::SqlitePool;
 use sqlx::Row;
 
-use crate::cursor::ListCursor;
+use futures::TryStreamExt;
+
+use crate::cursor::{list_cursor_after, ListCursor};
 use tether_protocol::{SessionId, SessionStatus};
 
 use crate::{EventRow, SessionRow, StoreError, StoreRead, COMPACTED_KIND, TRANSCRIPT_KINDS};
@@ -119,50 +121,51 @@ impl StoreRead for SqliteReader {
         row.as_ref().map(session_from_row).transpose()
     }
 
-    async fn list_sessions(
+    async fn list_sessions_within(
         &self,
         profile: &str,
         include_closed: bool,
         cursor: Option<&str>,
         limit: u32,
+        max_bytes: usize,
     ) -> Result<(Vec<SessionRow>, Option<String>), StoreError> {
         if limit == 0 {
             return Err(StoreError::Invalid("list limit must be at least 1".into()));
         }
         // One row more than asked tells whether another page exists.
         let fetch = i64::from(limit) + 1;
-        let rows = match cursor.map(ListCursor::decode).transpose()? {
+        let after = cursor.map(ListCursor::decode).transpose()?;
+        let query = match &after {
             None => sqlx::query(&self.sql.list_first)
                 .bind(profile)
                 .bind(include_closed)
-                .bind(fetch)
-                .fetch_all(&self.pool)
-                .await
-                .map_err(read_err)?,
+                .bind(fetch),
             Some(after) => sqlx::query(&self.sql.list_after)
                 .bind(profile)
                 .bind(include_closed)
                 .bind(fetch)
                 .bind(after.created_at_ms)
-                .bind(after.id)
-                .fetch_all(&self.pool)
-                .await
-                .map_err(read_err)?,
+                .bind(after.id.as_str()),
         };
-        let mut sessions = rows
-            .iter()
-            .map(session_from_row)
-            .collect::<Result<Vec<_>, _>>()?;
-        let more = sessions.len() > limit as usize;
-        sessions.truncate(limit as usize);
+        // Streamed, not fetched whole: rows with huge titles (written
+        // before titles were bounded, or under a larger bound) stop the
+        // page after the row that passes `max_bytes`, so a page never
+        // holds more than about that much in memory.
+        let mut rows = query.fetch(&self.pool);
+        let mut sessions = Vec::new();
+        let mut bytes = 0usize;
+        let mut more = false;
+        while let Some(row) = rows.try_next().await.map_err(read_err)? {
+            if sessions.len() == limit as usize || bytes > max_bytes {
+                more = true;
+                break;
+            }
+            let session = session_from_row(&row)?;
+            bytes = bytes.saturating_add(session.title.len() + session.id.as_str().len());
+            sessions.push(session);
+        }
         let next = match sessions.last() {
-            Some(last) if more => Some(
-                ListCursor {
-                    created_at_ms: last.created_at_ms,
-                    id: last.id.as_str().to_owned(),
-                }
-                .encode(),
-            ),
+            Some(last) if more => Some(list_cursor_after(last)),
             _ => None,
         };
         Ok((sessions, next))
