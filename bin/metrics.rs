@@ -106,7 +106,7 @@ fn encode(m: &Metrics, hosts_up: usize, parked: Option<i64>) -> String {
     t.single(
         "tether_slow_consumer_closes_total",
         Kind::Counter,
-        "Peers closed with 1013 because their durable backlog exceeded the outbox bound.",
+        "Peers closed with 1013 because what waited for them (events, replies) was over the outbox bound.",
         outbox.slow_consumer_closes,
     );
 

@@ -10,6 +10,10 @@
 //! WebSocket ping, answered by every browser and client library on its
 //! own); one silent for `--idle-timeout-s` is closed, so a peer behind a
 //! dead network path does not stay attached forever.
+//!
+//! Closing (RFC 6455 §5.5.1, §7.4): a client's Close is echoed with its
+//! status code, then the TCP connection is closed; a frame that breaks the
+//! framing rules is answered with a Close 1002 (see [`close_code_for`]).
 
 use std::sync::Arc;
 
@@ -18,9 +22,10 @@ use futures::{SinkExt, StreamExt};
 use tether_actors::metrics::Transport;
 use tether_actors::outbox::CLOSE_GOING_AWAY;
 use tether_actors::{Identity, Outbound, OutboxReceiver, PeerMsg};
-use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 use tokio::time::{Duration, Instant};
 use tracing::{debug, warn};
+use tungstenite::error::{Error as WsError, ProtocolError};
 
 use crate::server::AppState;
 
@@ -48,7 +53,11 @@ pub async fn serve_socket(
     };
     let (sink, mut stream) = socket.split();
     let (ping_tx, ping_rx) = mpsc::channel(1);
-    let mut writer = tokio::spawn(write_loop(sink, rx, ping_rx));
+    let (closed_tx, closed_rx) = oneshot::channel();
+    let mut closed_tx = Some(closed_tx);
+    let mut writer = tokio::spawn(write_loop(sink, rx, ping_rx, closed_rx));
+    // The peer actor logs its `peer_id` in this actor's span: the id links them.
+    let peer_actor = peer.get_id();
     let heartbeat = Duration::from_secs(app.ctx.config.heartbeat_s.max(1));
     let idle_timeout = app.ctx.config.idle_timeout;
     let mut last_inbound = Instant::now();
@@ -65,7 +74,7 @@ pub async fn serve_socket(
                 let msg = match msg {
                     Ok(m) => m,
                     Err(e) => {
-                        debug!(error = %e, "websocket read ended");
+                        debug!(%peer_actor, error = %e, "websocket read ended");
                         if let Some((code, reason)) = close_code_for(&e) {
                             // The peer queues the close behind what it already
                             // sent; wait for the writer before stopping it.
@@ -83,7 +92,17 @@ pub async fn serve_socket(
                     }
                     Message::Binary(b) if b.len() > max => PeerMsg::TooLarge { len: b.len() },
                     Message::Binary(_) => PeerMsg::Binary,
-                    Message::Close(_) => break,
+                    Message::Close(frame) => {
+                        debug!(%peer_actor, code = frame.as_ref().map(|f| f.code), "the client closed");
+                        // tungstenite queued the echo of this Close when it
+                        // read it; the writer flushes it (nothing else can
+                        // be sent after it) and the socket is then dropped.
+                        if let Some(tx) = closed_tx.take() {
+                            let _ = tx.send(());
+                        }
+                        let _ = tokio::time::timeout(Duration::from_secs(2), &mut writer).await;
+                        break;
+                    }
                     Message::Ping(_) | Message::Pong(_) => continue,
                 };
                 if peer.cast(inbound).is_err() {
@@ -116,30 +135,47 @@ pub async fn serve_socket(
     }
     peer.stop(None);
     // A JoinHandle must not be polled again once it returned its output.
-    if !writer.is_finished() {
-        let _ = tokio::time::timeout(Duration::from_secs(1), writer).await;
+    if !writer.is_finished()
+        && tokio::time::timeout(Duration::from_secs(1), &mut writer)
+            .await
+            .is_err()
+    {
+        // A client that does not read would keep the writer (and the
+        // socket, and the frames it holds) forever.
+        writer.abort();
     }
 }
 
-/// A frame over 4× the limit, or invalid UTF-8, ends the connection with
-/// the matching close code (1009, 1007). axum hides tungstenite's error
-/// type, so its message is what we can match on.
+/// The close code for a read error, or `None` when the connection is gone
+/// and nothing can be sent: a frame over 4× the limit is 1009, a text
+/// frame that is not UTF-8 1007, and any other breach of RFC 6455's framing
+/// (an unmasked client frame, RSV bits without an extension, a reserved
+/// opcode, a control frame over 125 bytes or fragmented, a continuation
+/// of nothing, a bad Close payload) 1002. axum wraps tungstenite's error;
+/// its source is that error.
 fn close_code_for(e: &axum::Error) -> Option<(u16, &'static str)> {
-    let text = e.to_string();
-    if text.contains("Space limit exceeded") {
-        Some((1009, "frame too large"))
-    } else if text.contains("UTF-8") {
-        Some((1007, "invalid UTF-8"))
-    } else {
-        None
+    let inner = std::error::Error::source(e)?.downcast_ref::<WsError>()?;
+    match inner {
+        WsError::Capacity(_) => Some((1009, "frame too large")),
+        WsError::Utf8(_) => Some((1007, "invalid UTF-8")),
+        // The TCP connection ended without a Close: nobody to tell.
+        WsError::Protocol(ProtocolError::ResetWithoutClosingHandshake) => None,
+        WsError::Protocol(_) => Some((1002, "protocol error")),
+        _ => None,
     }
 }
 
+/// Drains the outbox into the socket until a close is written, the client
+/// closes, or the socket fails. Every way out ends with `sink.close()`: it
+/// sends the echo tungstenite queued for a client's Close (a `Close`
+/// message sent after that one is refused) and otherwise flushes ours.
 async fn write_loop(
     mut sink: futures::stream::SplitSink<WebSocket, Message>,
     mut rx: OutboxReceiver,
     mut pings: mpsc::Receiver<()>,
+    mut client_closed: oneshot::Receiver<()>,
 ) {
+    let mut closed_gone = false;
     loop {
         let item = tokio::select! {
             item = rx.recv() => item,
@@ -147,6 +183,14 @@ async fn write_loop(
                 if sink.send(Message::Ping(bytes::Bytes::new())).await.is_err() {
                     break;
                 }
+                continue;
+            }
+            closed = &mut client_closed, if !closed_gone => {
+                if closed.is_ok() {
+                    // What is still queued cannot follow the client's Close.
+                    break;
+                }
+                closed_gone = true;
                 continue;
             }
         };
@@ -158,12 +202,13 @@ async fn write_loop(
                     break;
                 }
                 // Write whatever else is ready, then flush once.
+                let mut failed = false;
                 while let Some(next) = rx.try_recv() {
                     match next {
                         Outbound::Frame(bytes) => {
                             if feed(&mut sink, bytes).await.is_err() {
-                                rx.close();
-                                return;
+                                failed = true;
+                                break;
                             }
                         }
                         Outbound::Close { code, reason } => {
@@ -172,7 +217,7 @@ async fn write_loop(
                         }
                     }
                 }
-                if sink.flush().await.is_err() {
+                if failed || sink.flush().await.is_err() {
                     break;
                 }
             }
@@ -189,6 +234,7 @@ async fn write_loop(
         }
     }
     rx.close();
+    let _ = sink.close().await;
 }
 
 async fn feed(

@@ -31,9 +31,16 @@ struct Stalled {
 
 impl Stalled {
     async fn connect(addr: &str) -> Stalled {
+        Stalled::connect_with(addr, Some(4096)).await
+    }
+
+    /// With the kernel's receive buffer (`None`) or one of `rcvbuf` bytes.
+    async fn connect_with(addr: &str, rcvbuf: Option<u32>) -> Stalled {
         let addr: SocketAddr = addr.parse().expect("gateway address");
         let socket = TcpSocket::new_v4().expect("socket");
-        socket.set_recv_buffer_size(4096).expect("SO_RCVBUF");
+        if let Some(size) = rcvbuf {
+            socket.set_recv_buffer_size(size).expect("SO_RCVBUF");
+        }
         let stream = socket.connect(addr).await.expect("tcp connect");
         let (ws, _) = tokio_tungstenite::client_async(format!("ws://{addr}/ws"), stream)
             .await
@@ -194,4 +201,235 @@ async fn a_stalled_peer_is_closed_and_resumes_without_loss_while_the_other_gets_
     let mut held = seen;
     held.extend(durable_seqs(replayed));
     assert_eq!(held, (1..=latest).collect::<Vec<_>>());
+}
+
+// ---------------------------------------------------------------------------
+// One large frame never makes a peer slow (PROTOCOL 1.8): the outbox bound
+// (4 MiB by default) is on what waits behind the frame being written.
+
+/// The events of the next turn as one peer sees them, through its
+/// `message.complete`; panics if the peer is closed.
+async fn next_turn(mut c: Client) -> (Client, Vec<Value>) {
+    let mut events = Vec::new();
+    loop {
+        let e = c.next_event().await;
+        let done = e["type"] == "message.complete";
+        events.push(e);
+        if done {
+            return (c, events);
+        }
+    }
+}
+
+/// Three peers on a new session, each read on its own task while one of
+/// them submits `prompt`: every peer's events of that turn.
+async fn three_fast_peers(gw: &Gateway, prompt: &str) -> Vec<Vec<Value>> {
+    let mut a = gw.client().await;
+    let r = a.ok("session.create", json!({"title": "big"})).await;
+    let sid = r["session"]["session_id"].as_str().unwrap().to_string();
+    assert_eq!(a.next_event().await["type"], "session.created");
+    let mut readers = Vec::new();
+    for _ in 0..2 {
+        let mut c = gw.client().await;
+        c.ok(
+            "session.resume",
+            json!({"session_id": sid, "last_seen": 1, "omit_messages": true}),
+        )
+        .await;
+        readers.push(tokio::spawn(next_turn(c)));
+    }
+    let turn_id = common::submit(&mut a, &sid, prompt).await;
+    readers.push(tokio::spawn(next_turn(a)));
+    let mut all = Vec::new();
+    for r in readers {
+        let (mut c, events) = r.await.expect("a peer was closed or timed out");
+        assert!(events.iter().all(|e| e["turn_id"] == turn_id));
+        // Still open and served.
+        c.ok("gateway.ping", json!({})).await;
+        all.push(events);
+    }
+    all
+}
+
+/// The durable events of a turn, by type, in order.
+fn durable_types(events: &[Value]) -> Vec<&str> {
+    events
+        .iter()
+        .filter(|e| e["seq"].is_u64())
+        .map(|e| e["type"].as_str().expect("type"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_reply_larger_than_the_outbox_reaches_every_fast_peer_live() {
+    const BIG: usize = 4_300_000;
+    let dir = tempdir();
+    let gw = Gateway::start(dir.path(), &[]);
+    for events in three_fast_peers(&gw, &format!("/big {BIG}")).await {
+        let seqs = durable_seqs(&events);
+        assert_eq!(
+            seqs,
+            (seqs[0]..seqs[0] + seqs.len() as u64).collect::<Vec<_>>()
+        );
+        let done = events.last().expect("events");
+        assert_eq!(
+            done["payload"]["status"], "complete",
+            "{}",
+            done["payload"]["status"]
+        );
+        assert_eq!(done["payload"]["text"].as_str().map(str::len), Some(BIG));
+    }
+    let mut c = gw.client().await;
+    let stats = c.ok("session.events.stats", json!({})).await;
+    assert_eq!(stats["outbox"]["slow_consumer_closes"], 0, "{stats}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tool_events_of_10_mb_reach_every_fast_peer_live() {
+    // The prompt itself is 10 MB: raise the client frame limit for it.
+    let dir = tempdir();
+    let gw = Gateway::start(dir.path(), &["--max-frame-bytes", "16000000"]);
+    let blob = "y".repeat(10_000_000);
+    let prompt = format!("/tool upload {}\ndone", json!({ "blob": blob }));
+    for events in three_fast_peers(&gw, &prompt).await {
+        assert_eq!(
+            durable_types(&events),
+            [
+                "message.user",
+                "message.start",
+                "tool.start",
+                "tool.complete",
+                "message.complete"
+            ],
+            "every durable event of the turn, live"
+        );
+        let user = &events[0];
+        assert_eq!(
+            user["payload"]["text"].as_str().map(str::len),
+            Some(prompt.len())
+        );
+        for e in events
+            .iter()
+            .filter(|e| e["type"].as_str().is_some_and(|t| t.starts_with("tool.")))
+        {
+            let blob_of = |v: &Value| v["blob"].as_str().map(str::len);
+            let p = &e["payload"];
+            let len = blob_of(&p["args"]).or_else(|| blob_of(&p["result"]));
+            assert_eq!(len, Some(10_000_000), "{}", e["type"]);
+        }
+        let done = events.last().expect("events");
+        assert_eq!(done["payload"]["text"], "done");
+    }
+    let mut c = gw.client().await;
+    let stats = c.ok("session.events.stats", json!({})).await;
+    assert_eq!(stats["outbox"]["slow_consumer_closes"], 0, "{stats}");
+}
+
+// ---------------------------------------------------------------------------
+// Replies count against the outbox bound (PROTOCOL 1.8, 1.10).
+
+/// Resident and peak resident memory of a process, in bytes.
+fn rss_of(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
+    let kb = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("{key} in {status}"))
+            * 1024
+    };
+    (kb("VmRSS:"), kb("VmHWM:"))
+}
+
+/// Far above what a bounded outbox takes (a few replies of ~14 MB), far
+/// below what holding 150 of them does (2 GB).
+const RSS_LIMIT: u64 = 1 << 30;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_asks_for_large_replies_and_never_reads_is_closed_and_memory_stays_bounded() {
+    const TURNS: usize = 7;
+    const TURN_TEXT: usize = 2_000_000;
+    let dir = tempdir();
+    let gw = Gateway::start(dir.path(), &[]);
+    let pid = gw.pid().expect("pid");
+
+    // A history of ~14 MB (7 completes of 2 MB; under the 16 MiB frame
+    // limit of the test client).
+    let mut b = gw.client().await;
+    let r = b.ok("session.create", json!({"title": "history"})).await;
+    let sid = r["session"]["session_id"].as_str().unwrap().to_string();
+    for _ in 0..TURNS {
+        let turn = common::submit(&mut b, &sid, &format!("/big {TURN_TEXT}")).await;
+        common::turn_events(&mut b, &turn).await;
+    }
+
+    // One reply larger than the bound still reaches a peer that reads, and
+    // live frames follow it.
+    let mut c = gw.client().await;
+    let r = c
+        .ok(
+            "session.resume",
+            json!({"session_id": sid, "last_seen": 0, "omit_messages": true}),
+        )
+        .await;
+    let replayed = r["events"].as_array().expect("events");
+    let latest = r["latest_seq"].as_u64().expect("latest_seq");
+    assert_eq!(durable_seqs(replayed), (1..=latest).collect::<Vec<_>>());
+    let turn = common::submit(&mut b, &sid, "after the replay").await;
+    let live = common::turn_events(&mut c, &turn).await;
+    assert_eq!(common::complete(&live)["text"], "after the replay");
+    common::turn_events(&mut b, &turn).await;
+
+    // A asks for the whole history 150 times and never reads. (An
+    // autotuned socket takes a few MB: less than one reply.)
+    let mut a = Stalled::connect_with(&gw.addr, None).await;
+    for id in 0..150 {
+        a.send(
+            json!({"jsonrpc":"2.0","id":id,"method":"session.events.since",
+            "params":{"session_id": sid, "last_seen": 0, "limit": 10000}}),
+        )
+        .await;
+    }
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let (rss, _) = rss_of(pid);
+        assert!(
+            rss < RSS_LIMIT,
+            "the gateway holds {rss} bytes for a peer that does not read"
+        );
+        let stats = b.ok("session.events.stats", json!({})).await;
+        if stats["outbox"]["slow_consumer_closes"].as_u64() >= Some(1) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the peer that never reads was never closed: {stats}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+
+    // The rest of its requests are not answered into memory either.
+    b.ok("gateway.ping", json!({})).await;
+    let (_, peak) = rss_of(pid);
+    assert!(peak < RSS_LIMIT, "the gateway's peak RSS was {peak} bytes");
+
+    // A reads at last: some replies, then the close.
+    let code = loop {
+        match a.next().await {
+            Ok(f) => assert!(f["result"]["events"].is_array(), "{f}"),
+            Err(code) => break code,
+        }
+    };
+    assert_eq!(code, 1013);
+    let (_, peak) = rss_of(pid);
+    eprintln!("peak RSS of the gateway: {} MiB", peak >> 20);
+    assert!(peak < RSS_LIMIT, "the gateway's peak RSS was {peak} bytes");
+
+    // The others are unaffected.
+    let turn = common::submit(&mut b, &sid, "still here").await;
+    assert_eq!(
+        common::complete(&common::turn_events(&mut b, &turn).await)["text"],
+        "still here"
+    );
 }

@@ -28,7 +28,7 @@ use tether_protocol::{
 use tracing::debug;
 
 use crate::ctx::Ctx;
-use crate::outbox::{FrameClass, Outbox};
+use crate::outbox::{FrameClass, Outbox, Pushed};
 use crate::rate::{RateLimiter, Verdict};
 use crate::registry::RegistryMsg;
 use crate::session::{PeerLink, SessionMsg};
@@ -117,6 +117,12 @@ impl Actor for Peer {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
+            // A closed outbox (slow consumer, rate limit, a transport
+            // close) takes no answer: executing what the client still
+            // sends would only build replies to throw away.
+            PeerMsg::Text { .. } if state.outbox.is_closed() => {
+                debug!(peer_id = %state.peer_id, "frame after the close; ignored");
+            }
             PeerMsg::Text { text, permit } => {
                 state.on_text(&text).await;
                 drop(permit);
@@ -220,8 +226,13 @@ impl PeerState {
         self.push_reply(encode_event_frame(&params));
     }
 
+    /// Queues an answer. Replies count against the outbox bound: one over
+    /// it closes the peer as a slow consumer (PROTOCOL 1.8).
     fn push_reply(&self, text: String) {
-        self.outbox.push(Bytes::from(text), FrameClass::Reply);
+        let len = text.len();
+        if self.outbox.push(Bytes::from(text), FrameClass::Reply) == Pushed::Closed {
+            debug!(peer_id = %self.peer_id, len, "reply not queued: the peer is closed");
+        }
     }
 
     fn reply_error(&self, err: &RpcError) {

@@ -35,6 +35,11 @@ impl Gateway {
         }
     }
 
+    /// The gateway process's pid (while it runs).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     pub fn url(&self) -> String {
         format!("ws://{}/ws", self.addr)
     }
