@@ -72,11 +72,6 @@ impl Gateway {
         panic!("gateway did not exit within 10 s of SIGTERM");
     }
 
-    /// The gateway's process id, while it runs.
-    pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(|c| c.id())
-    }
-
     /// Sends a signal (`HUP`, `TERM`, ...) to the gateway process.
     pub fn signal(&self, name: &str) {
         if let Some(c) = &self.child {
