@@ -518,23 +518,29 @@ impl SessionState {
         }
         let dropped: Vec<QueuedTurn> = self.turns.queue.drain(..).collect();
         for q in dropped {
-            let dequeued = Some(reasons::DEQUEUED);
-            self.ctx
-                .metrics
-                .turn_ended(CompleteStatus::Interrupted, dequeued, None);
-            self.emit_durable(
-                EventType::MessageComplete,
-                &MessageCompletePayload {
-                    text: String::new(),
-                    status: CompleteStatus::Interrupted,
-                    failure_reason: Some(reasons::DEQUEUED.into()),
-                    recoverable: None,
-                    usage: None,
-                },
-                Some(q.tag),
-            );
+            self.complete_dequeued(q.tag);
         }
         self.turns.marker_dirty = true;
+    }
+
+    /// The one `message.complete` of a queued prompt that never ran
+    /// (an interrupt, a drain, or a restart that found it in the marker).
+    pub(super) fn complete_dequeued(&mut self, tag: TurnTag) {
+        let dequeued = Some(reasons::DEQUEUED);
+        self.ctx
+            .metrics
+            .turn_ended(CompleteStatus::Interrupted, dequeued, None);
+        self.emit_durable(
+            EventType::MessageComplete,
+            &MessageCompletePayload {
+                text: String::new(),
+                status: CompleteStatus::Interrupted,
+                failure_reason: Some(reasons::DEQUEUED.into()),
+                recoverable: None,
+                usage: None,
+            },
+            Some(tag),
+        );
     }
 
     /// A drain (SIGTERM/SIGINT): the running turn ends `interrupted` /
