@@ -79,7 +79,7 @@ pub(super) fn since(
     params: SinceParams,
     reply: RpcReplyPort<Result<SinceResult, RpcError>>,
 ) {
-    let h = state.committed_seq;
+    let h = state.commit.committed_seq();
     let after = params.last_seen;
     if state.ring.coverage(after, h) == Coverage::Full {
         let entries = state.ring.range(after, h, params.limit as usize);

@@ -140,7 +140,8 @@ impl SessionState {
         self.turns.marker_dirty = true;
         info!(session_id = %self.id, turn_id = %tag.turn_id, trace_id = %tag.trace_id, status = status.as_str(), "turn accepted");
         // Answered once `message.user` is on disk (or with 5070/5071 if not).
-        self.waiters.push((
+        self.wait_for(
+            myself,
             user_seq,
             Waiter::Submit {
                 reply,
@@ -150,7 +151,7 @@ impl SessionState {
                     trace_id: tag.trace_id,
                 },
             },
-        ));
+        );
     }
 
     fn check_submit(&self) -> Result<(), RpcError> {

@@ -191,11 +191,7 @@ impl SessionState {
         } else {
             self.dequeue_all();
         }
-        if self.pending.is_empty() && self.unsent.is_empty() {
-            let _ = reply.send(());
-        } else {
-            self.flush_waiters.push(reply);
-        }
+        self.when_settled(myself, reply);
     }
 
     /// The turn deadline passed: give up on the host and end the turn.
