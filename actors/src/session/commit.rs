@@ -30,6 +30,8 @@ use tether_store::EventRow;
 use crate::store_writer::Barrier;
 
 #[cfg(test)]
+mod props;
+#[cfg(test)]
 mod tests;
 
 /// A frame that may go out to the peers now.
@@ -83,7 +85,7 @@ pub(crate) struct Dropped<D, W> {
 #[must_use]
 pub(crate) enum Rebase<D, T, W> {
     /// Nothing of ours is at the old writer any more (it answered before
-    /// it died, or the append in flight went to the new writer).
+    /// it died): only the new generation is taken.
     Unneeded,
     /// The barrier failed: what the old writer committed is unknown, so
     /// nothing may be dropped or renumbered. Report `WriterRestarted`
@@ -201,9 +203,12 @@ impl<D, T, W> CommitPipeline<D, T, W> {
         self.is_settled() && self.in_flight_to.is_none() && !self.rebasing
     }
 
-    /// Whether [`Self::take_append`] would give an append now.
+    /// Whether [`Self::take_append`] would give an append now: rows are
+    /// waiting, none is in flight, and no barrier is out. (An append sent
+    /// while a barrier is out could be committed after the barrier looked,
+    /// and the barrier's answer would then have it sent again.)
     pub(crate) fn has_append(&self) -> bool {
-        !self.unsent.is_empty() && self.in_flight_to.is_none()
+        !self.unsent.is_empty() && self.in_flight_to.is_none() && !self.rebasing
     }
 
     /// The durable events waiting for their commit, in seq order.
@@ -271,7 +276,7 @@ impl<D, T, W> CommitPipeline<D, T, W> {
     }
 
     /// The rows to send to writer `to` as one append, unless there are
-    /// none or an append is in flight already.
+    /// none, an append is in flight already, or a barrier is out.
     pub(crate) fn take_append(&mut self, to: ActorId) -> Option<Append> {
         if !self.has_append() {
             return None;
@@ -385,7 +390,9 @@ impl<D, T, W> CommitPipeline<D, T, W> {
 
     /// The writer was restarted; `current` is the new one. If an append of
     /// ours was at the old one, its fate is unknown: returns whether to ask
-    /// the new writer for a barrier (nothing is sent until it answers).
+    /// the new writer for a barrier. Nothing is sent until it answers, even
+    /// if the old writer's answer arrives meanwhile, so the barrier's
+    /// answer is about that one append only.
     pub(crate) fn writer_restarted(&mut self, current: Option<ActorId>) -> bool {
         if !self.in_flight_at_old_writer(current) || self.rebasing {
             return false;
@@ -406,6 +413,11 @@ impl<D, T, W> CommitPipeline<D, T, W> {
     ) -> Rebase<D, T, W> {
         self.rebasing = false;
         if !self.in_flight_at_old_writer(current) {
+            // The writer that answered rejects appends of an older
+            // generation from now on, in flight or not.
+            if let (Ok(b), None) = (&barrier, self.in_flight_to) {
+                self.append_gen = b.gen;
+            }
             return Rebase::Unneeded;
         }
         let barrier = match barrier {

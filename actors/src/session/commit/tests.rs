@@ -245,19 +245,27 @@ fn a_failed_barrier_is_asked_again_and_an_answer_meanwhile_makes_it_unneeded() {
     durable(&mut p, "a");
     let _ = p.take_append(OLD);
     assert!(p.writer_restarted(Some(NEW)));
-    let rebase = p.rebased(Some(NEW), Err(5071), same);
-    assert!(matches!(rebase, Rebase::Retry { code: 5071 }));
+    let rebase = p.rebased(Some(NEW), Err(5072), same);
+    assert!(matches!(rebase, Rebase::Retry { code: 5072 }));
     assert!(!p.has_append(), "still unknown");
     assert!(p.writer_restarted(Some(NEW)), "asked again");
-    // The old writer's answer arrives before the barrier's.
+    // The old writer's answer arrives before the barrier's: what is
+    // emitted meanwhile still waits for the barrier.
     assert_eq!(names(&p.committed(7, 1).frames), ["1:a"]);
+    durable(&mut p, "b");
+    assert_eq!(p.take_append(NEW), None, "a barrier is out");
     let barrier = Barrier {
         latest_seq: 1,
         gen: 1,
     };
     let rebase = p.rebased(Some(NEW), Ok(barrier), same);
     assert!(matches!(rebase, Rebase::Unneeded));
-    assert!(p.is_quiet());
+    let append = p.take_append(NEW).expect("sent once the barrier answered");
+    assert_eq!(
+        (append.append_gen, seqs(&append.rows)),
+        (1, vec![2]),
+        "under the generation the barrier handed out"
+    );
 }
 
 #[test]
