@@ -24,6 +24,7 @@ mod peers;
 mod pipeline;
 mod reap;
 pub(crate) mod replay;
+mod row;
 mod turns;
 
 use std::collections::HashMap;
@@ -189,6 +190,8 @@ pub struct SessionState {
     retained_from_seq: u64,
     /// Seqs, pending frames, the append in flight, its waiters.
     commit: Commit,
+    /// The session row as the appends sent so far left it.
+    row_written: row::Written,
     ring: Ring,
     peers: HashMap<PeerId, PeerSlot>,
     /// Whether any peer was ever attached (a `close_on_disconnect` session
@@ -252,6 +255,7 @@ impl Actor for Session {
             updated_at_ms: row.updated_at_ms,
             retained_from_seq: row.retained_from_seq,
             commit: Commit::new(barrier, row.message_count),
+            row_written: row::Written::default(),
             ring,
             peers: HashMap::new(),
             ever_attached: false,

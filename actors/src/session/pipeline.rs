@@ -11,7 +11,7 @@ use ractor::{ActorRef, RpcReplyPort};
 use serde::Serialize;
 use serde_json::value::RawValue;
 use tether_protocol::{now_ms, EventType, Message, RpcError, SessionStatus, SubmitResult};
-use tether_store::{EventRow, SessionPatch};
+use tether_store::EventRow;
 use tracing::{debug, info, warn};
 
 use super::commit::{CommitPipeline, Frame, Rebase, Released};
@@ -156,14 +156,7 @@ impl SessionState {
             return;
         };
         let turn_marker = self.turns.marker_dirty.then(|| self.turns.marker());
-        let patch = SessionPatch {
-            status: Some(self.status),
-            message_count: Some(self.commit.message_count()),
-            history_version: Some(self.history_version),
-            turn_marker,
-            updated_at_ms: Some(self.updated_at_ms),
-            ..SessionPatch::default()
-        };
+        let patch = self.row_patch(turn_marker);
         let sent = writer.cast(StoreWriterMsg::Append {
             session_id: self.id.clone(),
             gen: append.append_gen,
@@ -176,10 +169,12 @@ impl SessionState {
             Err(ractor::MessagingErr::SendErr(StoreWriterMsg::Append { events, .. })) => {
                 debug!(session_id = %self.id, "store writer gone; append held");
                 self.commit.append_not_sent(events);
+                self.row_written.forget();
             }
             Err(_) => {
                 // Not reachable for a local actor; rebuild the rows regardless.
                 self.commit.append_lost(row_of);
+                self.row_written.forget();
             }
         }
     }
@@ -205,6 +200,7 @@ impl SessionState {
         let Some(dropped) = self.commit.append_failed(gen, from_seq) else {
             return;
         };
+        self.row_written.forget();
         self.owe_completions(myself, &dropped.events);
         warn!(session_id = %self.id, from_seq, code, "durable events not written; rewinding");
         for waiter in dropped.failed {
@@ -349,6 +345,7 @@ impl SessionState {
             Rebase::Rebased { released, resent } => {
                 self.release(myself, released);
                 info!(session_id = %self.id, latest_seq, resent, "rebased after a writer restart");
+                self.row_written.forget();
                 self.turns.marker_dirty = true;
             }
         }
