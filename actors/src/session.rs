@@ -398,8 +398,14 @@ impl SessionState {
         self.gauges.set_running(self.turns.running.is_some());
     }
 
+    /// Every change of `status` goes through here. It reaches the store
+    /// with the next append (see `row.rs`), or, for `Parked`, with the
+    /// park's own patch.
     fn set_status(&mut self, status: SessionStatus) {
-        self.status = status;
+        if self.status != status {
+            debug!(session_id = %self.id, from = self.status.as_str(), to = status.as_str(), "session status");
+            self.status = status;
+        }
     }
 
     /// The running turn's stats entry, if a turn runs.

@@ -43,7 +43,7 @@ impl SessionState {
             }
             return;
         }
-        self.status = SessionStatus::Closed;
+        self.set_status(SessionStatus::Closed);
         let rec = EventRecord::new(
             EventType::SessionClosed,
             &SessionClosedPayload {

@@ -274,7 +274,7 @@ impl SessionState {
         let err = RpcError::new(code, storage_message(code));
         match waiter {
             Waiter::Close(reply) => {
-                self.status = SessionStatus::Idle;
+                self.set_status(SessionStatus::Idle);
                 if let Some(reply) = reply {
                     let _ = reply.send(Err(err));
                 }

@@ -108,7 +108,7 @@ impl SessionState {
         };
         // Everything is committed; only the status is left to write. The
         // writer is FIFO, so the next load's barrier comes after this patch.
-        self.status = SessionStatus::Parked;
+        self.set_status(SessionStatus::Parked);
         let _ = writer.cast(StoreWriterMsg::Patch {
             session_id: self.id.clone(),
             patch: SessionPatch {
