@@ -36,12 +36,34 @@ impl From<SyncMode> for tether_store::Synchronous {
     }
 }
 
+/// `--listen`: a socket address, or `:PORT` for loopback. Listening on
+/// every interface must be asked for by name (`0.0.0.0:PORT`), and then
+/// needs tokens.
+fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    let full = match s.strip_prefix(':') {
+        Some(port) => format!("127.0.0.1:{port}"),
+        None => s.to_string(),
+    };
+    full.parse()
+        .map_err(|_| format!("{s:?} is not an address (HOST:PORT, or :PORT for 127.0.0.1)"))
+}
+
+/// `listen = ":0"` in the file means what `--listen :0` means.
+fn listen_in_file<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
+    let s = String::deserialize(d)?;
+    parse_listen(&s).map(Some).map_err(serde::de::Error::custom)
+}
+
+/// `--max-connections` when not configured.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 65_536;
+
 /// Flags of `tether serve`. Every one is also `TETHER_<NAME>` and a key of
 /// the config file (snake_case).
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
     /// Address to listen on (HTTP and WebSocket).
-    #[arg(long, env = "TETHER_LISTEN", default_value = "127.0.0.1:7878")]
+    /// `:PORT` is `127.0.0.1:PORT` (never every interface); `:0` picks a free port.
+    #[arg(long, env = "TETHER_LISTEN", default_value = "127.0.0.1:7878", value_parser = parse_listen)]
     pub listen: SocketAddr,
     /// Directory holding tether.db.
     #[arg(long, env = "TETHER_DATA_DIR", default_value = "./tether-data")]
@@ -145,7 +167,7 @@ pub struct ServeArgs {
     #[arg(long, env = "TETHER_MAX_PEERS_PER_SESSION", default_value_t = 64)]
     pub max_peers_per_session: usize,
     /// Most open client connections (WebSocket, SSE, HTTP); more get 503.
-    #[arg(long, env = "TETHER_MAX_CONNECTIONS", default_value_t = 65_536)]
+    #[arg(long, env = "TETHER_MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS)]
     pub max_connections: usize,
     /// A connection must send its request head (the WebSocket upgrade
     /// included) within this many seconds.
@@ -192,6 +214,7 @@ struct FileProfile {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FileConfig {
+    #[serde(default, deserialize_with = "listen_in_file")]
     listen: Option<SocketAddr>,
     data_dir: Option<PathBuf>,
     database_url: Option<String>,

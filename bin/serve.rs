@@ -11,7 +11,7 @@ use tether_actors::store_writer::WriterFactory;
 use tether_actors::supervisor::RestartPolicy;
 use tether_actors::{GatewayArgs, GatewayConfig, GatewayHandle, HostConfig};
 use tether_store::{open_sqlite, open_sqlite_writer, LockError, StoreConfig, StoreLock};
-use tracing::info;
+use tracing::{debug, info};
 
 use crate::config::ServeArgs;
 use crate::server::AppState;
@@ -124,7 +124,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     })
     .await
     .context("cannot start the gateway")?;
-    info!(epoch = %opened.epoch, db = %db_path.display(), "store open");
+    debug!(epoch = %opened.epoch, db = %db_path.display(), "store open");
     // Consistent before it serves: the turns the last stop cut short are
     // ended on disk before any client can read them (PROTOCOL 1.5).
     let lifecycle = gateway.ctx().lifecycle.clone();
@@ -142,7 +142,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             r = &mut serve => r?,
             _ = gateway.stopped() => return Ok(ExitCode::FAILURE),
             _ = shutdown_signal() => {
-                info!("draining");
+                debug!("draining");
                 gateway.end_turns(END_TURNS_DEADLINE).await;
                 // The peer writes what it holds, then stdout is done.
                 let _ = drain_tx.send(true);
@@ -172,7 +172,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let mut server = tokio::spawn(server);
     // The start-up line scripts and tests wait for; logs go to stderr.
     println!("tether listening on http://{addr}");
-    info!(%addr, "listening");
+    // The one line a quiet default shows while all is well (with the one
+    // at the stop); actor and session detail is at debug.
+    info!(%addr, epoch = %opened.epoch, db = %db_path.display(), hosts = args.hosts, "gateway started");
 
     let escalated = tokio::select! {
         _ = shutdown_signal() => false,
@@ -187,7 +189,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         let _ = shutdown_tx.send(true);
         return Ok(ExitCode::FAILURE);
     }
-    info!("draining");
+    debug!("draining");
     // The story first: running turns end and queued prompts come out
     // `dequeued`, on disk and in the peers' outboxes. Only then are the
     // sockets told to close: each writes what it holds, then 1001.
@@ -195,7 +197,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let _ = shutdown_tx.send(true);
     let _ = tokio::time::timeout(CLOSE_DEADLINE, server).await;
     gateway.shutdown(DRAIN_DEADLINE).await;
-    info!("stopped");
+    info!("gateway stopped");
     Ok(ExitCode::SUCCESS)
 }
 
