@@ -313,11 +313,12 @@ async fn a_host_that_never_says_hello_is_dead_and_then_prompts_get_5019() {
     // While the host is starting a prompt is accepted and waits for it.
     let t = submit(&mut c, &id, "waiting for hello").await;
     ping(&mut c).await;
-    // No hello within 10 s: dead, not restarted, so the turn finds no host.
+    // No hello within 10 s: dead, and with no restart left the slot rests
+    // (for the 300 s period), so the turn finds no host.
     let done = complete(&mut c, &t).await;
     assert_eq!(done["status"], "error", "{done}");
     assert_eq!(done["failure_reason"], "host_unavailable");
-    assert_eq!(host(&mut c).await["state"], "down");
+    assert_eq!(host(&mut c).await["state"], "resting");
     // Now nothing is coming: refused before anything is written.
     let before = stored(&mut c, &id).await.len();
     let e = c
