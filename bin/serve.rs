@@ -72,6 +72,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         late_ack_ttl: Duration::from_secs(args.late_ack_ttl_s),
         late_ack_cap: args.late_ack_cap,
         data_dir: Some(args.data_dir.clone()),
+        max_line_bytes: args.max_host_line_bytes,
         ..HostConfig::new(args.host_argv()?)
     };
     let config = GatewayConfig {
