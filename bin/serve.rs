@@ -130,6 +130,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         allowed_origins: Arc::new(args.allow_origin.clone()),
         client_buckets: Arc::new(crate::client_rate::ClientBuckets::new(args.rate_limit_rps)),
         tokens: Arc::new(crate::auth::Tokens::parse(&args.token)?),
+        store_dir: db_path.parent().map(std::path::Path::to_path_buf),
     };
     let limits = crate::listen::ListenLimits {
         max_connections: args.max_connections,
