@@ -121,12 +121,18 @@ pub struct ServeArgs {
     /// heartbeats make a host dead.
     #[arg(long, env = "TETHER_HOST_HEARTBEAT_S", default_value_t = 5)]
     pub host_heartbeat_s: u64,
-    /// Restarts allowed per host slot within the restart period.
+    /// Restarts allowed per host slot within the restart period (a rate:
+    /// past it the slot rests until the period has passed, then is retried).
     #[arg(long, env = "TETHER_HOST_RESTARTS", default_value_t = 3)]
     pub host_restarts: u32,
     /// The window of --host-restarts, in seconds.
     #[arg(long, env = "TETHER_HOST_RESTART_PERIOD_S", default_value_t = 300)]
     pub host_restart_period_s: u64,
+    /// Longest line a compute host may write, in bytes; a longer one is
+    /// refused and ends the turn it belongs to (client frames have their
+    /// own cap, --max-frame-bytes).
+    #[arg(long, env = "TETHER_MAX_HOST_LINE_BYTES", default_value_t = tether_actors::config::DEFAULT_MAX_HOST_LINE_BYTES)]
+    pub max_host_line_bytes: usize,
     /// Prompts that may wait behind a running turn.
     #[arg(long, env = "TETHER_MAX_QUEUED", default_value_t = 16)]
     pub max_queued: usize,
@@ -233,6 +239,7 @@ struct FileConfig {
     host_heartbeat_s: Option<u64>,
     host_restarts: Option<u32>,
     host_restart_period_s: Option<u64>,
+    max_host_line_bytes: Option<usize>,
     max_queued: Option<usize>,
     turn_deadline_s: Option<u64>,
     control_wait_s: Option<u64>,
@@ -294,6 +301,7 @@ impl ServeArgs {
                 host_heartbeat_s,
                 host_restarts,
                 host_restart_period_s,
+                max_host_line_bytes,
                 max_queued,
                 turn_deadline_s,
                 compress_ceiling_s,
@@ -339,6 +347,9 @@ impl ServeArgs {
         }
         if self.max_title_bytes == 0 || self.max_list_bytes == 0 {
             bail!("--max-title-bytes and --max-list-bytes must be at least 1");
+        }
+        if self.max_host_line_bytes < 1024 {
+            bail!("--max-host-line-bytes must be at least 1024");
         }
         if self.outbox_frames == 0 {
             bail!("--outbox-frames must be at least 1");
@@ -463,6 +474,23 @@ mod tests {
             Cli::command().get_matches_from(std::iter::once("tether").chain(args.iter().copied()));
         let cli = Cli::from_arg_matches(&matches).expect("valid flags");
         cli.serve.resolve(&matches).expect("valid config")
+    }
+
+    #[test]
+    fn the_host_line_cap_is_its_own_setting() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("tether.toml");
+        std::fs::write(&file, "max_host_line_bytes = 65536\n").expect("write");
+        let file = file.to_string_lossy().into_owned();
+        assert_eq!(parse(&[]).max_host_line_bytes, 16 << 20);
+        assert_eq!(parse(&["--config", &file]).max_host_line_bytes, 65536);
+        let flag = parse(&["--config", &file, "--max-host-line-bytes", "2048"]);
+        assert_eq!(flag.max_host_line_bytes, 2048);
+        // The client frame cap does not move it.
+        assert_eq!(
+            parse(&["--max-frame-bytes", "4096"]).max_host_line_bytes,
+            16 << 20
+        );
     }
 
     #[test]

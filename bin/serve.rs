@@ -86,6 +86,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         late_ack_ttl: Duration::from_secs(args.late_ack_ttl_s),
         late_ack_cap: args.late_ack_cap,
         data_dir: Some(args.data_dir.clone()),
+        max_line_bytes: args.max_host_line_bytes,
         ..HostConfig::new(args.host_argv()?)
     };
     let config = GatewayConfig {
@@ -163,6 +164,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         allowed_origins: Arc::new(args.allow_origin.clone()),
         client_buckets: Arc::new(crate::client_rate::ClientBuckets::new(args.rate_limit_rps)),
         tokens: Arc::new(crate::auth::Tokens::parse(&args.token)?),
+        store_dir: db_path.parent().map(std::path::Path::to_path_buf),
     };
     let limits = crate::listen::ListenLimits {
         max_connections: args.max_connections,

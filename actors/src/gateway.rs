@@ -309,7 +309,9 @@ impl GatewayState {
                 });
             }
             Decision::Ignore => {}
-            Decision::Escalate => {
+            // Core policies escalate; a rest would leave the gateway without
+            // a core actor, so it is treated alike.
+            Decision::Escalate | Decision::Rest { .. } => {
                 error!(child = ?child, "restart intensity exceeded; shutting the gateway down");
                 self.stopping = true;
                 myself.stop(Some(format!("{child:?} exceeded its restart intensity")));

@@ -107,10 +107,11 @@ impl ReplayKind {
 /// `failure_reason`s counted under their own label; an engine's own reason
 /// (passed through from its `turn.error`) is counted as `other`, so no
 /// host can grow the number of series.
-pub const FAILURE_REASONS: [&str; 7] = [
+pub const FAILURE_REASONS: [&str; 8] = [
     reasons::HOST_CRASH,
     reasons::HOST_TIMEOUT,
     reasons::HOST_UNAVAILABLE,
+    reasons::HOST_LINE_TOO_LONG,
     reasons::GATEWAY_RESTART,
     reasons::DEQUEUED,
     reasons::ENGINE_ERROR,
@@ -198,6 +199,11 @@ pub struct Metrics {
     pub turn_duration: Histogram,
     /// Compute-host processes restarted after they died.
     pub host_restarts: Counter,
+    /// Times a host slot exceeded its restart intensity and began to rest.
+    pub host_rests: Counter,
+    /// Host slots whose host said `hello` and takes work now (kept by the
+    /// HostSupervisor; `/readyz` needs one).
+    pub hosts_ready: Gauge,
     /// Late control answers handed to their late handler.
     pub late_acks_adopted: Counter,
     /// Late handlers whose TTL ran out before an answer came.
@@ -224,6 +230,8 @@ impl Default for Metrics {
             turns: TurnCounters::default(),
             turn_duration: Histogram::new(TURN_SECONDS),
             host_restarts: Counter::default(),
+            host_rests: Counter::default(),
+            hosts_ready: Gauge::default(),
             late_acks_adopted: Counter::default(),
             late_acks_expired: Counter::default(),
             late_acks_evicted: Counter::default(),

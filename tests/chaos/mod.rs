@@ -16,7 +16,7 @@ use std::time::Duration;
 use ractor::ActorRef;
 use serde_json::{json, Value};
 use tether_actors::store_writer::WriterFactory;
-use tether_actors::supervisor::{Backoff, RestartPolicy, Strategy};
+use tether_actors::supervisor::{AfterIntensity, Backoff, RestartPolicy, Strategy};
 use tether_actors::{GatewayArgs, GatewayConfig, GatewayHandle, HostConfig, PeerMsg};
 use tether_protocol::SessionId;
 use tether_store::{open_sqlite, open_sqlite_writer, StoreConfig, StoreRead};
@@ -81,6 +81,7 @@ fn lenient() -> RestartPolicy {
         intensity: 10_000,
         period: Duration::from_secs(60),
         backoff: Backoff::None,
+        after_intensity: AfterIntensity::Escalate,
     }
 }
 
