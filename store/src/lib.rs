@@ -3,8 +3,8 @@
 //! The store knows nothing of actors. It offers two halves:
 //!
 //! - [`StoreWrite`]: the one writer connection, owned by the StoreWriter actor, which
-//!   group-commits batches of [`WriteOp`]s: one transaction per batch, each op atomic and
-//!   independent of the others.
+//!   group-commits batches of [`WriteOp`]s: each op atomic and independent of the others, a batch
+//!   costing about one durable commit.
 //! - [`StoreRead`]: reads over a small pool, shared by every task that needs them.
 //!
 //! Beside them, [`HandoffStore`]: the handoff work queue, whose transitions are single-statement
