@@ -14,8 +14,6 @@
 //! that rewound its seq can never leave a gap behind.
 
 use std::collections::{HashMap, VecDeque};
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
@@ -25,12 +23,9 @@ use tracing::{debug, warn};
 
 use crate::session::SessionMsg;
 
-/// Opens a fresh write connection (at start and after a restart).
-pub type WriterFactory = Arc<
-    dyn Fn() -> Pin<Box<dyn Future<Output = Result<Box<dyn StoreWrite>, StoreError>> + Send>>
-        + Send
-        + Sync,
->;
+/// Opens the writer (at start and after a restart); the store crate owns the type, since only
+/// it knows how to open one.
+pub use tether_store::WriterFactory;
 
 /// What a session learns from a barrier: its committed `latest_seq` and the
 /// generation its appends must carry from now on.

@@ -122,6 +122,8 @@ pub trait StoreRead: Send + Sync {
 }
 
 /// An opened store: the one writer, the shared reader, the handoff queue, and the store's epoch.
+/// What [`open_sqlite`](crate::open_sqlite) returns; a gateway uses [`open`](crate::open), which
+/// hands the writer out through a [`WriterFactory`](crate::WriterFactory).
 pub struct Opened {
     /// The single writer; hand it to the StoreWriter actor.
     pub writer: Box<dyn StoreWrite>,
