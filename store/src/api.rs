@@ -96,8 +96,8 @@ pub trait StoreRead: Send + Sync {
     ) -> Result<Vec<EventRow>, StoreError>;
 
     /// The transcript events of the current history segment: the latest `session.compacted`
-    /// event (if any) and every later event whose type is one of `message.user`,
-    /// `message.system`, `message.complete`, `tool.complete`, `session.compacted`; ascending seq.
+    /// event (if any) and every later event whose type is a transcript type
+    /// ([`EventType::is_transcript`](tether_protocol::EventType::is_transcript)); ascending seq.
     async fn segment_events(&self, session_id: &SessionId) -> Result<Vec<EventRow>, StoreError>;
 
     /// The latest `todo.updated` event of a session, if any.
@@ -142,15 +142,3 @@ impl std::fmt::Debug for Opened {
             .finish_non_exhaustive()
     }
 }
-
-/// The event types that make up a transcript (DESIGN.md "Store").
-pub const TRANSCRIPT_KINDS: [&str; 5] = [
-    "message.user",
-    "message.system",
-    "message.complete",
-    "tool.complete",
-    "session.compacted",
-];
-
-/// The event type that starts a new history segment.
-pub const COMPACTED_KIND: &str = "session.compacted";

@@ -29,7 +29,7 @@ mod open;
 mod rules;
 mod sqlite;
 
-pub use api::{Opened, StoreRead, StoreWrite, COMPACTED_KIND, TRANSCRIPT_KINDS};
+pub use api::{Opened, StoreRead, StoreWrite};
 pub use config::{StoreConfig, Synchronous};
 pub use cursor::list_cursor_after;
 pub use error::StoreError;
