@@ -179,15 +179,14 @@ impl PeerState {
                 continue;
             };
             let mut rec = match kind {
-                EventType::MessageUser
-                | EventType::MessageSystem
-                | EventType::MessageComplete
-                | EventType::ToolComplete => EventRecord::from_row(row).ok_or_else(|| {
-                    RpcError::new(
-                        tether_protocol::codes::STORAGE_UNAVAILABLE,
-                        "a stored event is unreadable",
-                    )
-                })?,
+                k if k.is_transcript() && k != EventType::SessionCompacted => {
+                    EventRecord::from_row(row).ok_or_else(|| {
+                        RpcError::new(
+                            tether_protocol::codes::STORAGE_UNAVAILABLE,
+                            "a stored event is unreadable",
+                        )
+                    })?
+                }
                 EventType::SessionCompacted => {
                     let summary = serde_json::from_str::<serde_json::Value>(&row.payload)
                         .ok()
