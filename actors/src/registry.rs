@@ -366,7 +366,7 @@ impl RegistryState {
                 }
                 Ok(Some(row)) => Ok(Resolved::Stored(Box::new(row))),
                 Ok(None) => Ok(Resolved::NotFound),
-                Err(e) => Err(RpcError::new(e.code(), e.to_string())),
+                Err(e) => Err(e.into()),
             });
         });
     }
@@ -457,7 +457,7 @@ impl RegistryState {
     ) {
         let waiters = self.loading.remove(&key).unwrap_or_default();
         let answer = match result {
-            Err(e) => Err(RpcError::new(e.code(), e.to_string())),
+            Err(e) => Err(e.into()),
             Ok(None) => Ok(Resolved::NotFound),
             Ok(Some(loaded)) if loaded.row.status == SessionStatus::Closed => {
                 Ok(Resolved::Closed(Box::new(loaded.row)))

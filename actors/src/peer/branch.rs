@@ -65,8 +65,7 @@ impl PeerState {
                     .ctx
                     .reader
                     .get_session(&profile, &p.session_id)
-                    .await
-                    .map_err(store_err)?
+                    .await?
                     .ok_or_else(RpcError::session_not_found)?;
                 (row, info.latest_seq)
             }
@@ -90,12 +89,7 @@ impl PeerState {
         let title = match p.title {
             Some(t) => t,
             None => {
-                let taken = self
-                    .ctx
-                    .reader
-                    .branch_titles(&profile, &parent.id)
-                    .await
-                    .map_err(store_err)?;
+                let taken = self.ctx.reader.branch_titles(&profile, &parent.id).await?;
                 next_branch_title(&parent.title, &taken, max_title)
             }
         };
@@ -155,12 +149,7 @@ impl PeerState {
         let mut rows = Vec::new();
         let mut after = 0;
         while after < upto {
-            let page = self
-                .ctx
-                .reader
-                .events_since(session, after, PAGE)
-                .await
-                .map_err(store_err)?;
+            let page = self.ctx.reader.events_since(session, after, PAGE).await?;
             let Some(last) = page.last().map(|r| r.seq) else {
                 break;
             };
@@ -244,10 +233,6 @@ fn next_branch_title(parent: &str, taken: &[String], max: usize) -> String {
     let title = format!("{}{suffix}", crate::title::prefix_within(parent, room));
     // A bound shorter than the suffix itself: shorten the whole.
     crate::title::prefix_within(&title, max).to_owned()
-}
-
-fn store_err(e: tether_store::StoreError) -> RpcError {
-    RpcError::new(e.code(), e.to_string())
 }
 
 #[cfg(test)]

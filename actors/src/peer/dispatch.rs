@@ -326,7 +326,7 @@ impl PeerState {
                 tether_store::StoreError::Invalid(detail) => {
                     RpcError::invalid_params("cursor", detail)
                 }
-                e => RpcError::new(e.code(), e.to_string()),
+                e => e.into(),
             })?;
         let registry = self.ctx.registry()?;
         let ids = rows.iter().map(|r| r.id.clone()).collect();

@@ -18,7 +18,7 @@ use tether_protocol::{
     HandoffInfo, HandoffRequestParams, HandoffRequestResult, HandoffState, HandoffStateParams,
     HandoffStateResult, RpcError, SessionId, SessionStatus, StatusUpdatePayload,
 };
-use tether_store::{CompleteOutcome, FailOutcome, RequestOutcome, StoreError};
+use tether_store::{CompleteOutcome, FailOutcome, RequestOutcome};
 use tracing::warn;
 
 use super::dispatch::ask;
@@ -30,10 +30,6 @@ use crate::session::SessionMsg;
 /// The `status.update` kind that announces handoff transitions (PROTOCOL's list of kinds has
 /// none for them; docs/PROTOCOL.md Part 4).
 pub(crate) const HANDOFF_STATUS_KIND: &str = "handoff";
-
-fn store_err(e: StoreError) -> RpcError {
-    RpcError::new(e.code(), e.to_string())
-}
 
 /// 4090 for a handoff id the peer cannot see: unknown, or another profile's (the two are
 /// indistinguishable, as for sessions).
@@ -53,8 +49,7 @@ impl PeerState {
             .ctx
             .handoffs
             .request(&profile, &p.session_id, &p.target)
-            .await
-            .map_err(store_err)?
+            .await?
         {
             RequestOutcome::Requested(row) => row,
             RequestOutcome::InFlight(active) => {
@@ -91,12 +86,7 @@ impl PeerState {
         let Some(profile) = self.scope(p.profile.as_deref()) else {
             return Ok(to_raw(&HandoffClaimResult { handoff: None }));
         };
-        let claimed = self
-            .ctx
-            .handoffs
-            .claim(&profile, &p.target)
-            .await
-            .map_err(store_err)?;
+        let claimed = self.ctx.handoffs.claim(&profile, &p.target).await?;
         let handoff = match claimed {
             Some(row) => {
                 self.announce(&profile, &row.session_id, row.state).await;
@@ -119,13 +109,7 @@ impl PeerState {
         let Some(profile) = self.scope(p.profile.as_deref()) else {
             return Err(no_such_handoff(&p.handoff_id));
         };
-        match self
-            .ctx
-            .handoffs
-            .complete(&profile, &p.handoff_id)
-            .await
-            .map_err(store_err)?
-        {
+        match self.ctx.handoffs.complete(&profile, &p.handoff_id).await? {
             CompleteOutcome::Completed(row) => {
                 self.announce(&profile, &row.session_id, row.state).await;
                 Ok(to_raw(&HandoffCompleteResult { state: row.state }))
@@ -149,8 +133,7 @@ impl PeerState {
             .ctx
             .handoffs
             .fail(&profile, &p.handoff_id, &p.error, p.only_if_pending)
-            .await
-            .map_err(store_err)?
+            .await?
         {
             FailOutcome::Failed(row) => {
                 self.announce(&profile, &row.session_id, row.state).await;
@@ -178,12 +161,7 @@ impl PeerState {
         if matches!(found, Resolved::NotFound) {
             return Err(RpcError::session_not_found());
         }
-        let latest = self
-            .ctx
-            .handoffs
-            .latest(&profile, &p.session_id)
-            .await
-            .map_err(store_err)?;
+        let latest = self.ctx.handoffs.latest(&profile, &p.session_id).await?;
         Ok(to_raw(&HandoffStateResult {
             handoff: latest.map(|row| HandoffInfo {
                 handoff_id: row.id,

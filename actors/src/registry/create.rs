@@ -153,7 +153,7 @@ impl RegistryState {
                     });
                 }
                 Ok(ractor::rpc::CallResult::Success(Err(e))) => {
-                    let _ = reply.send(Err(RpcError::new(e.code(), e.to_string())));
+                    let _ = reply.send(Err(e.into()));
                 }
                 _ => {
                     let _ = reply.send(Err(storage_unavailable()));
