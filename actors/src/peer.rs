@@ -2,9 +2,11 @@
 //!
 //! The transport hands the peer raw text frames; the peer validates them
 //! into typed requests (protocol crate), sends each to the actor that owns
-//! it (the Registry for create/resume/list, the Session for session
-//! methods) and queues the answer in its own outbox, the same ordered queue
-//! that carries the session's live frames. A reply goes only to this peer.
+//! it (the Registry for create and list; the Session for session methods,
+//! by way of the Registry, which delivers them in order with parking: see
+//! `registry/route.rs`) and queues the answer in its own outbox, the same
+//! ordered queue that carries the session's live frames. A reply goes only
+//! to this peer.
 //!
 //! Requests of one peer are answered in order; a slow session method only
 //! delays this peer. When the transport ends, the peer stops and, in

@@ -22,11 +22,11 @@ use tether_protocol::{
 };
 use tether_store::{EventRow, NewSession};
 
-use super::dispatch::ask;
+use super::dispatch::{ask, Reached};
 use super::PeerState;
 use crate::event::EventRecord;
 use crate::registry::number_from_one;
-use crate::registry::{CreatedSession, RegistryMsg, Resolved};
+use crate::registry::{CreatedSession, RegistryMsg};
 use crate::session::SessionMsg;
 
 mod cut;
@@ -48,19 +48,23 @@ impl PeerState {
         if let Some(title) = &p.title {
             crate::title::check(title, max_title)?;
         }
-        let (profile, found) = self
-            .resolve(p.profile.as_deref(), &p.session_id, false)
+        let profile = self
+            .scope(p.profile.as_deref())
+            .ok_or_else(RpcError::session_not_found)?;
+        let found = self
+            .ask_session(
+                Some(&profile),
+                &p.session_id,
+                false,
+                self.timeout(),
+                |reply| SessionMsg::Info { reply },
+            )
             .await?;
         // The parent's committed head: a live session may hold events not
         // yet on disk, and a branch copies only what is.
         let (parent, latest) = match found {
-            Resolved::Live(live) => {
-                let info = ask(
-                    &live.actor,
-                    |reply| SessionMsg::Info { reply },
-                    self.ctx.config.call_timeout,
-                )
-                .await?;
+            Reached::Live { answer, .. } => {
+                let info = answer?;
                 let row = self
                     .ctx
                     .reader
@@ -69,11 +73,11 @@ impl PeerState {
                     .ok_or_else(RpcError::session_not_found)?;
                 (row, info.latest_seq)
             }
-            Resolved::Stored(row) | Resolved::Closed(row) => {
+            Reached::Stored(row) | Reached::Closed(row) => {
                 let latest = row.latest_seq;
                 (*row, latest)
             }
-            Resolved::NotFound => return Err(RpcError::session_not_found()),
+            Reached::NotFound => return Err(RpcError::session_not_found()),
         };
         let upto = match p.upto_seq {
             None => latest,

@@ -125,22 +125,20 @@ async fn recover_one(registry: &ActorRef<RegistryMsg>, key: SessionKey) -> bool 
     let session_id = key.1.clone();
     debug!(session_id = %session_id, profile = %key.0, "session had turns running at the last stop");
     let work = async {
-        let resolved = registry
+        let (tx, flushed) = tokio::sync::oneshot::channel();
+        let forwarded = registry
             .call(
-                |reply| RegistryMsg::Resolve {
+                |reply| RegistryMsg::Forward {
                     key,
                     load: true,
+                    msg: SessionMsg::Flush { reply: tx.into() },
                     reply,
                 },
                 None,
             )
             .await;
-        match resolved {
-            Ok(ractor::rpc::CallResult::Success(Ok(Resolved::Live(live)))) => live
-                .actor
-                .call(|reply| SessionMsg::Flush { reply }, None)
-                .await
-                .is_ok(),
+        match forwarded {
+            Ok(ractor::rpc::CallResult::Success(Ok(Resolved::Live(_)))) => flushed.await.is_ok(),
             // Closed or gone since: nothing of it is running.
             Ok(ractor::rpc::CallResult::Success(Ok(_))) => true,
             _ => false,
