@@ -342,9 +342,11 @@ impl Actor for Registry {
         _state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         // ractor would kill the children without their post_stop otherwise.
+        // Bounded: a session's post_stop only zeroes its gauges, so one that
+        // takes longer is stuck, and the registry's own stop must not be.
         myself
             .get_cell()
-            .stop_children_and_wait(Some("registry stopping".into()), None)
+            .stop_children_and_wait(Some("registry stopping".into()), Some(CHILDREN_STOP_WAIT))
             .await;
         Ok(())
     }
@@ -449,6 +451,9 @@ impl RegistryState {
         Ok(actor)
     }
 }
+
+/// How long the registry's stop waits for its sessions to stop.
+const CHILDREN_STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 fn storage_unavailable() -> RpcError {
     RpcError::new(

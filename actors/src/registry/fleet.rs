@@ -1,6 +1,7 @@
-//! What the registry asks of every live session: the stats of a profile,
-//! the drain's end of turns, the drain's flush. Each runs on a task, so the
-//! registry never waits on its sessions.
+//! What the registry asks of every live session at once: the stats of a
+//! profile, the drain's end of turns, the drain's flush. Each runs on a task
+//! with a bound per session, so the registry never waits on its sessions and
+//! a stuck session cannot hold the others' answer for ever.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -10,6 +11,10 @@ use tether_protocol::{RingStats, StatsResult};
 
 use super::RegistryState;
 use crate::session::SessionMsg;
+
+/// The longest the registry waits for one session's drain or flush: the
+/// whole SIGTERM drain may take 10 s, and its caller bounds it below that.
+const FLEET_WAIT: Duration = Duration::from_secs(10);
 
 impl RegistryState {
     /// Counts from the gauges; running turns and hosts are asked for on a
@@ -84,27 +89,33 @@ impl RegistryState {
         });
     }
 
+    /// The gateway drains: every live session ends its turns (`Drain`).
+    /// Answered once each has committed and fanned out those endings, or
+    /// has not within `FLEET_WAIT`; the caller bounds its own wait too.
     pub(super) fn drain_all(&self, reply: RpcReplyPort<()>) {
         let actors: Vec<_> = self.live.values().map(|l| l.actor.clone()).collect();
         tokio::spawn(async move {
             // At once, not one after another: each waits for its commit,
             // and the writer batches them together.
-            let drains = actors
-                .iter()
-                .map(|actor| actor.call(|port| SessionMsg::Drain { reply: port }, None));
+            let drains = actors.iter().map(|actor| {
+                actor.call(|port| SessionMsg::Drain { reply: port }, Some(FLEET_WAIT))
+            });
             futures::future::join_all(drains).await;
             let _ = reply.send(());
         });
     }
 
+    /// Answered once every live session has committed what it emitted (or
+    /// has not within `FLEET_WAIT`).
     pub(super) fn flush_all(&self, reply: RpcReplyPort<()>) {
         let actors: Vec<_> = self.live.values().map(|l| l.actor.clone()).collect();
         tokio::spawn(async move {
-            for actor in actors {
-                let _ = actor
-                    .call(|port| SessionMsg::Flush { reply: port }, None)
-                    .await;
-            }
+            // At once, as `drain_all`: one stuck session then costs the
+            // bound once, not once per session after it.
+            let flushes = actors.iter().map(|actor| {
+                actor.call(|port| SessionMsg::Flush { reply: port }, Some(FLEET_WAIT))
+            });
+            futures::future::join_all(flushes).await;
             let _ = reply.send(());
         });
     }

@@ -143,11 +143,12 @@ impl RegistryState {
         self.loading.insert(key.clone(), waiting);
         let reader = self.ctx.reader.clone();
         let writer = self.ctx.writer();
+        let wait = self.ctx.config.call_timeout;
         let myself = myself.clone();
         tokio::spawn(async move {
             // The barrier inside queues behind a parked session's last
             // patch at the writer, so the row read is current.
-            let result = load_session(reader.as_ref(), writer, &key).await;
+            let result = load_session(reader.as_ref(), writer, &key, wait).await;
             let _ = myself.cast(RegistryMsg::Loaded { key, result });
         });
     }
