@@ -97,7 +97,7 @@ impl SessionState {
                     let rows: Vec<_> = rows.into_iter().filter(|r| r.seq <= upto).collect();
                     messages_from_rows(&rows)
                 })
-                .map_err(|e| RpcError::new(e.code(), e.to_string()));
+                .map_err(RpcError::from);
             let _ = myself.cast(SessionMsg::TranscriptLoaded { result });
         });
     }
