@@ -152,10 +152,7 @@ impl SessionState {
         tokio::spawn(async move {
             let filled = async {
                 if with_messages {
-                    let rows = reader
-                        .segment_events(&id)
-                        .await
-                        .map_err(|e| RpcError::new(e.code(), e.to_string()))?;
+                    let rows = reader.segment_events(&id).await?;
                     let rows: Vec<_> = rows.into_iter().filter(|r| r.seq <= h).collect();
                     answer.result.messages = Some(messages_from_rows(&rows));
                 }

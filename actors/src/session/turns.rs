@@ -93,6 +93,9 @@ pub(crate) struct Turns {
     pub todos: Option<Todos>,
     /// The marker changed and must go out with the next append.
     pub marker_dirty: bool,
+    /// Host events dropped for a bad payload: logged sparingly, since a
+    /// host can send them faster than a log takes them.
+    pub bad_host_events: crate::sparse_log::SparseLog,
 }
 
 impl SessionState {
