@@ -31,7 +31,6 @@ use tokio::task::JoinSet;
 use tokio::time::{Instant, MissedTickBehavior};
 use tracing::Instrument;
 
-use crate::config::LogFormat;
 use command::CommandEngine;
 use echo::EchoEngine;
 use engine::{Cancel, Engine, TurnOutcome, TurnRequest, TurnSink};
@@ -80,6 +79,14 @@ pub struct HostArgs {
     /// Log format on stderr.
     #[arg(long, env = "TETHER_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,
+}
+
+/// `--log-format`. The binary sets the logger up before [`run`]; the host
+/// only carries the choice (the gateway passes its own on).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 /// `--engine`.
