@@ -8,6 +8,11 @@
 //! runs as its own task, so turns of different sessions run side by side and
 //! a slow compress holds nothing up; all of them write through one stdout
 //! writer (see [`io`]).
+//!
+//! It speaks only the host protocol of `tether-protocol`: nothing of the
+//! gateway's actors or store, so an engine can be read (or replaced) on its
+//! own.
+#![forbid(unsafe_code)]
 
 mod command;
 mod echo;
