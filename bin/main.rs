@@ -29,7 +29,9 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run the gateway. (Boxed: its many flags dwarf the other commands.)
+    /// Run the gateway.
+    // Boxed: its many flags dwarf the other commands. A `//` comment, not
+    // `///`: clap would print it in `tether serve --help`.
     Serve(Box<config::ServeArgs>),
     /// Measure the gateway's throughput in-process (see docs/BENCHMARKS.md).
     Bench(bench::BenchArgs),
