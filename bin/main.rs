@@ -88,7 +88,11 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            match runtime.block_on(host::run(args)) {
+            // anyhow for its `{:#}`: the error with its sources.
+            match runtime
+                .block_on(host::run(args))
+                .map_err(anyhow::Error::from)
+            {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!(error = format!("{e:#}"), "tether host stopped");
