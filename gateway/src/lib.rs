@@ -21,9 +21,9 @@ mod sse;
 mod stdio;
 mod ws;
 
-pub use auth::Tokens;
+pub use auth::{HexError, TokenError, Tokens};
 pub use client_rate::ClientBuckets;
 pub use listen::{bind, ListenLimits};
 pub use server::{serve, AppState};
-pub use stdio::serve_stdio;
+pub use stdio::{serve_stdio, StdioError};
 pub use ws::shutdown_channel;
