@@ -36,12 +36,34 @@ impl From<SyncMode> for tether_store::Synchronous {
     }
 }
 
+/// `--listen`: a socket address, or `:PORT` for loopback. Listening on
+/// every interface must be asked for by name (`0.0.0.0:PORT`), and then
+/// needs tokens.
+fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    let full = match s.strip_prefix(':') {
+        Some(port) => format!("127.0.0.1:{port}"),
+        None => s.to_string(),
+    };
+    full.parse()
+        .map_err(|_| format!("{s:?} is not an address (HOST:PORT, or :PORT for 127.0.0.1)"))
+}
+
+/// `listen = ":0"` in the file means what `--listen :0` means.
+fn listen_in_file<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
+    let s = String::deserialize(d)?;
+    parse_listen(&s).map(Some).map_err(serde::de::Error::custom)
+}
+
+/// `--max-connections` when not configured.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 65_536;
+
 /// Flags of `tether serve`. Every one is also `TETHER_<NAME>` and a key of
 /// the config file (snake_case).
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
     /// Address to listen on (HTTP and WebSocket).
-    #[arg(long, env = "TETHER_LISTEN", default_value = "127.0.0.1:7878")]
+    /// `:PORT` is `127.0.0.1:PORT` (never every interface); `:0` picks a free port.
+    #[arg(long, env = "TETHER_LISTEN", default_value = "127.0.0.1:7878", value_parser = parse_listen)]
     pub listen: SocketAddr,
     /// Directory holding tether.db.
     #[arg(long, env = "TETHER_DATA_DIR", default_value = "./tether-data")]
@@ -99,12 +121,18 @@ pub struct ServeArgs {
     /// heartbeats make a host dead.
     #[arg(long, env = "TETHER_HOST_HEARTBEAT_S", default_value_t = 5)]
     pub host_heartbeat_s: u64,
-    /// Restarts allowed per host slot within the restart period.
+    /// Restarts allowed per host slot within the restart period (a rate:
+    /// past it the slot rests until the period has passed, then is retried).
     #[arg(long, env = "TETHER_HOST_RESTARTS", default_value_t = 3)]
     pub host_restarts: u32,
     /// The window of --host-restarts, in seconds.
     #[arg(long, env = "TETHER_HOST_RESTART_PERIOD_S", default_value_t = 300)]
     pub host_restart_period_s: u64,
+    /// Longest line a compute host may write, in bytes; a longer one is
+    /// refused and ends the turn it belongs to (client frames have their
+    /// own cap, --max-frame-bytes).
+    #[arg(long, env = "TETHER_MAX_HOST_LINE_BYTES", default_value_t = tether_actors::config::DEFAULT_MAX_HOST_LINE_BYTES)]
+    pub max_host_line_bytes: usize,
     /// Prompts that may wait behind a running turn.
     #[arg(long, env = "TETHER_MAX_QUEUED", default_value_t = 16)]
     pub max_queued: usize,
@@ -145,7 +173,7 @@ pub struct ServeArgs {
     #[arg(long, env = "TETHER_MAX_PEERS_PER_SESSION", default_value_t = 64)]
     pub max_peers_per_session: usize,
     /// Most open client connections (WebSocket, SSE, HTTP); more get 503.
-    #[arg(long, env = "TETHER_MAX_CONNECTIONS", default_value_t = 65_536)]
+    #[arg(long, env = "TETHER_MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS)]
     pub max_connections: usize,
     /// A connection must send its request head (the WebSocket upgrade
     /// included) within this many seconds.
@@ -192,6 +220,7 @@ struct FileProfile {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FileConfig {
+    #[serde(default, deserialize_with = "listen_in_file")]
     listen: Option<SocketAddr>,
     data_dir: Option<PathBuf>,
     database_url: Option<String>,
@@ -210,6 +239,7 @@ struct FileConfig {
     host_heartbeat_s: Option<u64>,
     host_restarts: Option<u32>,
     host_restart_period_s: Option<u64>,
+    max_host_line_bytes: Option<usize>,
     max_queued: Option<usize>,
     turn_deadline_s: Option<u64>,
     control_wait_s: Option<u64>,
@@ -271,6 +301,7 @@ impl ServeArgs {
                 host_heartbeat_s,
                 host_restarts,
                 host_restart_period_s,
+                max_host_line_bytes,
                 max_queued,
                 turn_deadline_s,
                 compress_ceiling_s,
@@ -316,6 +347,9 @@ impl ServeArgs {
         }
         if self.max_title_bytes == 0 || self.max_list_bytes == 0 {
             bail!("--max-title-bytes and --max-list-bytes must be at least 1");
+        }
+        if self.max_host_line_bytes < 1024 {
+            bail!("--max-host-line-bytes must be at least 1024");
         }
         if self.outbox_frames == 0 {
             bail!("--outbox-frames must be at least 1");
@@ -395,7 +429,7 @@ fn read_file(path: &Path) -> anyhow::Result<FileConfig> {
 }
 
 impl ServeArgs {
-    /// DESIGN.md "Compress wait": `min(max(ceiling + 30, 120), 630)` s,
+    /// docs/ARCHITECTURE.md "Compress wait": `min(max(ceiling + 30, 120), 630)` s,
     /// shortened by an explicitly configured, lower --control-wait-s.
     pub fn compress_wait(&self) -> Duration {
         let wait = (self.compress_ceiling_s + 30).clamp(120, 630);
@@ -440,6 +474,23 @@ mod tests {
             Cli::command().get_matches_from(std::iter::once("tether").chain(args.iter().copied()));
         let cli = Cli::from_arg_matches(&matches).expect("valid flags");
         cli.serve.resolve(&matches).expect("valid config")
+    }
+
+    #[test]
+    fn the_host_line_cap_is_its_own_setting() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("tether.toml");
+        std::fs::write(&file, "max_host_line_bytes = 65536\n").expect("write");
+        let file = file.to_string_lossy().into_owned();
+        assert_eq!(parse(&[]).max_host_line_bytes, 16 << 20);
+        assert_eq!(parse(&["--config", &file]).max_host_line_bytes, 65536);
+        let flag = parse(&["--config", &file, "--max-host-line-bytes", "2048"]);
+        assert_eq!(flag.max_host_line_bytes, 2048);
+        // The client frame cap does not move it.
+        assert_eq!(
+            parse(&["--max-frame-bytes", "4096"]).max_host_line_bytes,
+            16 << 20
+        );
     }
 
     #[test]

@@ -42,11 +42,21 @@ pub fn raise(max_connections: usize) {
     };
     debug!(was = soft, soft = now, hard, "open-file limit");
     if now < max_connections as u64 {
-        warn!(
-            open_files = now,
-            max_connections,
-            "the open-file limit is below --max-connections; connections past it are answered 503"
-        );
+        // Worth a warning only when someone asked for more connections than
+        // the system allows; the default is a ceiling, not a promise, and a
+        // warning at every start would teach people to ignore warnings.
+        if max_connections == crate::config::DEFAULT_MAX_CONNECTIONS {
+            debug!(
+                open_files = now,
+                max_connections, "connections past the open-file limit are answered 503"
+            );
+        } else {
+            warn!(
+                open_files = now,
+                max_connections,
+                "the open-file limit is below --max-connections; connections past it are answered 503"
+            );
+        }
     }
 }
 

@@ -30,8 +30,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the gateway.
-    // Boxed: its many flags dwarf the other commands. A `//` comment, not
-    // `///`: clap would print it in `tether serve --help`.
+    // Boxed: its many flags dwarf the other commands.
     Serve(Box<config::ServeArgs>),
     /// Measure the gateway's throughput in-process (see docs/BENCHMARKS.md).
     Bench(bench::BenchArgs),
@@ -68,11 +67,29 @@ fn ignore_empty_env(cmd: clap::Command) -> clap::Command {
 /// Exit status for bad configuration (sysexits' EX_USAGE).
 pub(crate) const EX_USAGE: u8 = 64;
 
+/// A flag or environment value clap refused. `tether serve` documents 64
+/// for bad configuration, whether it comes from a flag, the environment or
+/// the file; the client commands keep clap's 2 (docs/CLIENT.md). Help and
+/// `--version` are not errors.
+fn usage_error(e: clap::Error) -> ! {
+    use clap::error::ErrorKind;
+    let serving = std::env::args().nth(1).as_deref() == Some("serve");
+    let informational = matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion);
+    if serving && !informational {
+        let _ = e.print();
+        std::process::exit(i32::from(EX_USAGE));
+    }
+    e.exit()
+}
+
 fn main() -> ExitCode {
-    let matches = ignore_empty_env(Cli::command()).get_matches();
+    let matches = match ignore_empty_env(Cli::command()).try_get_matches() {
+        Ok(m) => m,
+        Err(e) => usage_error(e),
+    };
     let cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
-        Err(e) => e.exit(),
+        Err(e) => usage_error(e),
     };
     match cli.command {
         Command::Client(cmd) => client::main(cmd),

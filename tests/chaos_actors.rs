@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chaos::{monkey, Rng, Shared};
-use tether_actors::supervisor::{Backoff, RestartPolicy, Strategy};
+use tether_actors::supervisor::{AfterIntensity, Backoff, RestartPolicy, Strategy};
 
 const SESSIONS: usize = 6;
 const CLIENTS_PER_SESSION: usize = 3;
@@ -129,6 +129,7 @@ async fn a_core_actor_past_its_restart_intensity_shuts_the_gateway_down_cleanly(
         intensity: 2,
         period: Duration::from_secs(60),
         backoff: Backoff::None,
+        after_intensity: AfterIntensity::Escalate,
     };
     let mut h = chaos::start(1, 0, Some(strict)).await;
     let mut pids = Vec::new();

@@ -313,11 +313,12 @@ async fn a_host_that_never_says_hello_is_dead_and_then_prompts_get_5019() {
     // While the host is starting a prompt is accepted and waits for it.
     let t = submit(&mut c, &id, "waiting for hello").await;
     ping(&mut c).await;
-    // No hello within 10 s: dead, not restarted, so the turn finds no host.
+    // No hello within 10 s: dead, and with no restart left the slot rests
+    // (for the 300 s period), so the turn finds no host.
     let done = complete(&mut c, &t).await;
     assert_eq!(done["status"], "error", "{done}");
     assert_eq!(done["failure_reason"], "host_unavailable");
-    assert_eq!(host(&mut c).await["state"], "down");
+    assert_eq!(host(&mut c).await["state"], "resting");
     // Now nothing is coming: refused before anything is written.
     let before = stored(&mut c, &id).await.len();
     let e = c
@@ -468,19 +469,31 @@ async fn drain_with_a_hanging_turn(mode: &str) -> Value {
     done
 }
 
+/// The drain ends a running turn itself (`interrupted` /
+/// `gateway_shutdown`) before the hosts are told to stop, so whatever a
+/// host says after `shutdown` can neither add a second ending nor keep the
+/// turn open.
+fn assert_ended_by_the_drain(done: &Value) {
+    assert_eq!(done["payload"]["status"], "interrupted", "{done}");
+    assert_eq!(
+        done["payload"]["failure_reason"], "gateway_shutdown",
+        "{done}"
+    );
+    assert_eq!(done["payload"]["recoverable"], true, "{done}");
+}
+
 #[tokio::test]
 async fn a_turn_finished_after_shutdown_counts_once_and_the_babble_after_it_not_at_all() {
-    // Finishing its turns after `shutdown` is what a host is told to do;
-    // the repeated ends, hellos and garbage after that count for nothing.
+    // The host finishes its turn after `shutdown`, then repeats ends,
+    // hellos and garbage: none of it counts.
     let done = drain_with_a_hanging_turn("after_shutdown").await;
-    assert_eq!(done["payload"]["status"], "complete", "{done}");
+    assert_ended_by_the_drain(&done);
 }
 
 #[tokio::test]
 async fn a_host_that_babbles_after_shutdown_without_ending_its_turn_cannot_keep_it_open() {
     let done = drain_with_a_hanging_turn("shutdown_babble").await;
-    assert_eq!(done["payload"]["status"], "error", "{done}");
-    assert_eq!(done["payload"]["recoverable"], true, "{done}");
+    assert_ended_by_the_drain(&done);
 }
 
 /// A host that says `shutdown.ack` though nobody asked it to stop, and then
@@ -513,4 +526,279 @@ async fn an_unsolicited_shutdown_ack_does_not_take_the_slot_out_for_good() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     assert_eq!(complete(&mut c, &t).await["text"], "served");
+}
+
+/// Every frame `c` receives until the `message.complete` of `turn_id`, as
+/// raw text (so the size of what reached the client can be checked).
+async fn frames_through_complete(c: &mut Client, turn_id: &str) -> Vec<String> {
+    let is_end =
+        |v: &Value| v["params"]["type"] == "message.complete" && v["params"]["turn_id"] == turn_id;
+    // What arrived while a reply was awaited is already parsed.
+    let mut out: Vec<String> = c.inbox.drain(..).map(|v| v.to_string()).collect();
+    if out
+        .iter()
+        .any(|f| is_end(&serde_json::from_str(f).unwrap()))
+    {
+        return out;
+    }
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let text = match tokio::time::timeout(QUIET, c.next_text()).await {
+            Ok(text) => text,
+            Err(_) => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "no message.complete for {turn_id}"
+                );
+                continue;
+            }
+        };
+        let done = is_end(&serde_json::from_str(&text).unwrap());
+        out.push(text);
+        if done {
+            return out;
+        }
+    }
+}
+
+/// A second client attached to `id`, its resume reply drained.
+async fn peer(gw: &Gateway, id: &str) -> Client {
+    let mut p = gw.client().await;
+    p.ok(
+        "session.resume",
+        json!({"session_id": id, "omit_messages": true}),
+    )
+    .await;
+    p
+}
+
+/// The host line cap is its own flag: a line over it ends the turn it
+/// belongs to with an error, reaches no peer, and the host keeps serving.
+#[tokio::test]
+async fn a_line_over_the_host_line_cap_ends_its_turn_with_an_error_and_reaches_no_peer() {
+    let dir = tempdir();
+    let cap = 65_536;
+    let mode = format!("giant --bytes {}", 4 * cap);
+    let gw = gateway(
+        dir.path(),
+        &mode,
+        &["--max-host-line-bytes", &cap.to_string()],
+    );
+    let mut c = gw.client().await;
+    let id = session(&mut c).await;
+    let mut p = peer(&gw, &id).await;
+    host_up(&mut c).await;
+    let t = submit(&mut c, &id, "/giant").await;
+    for (who, frames) in [
+        ("submitter", frames_through_complete(&mut c, &t).await),
+        ("peer", frames_through_complete(&mut p, &t).await),
+    ] {
+        for f in &frames {
+            assert!(f.len() < cap, "the {who} got a frame of {} bytes", f.len());
+            assert!(!f.contains("GIANT"), "the {who} got the giant payload");
+        }
+        let events: Vec<Value> = frames
+            .iter()
+            .map(|f| serde_json::from_str::<Value>(f).unwrap()["params"].clone())
+            .filter(|e| e["turn_id"] == t)
+            .collect();
+        let types: Vec<_> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+        assert_eq!(
+            types,
+            [
+                "message.user",
+                "message.start",
+                "message.delta",
+                "error",
+                "message.complete"
+            ],
+            "{who}: {events:?}"
+        );
+        let done = &events[4]["payload"];
+        assert_eq!(done["status"], "error", "{done}");
+        assert_eq!(done["failure_reason"], "host_line_too_long");
+        assert_eq!(done["text"], "before ");
+        assert!(events[3]["payload"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("host line cap"));
+    }
+    // The rest of that turn (more deltas, its turn.end) counted for nothing,
+    // and the same host serves the next turn.
+    let t = submit(&mut c, &id, "after the giant").await;
+    assert_eq!(complete(&mut c, &t).await["text"], "after the giant");
+    // A control answer over the cap fails the request at once.
+    let e = c
+        .err(
+            "session.compress",
+            json!({"session_id": id, "focus": "giant"}),
+        )
+        .await;
+    assert_eq!(e["code"], 5019, "{e}");
+    assert!(
+        e["message"].as_str().unwrap().contains("host line cap"),
+        "{e}"
+    );
+    ping(&mut c).await;
+    let evs = assert_consistent(&mut c, &id).await;
+    assert!(!serde_json::to_string(&evs).unwrap().contains("GIANT"));
+    assert_eq!(host(&mut c).await["restarts"], 0);
+}
+
+/// With the default cap (16 MiB), a 17 MiB line of a turn does the same.
+#[tokio::test]
+async fn a_line_over_the_default_host_line_cap_ends_its_turn() {
+    let dir = tempdir();
+    let gw = gateway(dir.path(), "giant", &["--max-frame-bytes", "1048576"]);
+    let mut c = gw.client().await;
+    let id = session(&mut c).await;
+    let t = submit(&mut c, &id, "/giant").await;
+    let done = complete(&mut c, &t).await;
+    assert_eq!(done["status"], "error", "{done}");
+    assert_eq!(done["failure_reason"], "host_line_too_long");
+    let t = submit(&mut c, &id, "next").await;
+    assert_eq!(complete(&mut c, &t).await["text"], "next");
+    assert_consistent(&mut c, &id).await;
+}
+
+/// Waits until the one slot is up after `restarts` restarts.
+async fn host_up_after(c: &mut Client, restarts: u64) -> Value {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let h = host(c).await;
+        if h["state"] == "up" && h["restarts"] == restarts {
+            return h;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the slot never came up after {restarts} restart(s): {h}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_hello_with_another_protocol_version_is_refused_and_the_slot_restarted() {
+    let dir = tempdir();
+    let mode = once("bad_protocol", &dir);
+    let gw = gateway(dir.path(), &mode, &[]);
+    let mut c = gw.client().await;
+    let id = session(&mut c).await;
+    // Accepted while the slot starts; run by the good replacement.
+    let t = submit(&mut c, &id, "on the replacement").await;
+    assert_eq!(complete(&mut c, &t).await["text"], "on the replacement");
+    let h = host_up_after(&mut c, 1).await;
+    assert_ne!(h["pid"], Value::Null);
+    assert_consistent(&mut c, &id).await;
+}
+
+#[tokio::test]
+async fn a_hello_with_a_pid_that_is_not_the_hosts_own_is_refused_and_the_slot_restarted() {
+    let dir = tempdir();
+    let mode = once("bad_pid", &dir);
+    let gw = gateway(dir.path(), &mode, &[]);
+    let mut c = gw.client().await;
+    let id = session(&mut c).await;
+    let h = host_up_after(&mut c, 1).await;
+    // The pid that is up is the replacement's own, not the one the first
+    // host claimed (the gateway's).
+    let pid = h["pid"].as_u64().unwrap();
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    assert!(
+        String::from_utf8_lossy(&cmdline).contains("fake_host.py"),
+        "{pid} is not a fake host"
+    );
+    let t = submit(&mut c, &id, "served").await;
+    assert_eq!(complete(&mut c, &t).await["text"], "served");
+}
+
+#[tokio::test]
+async fn a_host_that_always_lies_in_its_hello_ends_up_resting_and_prompts_get_5019() {
+    let dir = tempdir();
+    let gw = gateway(
+        dir.path(),
+        "bad_protocol",
+        &["--host-restarts", "1", "--host-restart-period-s", "600"],
+    );
+    let mut c = gw.client().await;
+    let id = session(&mut c).await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while host(&mut c).await["state"] != "resting" {
+        assert!(tokio::time::Instant::now() < deadline, "never resting");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(host(&mut c).await["restarts"], 1);
+    let e = c
+        .err("prompt.submit", json!({"session_id": id, "text": "x"}))
+        .await;
+    assert_eq!(e["code"], 5019);
+    ping(&mut c).await;
+}
+
+/// A gateway with one fake host whose stderr (its log) goes to `log`.
+fn gateway_logging_to(dir: &std::path::Path, mode: &str, log: &std::path::Path) -> (Child, String) {
+    let command = format!("python3 {FAKE_HOST} {mode}");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir)
+        .args(["--hosts", "1", "--host-command", &command])
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("tether listening on http://")
+        .unwrap_or_else(|| panic!("unexpected start-up line {line:?}"))
+        .to_string();
+    (Child(child), addr)
+}
+
+/// Kills the gateway when dropped.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test]
+async fn well_formed_frames_a_host_may_not_send_are_dropped_and_logged_sparingly() {
+    let dir = tempdir();
+    let log = dir.path().join("gateway.log");
+    let (_gw, addr) = gateway_logging_to(&dir.path().join("data"), "forbidden_flood", &log);
+    let mut c = Client::connect(&format!("ws://{addr}/ws")).await;
+    let id = session(&mut c).await;
+    for prompt in ["flooded once ", "and twice"] {
+        let t = submit(&mut c, &id, prompt).await;
+        let done = complete(&mut c, &t).await;
+        assert_eq!(done["status"], "complete", "{done}");
+        assert_eq!(done["text"], prompt);
+    }
+    assert_consistent(&mut c, &id).await;
+    let h = host(&mut c).await;
+    assert_eq!(
+        (h["state"].as_str(), h["restarts"].as_u64()),
+        (Some("up"), Some(0))
+    );
+    // 40 000 forbidden frames; every one dropped, a few dozen logged.
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines = text.lines().count();
+    assert!(
+        lines <= 100,
+        "{lines} log lines for 40 000 forbidden frames"
+    );
+    assert!(
+        text.contains("forbidden_frames"),
+        "the count is logged: {text}"
+    );
 }

@@ -17,7 +17,7 @@ use tether_actors::host_supervisor::{
     kill_leftovers, HostSupervisor, HostSupervisorArgs, HostSupervisorMsg,
 };
 use tether_actors::session::SessionMsg;
-use tether_actors::supervisor::{Backoff, RestartPolicy, Strategy};
+use tether_actors::supervisor::{AfterIntensity, Backoff, RestartPolicy, Strategy};
 use tether_actors::turn::{reasons, ControlOutcome, ControlRequest, TurnStart, TurnUpdate};
 use tether_protocol::{HostStat, TurnEndStatus, TurnId};
 use tokio::sync::mpsc;
@@ -102,14 +102,20 @@ fn config(slots: usize, command: Vec<String>) -> HostConfig {
 }
 
 fn policy(intensity: u32) -> RestartPolicy {
+    resting_for(intensity, Duration::from_secs(60))
+}
+
+/// `intensity` restarts per `period`, then a rest until the period passed.
+fn resting_for(intensity: u32, period: Duration) -> RestartPolicy {
     RestartPolicy {
         strategy: Strategy::OneForOne,
         intensity,
-        period: Duration::from_secs(60),
+        period,
         backoff: Backoff::Exponential {
             base: Duration::from_millis(20),
             max: Duration::from_millis(100),
         },
+        after_intensity: AfterIntensity::Rest,
     }
 }
 
@@ -187,6 +193,10 @@ impl Harness {
 
     /// Waits until slot `slot` is `state` (per `Hosts`).
     async fn wait_state(&self, slot: usize, state: &str) -> HostStat {
+        self.wait_state_within(slot, state, WAIT).await
+    }
+
+    async fn wait_state_within(&self, slot: usize, state: &str, wait: Duration) -> HostStat {
         let t0 = Instant::now();
         loop {
             let h = self.host(slot).await;
@@ -194,7 +204,7 @@ impl Harness {
                 return h;
             }
             assert!(
-                t0.elapsed() < WAIT,
+                t0.elapsed() < wait,
                 "slot {slot} never became {state}: {h:?}"
             );
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -495,9 +505,9 @@ async fn kill_9_of_the_host_is_a_host_crash() {
 }
 
 #[tokio::test]
-async fn exceeding_the_restart_intensity_leaves_the_slot_down() {
+async fn exceeding_the_restart_intensity_rests_the_slot_then_it_is_retried() {
     let mut c = config(1, host_command(&[]));
-    c.restart = policy(1);
+    c.restart = resting_for(1, Duration::from_secs(2));
     let mut h = Harness::start(c, 1).await;
 
     h.start_turn("t_1", "/crash", None);
@@ -509,38 +519,104 @@ async fn exceeding_the_restart_intensity_leaves_the_slot_down() {
     h.started("t_2").await;
     assert!(crash_error(&h.finish("t_2").await.1));
 
-    let down = h.wait_state(0, "down").await;
-    assert_eq!(down.restarts, 1);
-    assert_eq!(down.pid, None);
+    let resting = h.wait_state(0, "resting").await;
+    assert_eq!(resting.restarts, 1);
+    assert_eq!(resting.pid, None);
     assert_eq!(h.up(), 0);
-    // The supervisor itself goes on; new work is refused at once.
+    // The supervisor itself goes on; new work is refused at once (nothing
+    // waits for a resting slot).
     h.start_turn("t_3", "hi", None);
     match h.update("t_3").await {
         TurnUpdate::Error { reason, .. } => assert_eq!(reason, reasons::HOST_UNAVAILABLE),
         other => panic!("expected host_unavailable, got {other:?}"),
     }
     assert!(matches!(
-        h.control("r_down", Duration::from_secs(1)).await,
+        h.control("r_resting", Duration::from_secs(1)).await,
         ControlOutcome::Error(_)
     ));
-    // It stays down.
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(h.host(0).await.state, "down");
+    // Once its period has passed it is retried, and serves again.
+    let up = h.wait_state_within(0, "up", Duration::from_secs(20)).await;
+    assert_eq!(up.restarts, 2);
+    h.start_turn("t_4", "back again", None);
+    h.started("t_4").await;
+    assert!(
+        matches!(h.finish("t_4").await.1, TurnUpdate::End { text, .. } if text == "back again")
+    );
 }
 
 #[tokio::test]
-async fn a_slot_down_leaves_the_others_serving() {
+async fn a_resting_slot_leaves_the_others_serving() {
     let mut c = config(2, host_command(&[]));
     c.restart = policy(0);
     let mut h = Harness::start(c, 2).await;
     h.start_turn("t_crash", "/crash", Some(0));
     assert_eq!(h.started("t_crash").await, 0);
     assert!(crash_error(&h.finish("t_crash").await.1));
-    h.wait_state(0, "down").await;
+    h.wait_state(0, "resting").await;
     assert_eq!(h.up(), 1);
-    // Sticky to a slot that is down: moved to the one that is up.
+    // Sticky to a slot that rests: moved to the one that is up.
     h.start_turn("t_moved", "hi", Some(0));
     assert_eq!(h.started("t_moved").await, 1);
+}
+
+#[tokio::test]
+async fn a_host_that_cannot_be_spawned_for_a_while_rests_and_comes_back() {
+    // Like a moment of file-descriptor exhaustion: every spawn fails until
+    // the command exists again. Spawn failures count like crashes.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = dir.path().join("host.sh");
+    let mut c = config(1, vec![script.to_string_lossy().into_owned()]);
+    c.restart = resting_for(2, Duration::from_secs(2));
+    let mut h = Harness::start(c, 0).await;
+    let resting = h.wait_state(0, "resting").await;
+    assert_eq!(resting.restarts, 2);
+    assert_eq!(h.up(), 0);
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nRUST_LOG=warn exec {} host --engine echo\n",
+            env!("CARGO_BIN_EXE_tether")
+        ),
+    )
+    .expect("write the host script");
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let up = h.wait_state_within(0, "up", Duration::from_secs(20)).await;
+    assert_eq!(up.restarts, 3);
+    h.start_turn("t_1", "spawned at last", None);
+    h.started("t_1").await;
+    assert!(matches!(h.finish("t_1").await.1, TurnUpdate::End { .. }));
+}
+
+#[tokio::test]
+async fn a_control_request_waits_for_a_starting_host_instead_of_failing() {
+    // The host says hello only after a while: a compression asked before
+    // that waits for it.
+    let command = vec![
+        "sh".into(),
+        "-c".into(),
+        format!(
+            "sleep 1; RUST_LOG=warn exec {} host --engine echo",
+            env!("CARGO_BIN_EXE_tether")
+        ),
+    ];
+    let h = Harness::start(config(1, command), 0).await;
+    assert_eq!(h.host(0).await.state, "starting");
+    assert_eq!(
+        h.control("r_early", Duration::from_secs(30)).await,
+        ControlOutcome::Ack(json!({"summary": "Summary of 0 messages.", "removed": 0}))
+    );
+}
+
+#[tokio::test]
+async fn a_held_control_request_fails_when_no_host_says_hello_in_time() {
+    let mut c = config(1, vec!["sleep".into(), "30".into()]);
+    c.hello_timeout = Duration::from_millis(300);
+    let h = Harness::start(c, 0).await;
+    match h.control("r_nobody", Duration::from_secs(30)).await {
+        ControlOutcome::Error(message) => assert!(message.contains("came up"), "{message}"),
+        other => panic!("expected an error, got {other:?}"),
+    }
 }
 
 #[tokio::test]
@@ -661,19 +737,19 @@ async fn a_host_without_hello_is_dead() {
     c.restart = policy(1);
     let h = Harness::start(c, 0).await;
     assert_eq!(h.host(0).await.state, "starting");
-    let down = h.wait_state(0, "down").await;
-    assert_eq!(down.restarts, 1);
+    let resting = h.wait_state(0, "resting").await;
+    assert_eq!(resting.restarts, 1);
     assert_eq!(h.up(), 0);
 }
 
 #[tokio::test]
-async fn a_command_that_cannot_start_leaves_the_slot_down() {
+async fn a_command_that_cannot_start_rests_the_slot() {
     let mut c = config(2, vec!["/nonexistent/tether-host".into()]);
     c.restart = policy(2);
     let h = Harness::start(c, 0).await;
     for slot in 0..2 {
-        let down = h.wait_state(slot, "down").await;
-        assert_eq!(down.restarts, 2);
+        let resting = h.wait_state(slot, "resting").await;
+        assert_eq!(resting.restarts, 2);
     }
     assert_eq!(h.up(), 0);
     assert!(matches!(
@@ -684,8 +760,9 @@ async fn a_command_that_cannot_start_leaves_the_slot_down() {
 
 #[tokio::test]
 async fn a_silent_host_is_dead_after_three_heartbeats() {
-    // Says hello, then nothing: no heartbeat ever.
-    let hello = r#"{"type":"hello","protocol":1,"pid":1,"engine":"mute","version":"0"}"#;
+    // Says hello (with its own pid: `exec` keeps the shell's), then
+    // nothing: no heartbeat ever.
+    let hello = r#"{"type":"hello","protocol":1,"pid":'$$',"engine":"mute","version":"0"}"#;
     let mut c = config(
         1,
         vec![
@@ -702,7 +779,7 @@ async fn a_silent_host_is_dead_after_three_heartbeats() {
         .await;
     let silent = t0.elapsed();
     assert!(silent > Duration::from_millis(2500), "{silent:?}");
-    assert_eq!(h.host(0).await.state, "down");
+    assert_eq!(h.host(0).await.state, "resting");
 }
 
 #[tokio::test]

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use crate::supervisor::{Backoff, RestartPolicy, Strategy};
+use crate::supervisor::{AfterIntensity, Backoff, RestartPolicy, Strategy};
 
 /// Limits and sizes shared by every actor of one gateway.
 #[derive(Debug, Clone)]
@@ -125,6 +125,9 @@ impl Default for GatewayConfig {
     }
 }
 
+/// The default host line cap: 16 MiB.
+pub const DEFAULT_MAX_HOST_LINE_BYTES: usize = 16 << 20;
+
 /// Compute hosts: how many, how to start them, how to watch them.
 #[derive(Debug, Clone)]
 pub struct HostConfig {
@@ -150,11 +153,15 @@ pub struct HostConfig {
     pub data_dir: Option<PathBuf>,
     /// How long hosts get to answer `shutdown` before they are killed.
     pub shutdown_grace: Duration,
+    /// Longest line read from a host (`--max-host-line-bytes`); a longer one
+    /// is refused at the host edge and never reaches a session.
+    pub max_line_bytes: usize,
 }
 
 impl HostConfig {
     /// The slot restart policy of PROTOCOL Part 2: 3 per 300 s, backoff
-    /// `min(5 s, 250 ms · 2^(n−1))`.
+    /// `min(5 s, 250 ms · 2^(n−1))`; past that the slot rests until its
+    /// period has passed and is then retried (a rate, not a lifetime budget).
     pub const fn default_restart() -> RestartPolicy {
         RestartPolicy {
             strategy: Strategy::OneForOne,
@@ -164,6 +171,7 @@ impl HostConfig {
                 base: Duration::from_millis(250),
                 max: Duration::from_secs(5),
             },
+            after_intensity: AfterIntensity::Rest,
         }
     }
 
@@ -180,6 +188,7 @@ impl HostConfig {
             late_ack_cap: 64,
             data_dir: None,
             shutdown_grace: Duration::from_secs(3),
+            max_line_bytes: DEFAULT_MAX_HOST_LINE_BYTES,
         }
     }
 }

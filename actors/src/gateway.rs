@@ -309,7 +309,9 @@ impl GatewayState {
                 });
             }
             Decision::Ignore => {}
-            Decision::Escalate => {
+            // Core policies escalate; a rest would leave the gateway without
+            // a core actor, so it is treated alike.
+            Decision::Escalate | Decision::Rest { .. } => {
                 error!(child = ?child, "restart intensity exceeded; shutting the gateway down");
                 self.stopping = true;
                 myself.stop(Some(format!("{child:?} exceeded its restart intensity")));
@@ -442,7 +444,10 @@ impl GatewayHandle {
     }
 }
 
-/// Starts a peer actor bound to a fresh outbox.
+/// Starts a peer actor bound to a fresh outbox. Unlinked on purpose: the
+/// caller, the transport task that owns the connection, is what supervises
+/// it (it stops the peer when the socket ends), and a failed peer closes
+/// its connection so that the client reconnects (see `peer.rs`).
 pub async fn spawn_peer(
     ctx: &Ctx,
     identity: Identity,

@@ -14,14 +14,23 @@
 //! the supervisor directly, not through this actor: the supervisor's mailbox
 //! then holds them in the order the host wrote them, ahead of the news of
 //! the host's death (see `HostSupervisor::handle_supervisor_evt`).
+//!
+//! This is the host edge: no line longer than the host line cap
+//! (`--max-host-line-bytes`) is ever held whole or passed on. Its first
+//! bytes say which turn or control request it belonged to (see
+//! [`tether_protocol::peek_frame`]); the supervisor then ends that turn (or
+//! fails that request) with an error, since the frame it waits for was
+//! refused.
+
+mod line;
 
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use tether_protocol::{encode_host_line, parse_host_line, FromHost, ToHost};
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader, BufWriter};
+use tether_protocol::{encode_host_line, parse_host_line, peek_frame, FromHost, ToHost, TurnId};
+use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
 use tokio::process::{ChildStdin, ChildStdout, Command};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -31,13 +40,12 @@ use tracing::{debug, info, warn};
 use crate::config::HostConfig;
 use crate::host_registry::kill_group;
 use crate::host_supervisor::HostSupervisorMsg;
+use crate::sparse_log::SparseLog;
+use line::{read_line_bounded, Line};
 
 /// Lines waiting for the host's stdin. A host that leaves this many unread
 /// is wedged: it is declared dead rather than buffered for.
 const STDIN_QUEUE: usize = 1024;
-/// Longest line read from a host; a longer one is answered with an `error`
-/// frame and skipped (without holding it in memory).
-pub const MAX_LINE_BYTES: usize = 16 << 20;
 /// After the process exits, how long its stdout may stay open (held by a
 /// child of the host) before the host is declared dead anyway. Until then
 /// the reader delivers what the host wrote before it exited.
@@ -55,6 +63,23 @@ pub enum HostMsg {
     Exited(String),
     /// Internal: the process exited a while ago and stdout is still open.
     ExitGraceOver,
+}
+
+/// What the stdout reader hands the supervisor, in the order the host
+/// wrote it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Incoming {
+    /// A decoded frame.
+    Frame(FromHost),
+    /// A line over the host line cap that named a turn or a control
+    /// request in its first bytes. The line itself was dropped (and the
+    /// host answered with an `error` frame).
+    Oversized {
+        turn_id: Option<TurnId>,
+        request_id: Option<String>,
+        /// The line's length, without its newline.
+        bytes: u64,
+    },
 }
 
 pub struct HostArgs {
@@ -136,7 +161,8 @@ impl Actor for Host {
                 stdin: tx.clone(),
                 hello_timeout: config.hello_timeout,
                 silence_limit: Duration::from_secs(heartbeat_s.saturating_mul(3)),
-                bad_lines: std::sync::atomic::AtomicU64::new(0),
+                max_line: config.max_line_bytes,
+                bad_lines: SparseLog::default(),
             },
         ));
         let me = myself.clone();
@@ -295,8 +321,10 @@ struct Reader {
     hello_timeout: Duration,
     /// No line at all for this long (three heartbeats) is death.
     silence_limit: Duration,
+    /// The host line cap.
+    max_line: usize,
     /// Bad lines so far, to keep a babbling host from flooding the log.
-    bad_lines: std::sync::atomic::AtomicU64,
+    bad_lines: SparseLog,
 }
 
 async fn read_frames(stdout: ChildStdout, r: Reader) {
@@ -337,7 +365,8 @@ async fn read_until_dead(stdout: ChildStdout, r: &Reader) -> String {
         } else {
             hello_deadline
         };
-        let line = match tokio::time::timeout_at(deadline, read_line(&mut input, &mut buf)).await {
+        let read = read_line_bounded(&mut input, &mut buf, r.max_line);
+        let line = match tokio::time::timeout_at(deadline, read).await {
             Err(_) if said_hello => {
                 return format!(
                     "no frame for {} s (three missed heartbeats)",
@@ -352,8 +381,10 @@ async fn read_until_dead(stdout: ChildStdout, r: &Reader) -> String {
         };
         let text = match line {
             Line::Eof => return "its stdout closed".into(),
-            Line::TooLong => {
-                r.reject(format!("line longer than {MAX_LINE_BYTES} bytes"));
+            Line::TooLong { bytes } => {
+                if let Some(oversized) = r.oversized(&buf, bytes) {
+                    batch.push(oversized);
+                }
                 continue;
             }
             Line::Full => match std::str::from_utf8(&buf) {
@@ -375,7 +406,7 @@ async fn read_until_dead(stdout: ChildStdout, r: &Reader) -> String {
             }
         };
         said_hello |= matches!(frame, FromHost::Hello { .. });
-        batch.push(frame);
+        batch.push(Incoming::Frame(frame));
     }
 }
 
@@ -383,116 +414,54 @@ impl Reader {
     /// Answers a line that is not a frame with an `error` frame (PROTOCOL
     /// Part 2) and otherwise ignores it.
     fn reject(&self, message: String) {
-        let n = self
-            .bad_lines
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-            + 1;
-        // Every one is answered; the first ten and then every thousandth
-        // are logged, with the count.
-        if n <= 10 || n.is_multiple_of(1000) {
+        // Every one is answered; few are logged (see `SparseLog`).
+        if let Some(n) = self.bad_lines.hit() {
             warn!(host_id = self.slot, pid = self.pid, bad_lines = n, error = %message, "bad line from host");
         }
         let _ = self
             .stdin
             .try_send(encode_host_line(&ToHost::Error { message }));
     }
-}
 
-/// One line of host output.
-#[derive(Debug, PartialEq, Eq)]
-enum Line {
-    /// A line (without its `\n`) is in the buffer.
-    Full,
-    /// The line was longer than [`MAX_LINE_BYTES`]; it was skipped.
-    TooLong,
-    Eof,
-}
-
-/// Reads one line into `buf` (cleared first) without ever holding more than
-/// [`MAX_LINE_BYTES`] of it: the rest of a longer line is consumed and
-/// dropped. A last line without `\n` counts as a line.
-async fn read_line<R: AsyncBufRead + Unpin>(
-    input: &mut R,
-    buf: &mut Vec<u8>,
-) -> std::io::Result<Line> {
-    read_line_bounded(input, buf, MAX_LINE_BYTES).await
-}
-
-async fn read_line_bounded<R: AsyncBufRead + Unpin>(
-    input: &mut R,
-    buf: &mut Vec<u8>,
-    max: usize,
-) -> std::io::Result<Line> {
-    buf.clear();
-    let mut too_long = false;
-    let mut any = false;
-    loop {
-        let available = input.fill_buf().await?;
-        if available.is_empty() {
-            return Ok(match (too_long, any) {
-                (true, _) => Line::TooLong,
-                (false, true) => Line::Full,
-                (false, false) => Line::Eof,
-            });
+    /// A line of `bytes` bytes over the cap, of which `prefix` was kept:
+    /// refused like any bad line, and reported to the supervisor when its
+    /// first bytes tell which turn or control request it belonged to.
+    fn oversized(&self, prefix: &[u8], bytes: u64) -> Option<Incoming> {
+        let peek = peek_frame(prefix);
+        let message = format!(
+            "line of {bytes} bytes is over the host line cap of {} bytes",
+            self.max_line
+        );
+        if let Some(n) = self.bad_lines.hit() {
+            warn!(
+                host_id = self.slot,
+                pid = self.pid,
+                bad_lines = n,
+                bytes,
+                cap = self.max_line,
+                turn_id = peek.turn_id.as_deref(),
+                request_id = peek.request_id.as_deref(),
+                kind = peek.kind.as_deref(),
+                "host line over the host line cap refused"
+            );
         }
-        any = true;
-        let (chunk, used, done) = match available.iter().position(|&b| b == b'\n') {
-            Some(i) => (&available[..i], i + 1, true),
-            None => (available, available.len(), false),
-        };
-        if !too_long {
-            if buf.len() + chunk.len() > max {
-                too_long = true;
-                buf.clear();
-                buf.shrink_to(64 * 1024);
-            } else {
-                buf.extend_from_slice(chunk);
-            }
+        let _ = self
+            .stdin
+            .try_send(encode_host_line(&ToHost::Error { message }));
+        if peek.turn_id.is_none() && peek.request_id.is_none() {
+            return None;
         }
-        input.consume(used);
-        if done {
-            return Ok(if too_long { Line::TooLong } else { Line::Full });
-        }
+        Some(Incoming::Oversized {
+            turn_id: peek.turn_id.map(TurnId::from),
+            request_id: peek.request_id,
+            bytes,
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    async fn lines(input: &[u8], max: usize) -> Vec<Result<String, Line>> {
-        // A tiny buffer, so lines span several reads.
-        let mut r = BufReader::with_capacity(4, input);
-        let mut buf = Vec::new();
-        let mut out = Vec::new();
-        loop {
-            match read_line_bounded(&mut r, &mut buf, max).await.unwrap() {
-                Line::Full => out.push(Ok(String::from_utf8(buf.clone()).unwrap())),
-                Line::Eof => return out,
-                other => out.push(Err(other)),
-            }
-        }
-    }
-
-    #[tokio::test]
-    async fn lines_are_split_and_bounded() {
-        let got = lines(b"hello\n0123456789abc\n\nlast", 10).await;
-        assert_eq!(
-            got,
-            vec![
-                Ok("hello".to_string()),
-                Err(Line::TooLong),
-                Ok(String::new()),
-                Ok("last".to_string()),
-            ]
-        );
-        assert_eq!(lines(b"", 10).await, vec![]);
-        assert_eq!(lines(b"0123456789x", 10).await, vec![Err(Line::TooLong)]);
-        assert_eq!(
-            lines(b"0123456789\n", 10).await,
-            vec![Ok("0123456789".to_string())]
-        );
-    }
 
     #[test]
     fn heartbeat_rounds_up_to_whole_seconds() {

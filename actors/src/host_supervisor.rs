@@ -10,12 +10,23 @@
 //! message that fails exactly what that host held, each thing exactly once.
 //!
 //! Restarts follow the slot's [`RestartTracker`]: a dead host is replaced
-//! after its backoff, and a slot that exceeds its intensity stays down while
-//! the other slots serve. Only when no slot is up do new turns fail with
+//! after its backoff (a host that cannot even be spawned counts as one that
+//! died), and a slot that exceeds its intensity *rests* until its period has
+//! passed, then is retried, while the other slots serve. Work that arrives
+//! while no slot is up but one is starting waits for that slot's `hello`
+//! ([`held`]). Only when no slot is up or coming do new turns fail with
 //! `host_unavailable`; sessions read `up_slots` to answer 5019 before they
-//! write anything.
+//! write anything, and `/readyz` reads `Metrics::hosts_ready` (slots whose
+//! host said hello).
+//!
+//! The supervisor is also where the host edge is enforced ([`edge`]): a
+//! `hello` that is not ours is refused, frames a host may not send are
+//! dropped and logged sparingly, and a line over the host line cap ends
+//! the turn it belonged to.
 
 mod control;
+mod edge;
+mod held;
 mod lifecycle;
 mod routing;
 
@@ -25,22 +36,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
-use tether_protocol::{FromHost, HostStat, SessionId, TraceId, TurnId};
+use tether_protocol::{HostStat, SessionId, TraceId, TurnId};
 use tokio::task::JoinHandle;
 use tracing::debug;
 
 use crate::config::HostConfig;
-use crate::host::HostMsg;
+use crate::host::{HostMsg, Incoming};
 use crate::host_registry::HostRegistry;
 use crate::late_acks::LateAcks;
 use crate::session::SessionMsg;
+use crate::sparse_log::SparseLog;
 use crate::supervisor::RestartTracker;
 use crate::turn::{ControlOutcome, ControlRequest, TurnStart, TurnUpdate};
 
 pub use crate::host_registry::kill_leftovers;
 
-/// The host protocol version this gateway speaks.
-const PROTOCOL_VERSION: u32 = 1;
 /// Longest pause between two sweeps of the late-ack table.
 const MAX_TICK: Duration = Duration::from_secs(1);
 /// How long `post_stop` waits for the Host actors to kill their processes.
@@ -65,7 +75,9 @@ pub enum HostSupervisorMsg {
     /// A control request, on `preferred` or the least loaded up slot. The
     /// reply comes within `wait`: `Ack`/`Error`, or `Pending` at the
     /// deadline, after which the answer goes to `late` as
-    /// `SessionMsg::ControlLate` (within the late-ack TTL).
+    /// `SessionMsg::ControlLate` (within the late-ack TTL). While no slot is
+    /// up but one is starting, it waits for that slot's `hello` (at most the
+    /// hello timeout, and within `wait`), then fails with `Error`.
     Control {
         request: ControlRequest,
         preferred: Option<u32>,
@@ -84,7 +96,7 @@ pub enum HostSupervisorMsg {
         slot: u32,
         incarnation: u64,
         pid: u32,
-        frames: Vec<FromHost>,
+        frames: Vec<Incoming>,
     },
     /// Internal: the Host actor of `slot` stopped.
     HostStopped {
@@ -94,6 +106,10 @@ pub enum HostSupervisorMsg {
     },
     /// Internal: the backoff of `slot` is over; start its replacement.
     Restart { slot: u32 },
+    /// Internal: the rest of `slot` (past its intensity) is over; retry it.
+    RestOver { slot: u32 },
+    /// Internal: a held control request's wait for a host is over.
+    HeldDue,
     /// Internal: a control request's wait is over.
     WaitersDue,
     /// Internal: periodic sweep of the late-ack table.
@@ -118,7 +134,10 @@ enum Phase {
     Up,
     /// Dead; a replacement starts after the backoff.
     Backoff,
-    /// Dead for good (intensity exceeded, or shutting down).
+    /// Dead past its restart intensity: retried once its period has passed.
+    /// Takes no work meanwhile, and nothing waits for it.
+    Resting,
+    /// Dead for good (shutting down, or a policy that never restarts).
     Down,
 }
 
@@ -128,6 +147,7 @@ impl Phase {
             Phase::Starting => "starting",
             Phase::Up => "up",
             Phase::Backoff => "backoff",
+            Phase::Resting => "resting",
             Phase::Down => "down",
         }
     }
@@ -144,6 +164,11 @@ struct Slot {
     active_turns: u32,
     /// Said `shutdown.ack`: finishing, takes no new work.
     finishing: bool,
+    /// Its host was refused (a bad `hello`) and is being stopped: nothing
+    /// it still says counts.
+    refused: bool,
+    /// Well-formed frames this host may not send, to log them sparingly.
+    forbidden: SparseLog,
     tracker: RestartTracker,
 }
 
@@ -152,23 +177,12 @@ impl Slot {
         self.phase == Phase::Up && !self.finishing && self.host.is_some()
     }
 
-    /// Up now, or starting or restarting (it will be up soon): only a slot
-    /// that is down for good cannot take work.
+    /// Up now, or starting or restarting (it will be up soon): a slot that
+    /// rests or is down for good cannot take work.
     fn available(&self) -> bool {
-        self.phase != Phase::Down && !self.finishing
+        !matches!(self.phase, Phase::Down | Phase::Resting) && !self.finishing
     }
 }
-
-/// A turn that arrived while no slot was up but one was coming back: it
-/// starts when a host says `hello`, so the prompt after a crash just works.
-struct Held {
-    start: TurnStart,
-    preferred: Option<u32>,
-    session: ActorRef<SessionMsg>,
-}
-
-/// Turns held at most while slots restart; beyond, they fail at once.
-const MAX_HELD_TURNS: usize = 4096;
 
 /// A running turn: which host runs it and who hears about it.
 struct Route {
@@ -193,13 +207,16 @@ pub struct HostSupervisorState {
     /// Host actor → (slot, incarnation).
     by_actor: HashMap<ActorId, (u32, u64)>,
     turns: HashMap<TurnId, Route>,
-    held: std::collections::VecDeque<Held>,
+    /// Work waiting for a slot that is starting ([`held`]).
+    held: held::HeldWork,
     acks: LateAcks<Waiter, ActorRef<SessionMsg>>,
     registry: HostRegistry,
     /// Draining or stopped: nothing restarts, nothing new is accepted.
     stopping: bool,
     shutdown_replies: Vec<RpcReplyPort<()>>,
     ticker: Option<JoinHandle<()>>,
+    /// This actor, for the timers its handlers set.
+    myself: ActorRef<HostSupervisorMsg>,
 }
 
 pub struct HostSupervisor;
@@ -228,6 +245,8 @@ impl Actor for HostSupervisor {
                 pid: None,
                 active_turns: 0,
                 finishing: false,
+                refused: false,
+                forbidden: SparseLog::default(),
                 tracker: RestartTracker::new(config.restart),
             })
             .collect();
@@ -241,10 +260,11 @@ impl Actor for HostSupervisor {
             slots,
             by_actor: HashMap::new(),
             turns: HashMap::new(),
-            held: std::collections::VecDeque::new(),
+            held: held::HeldWork::default(),
             stopping: false,
             shutdown_replies: Vec::new(),
             ticker: Some(myself.send_interval(tick, || HostSupervisorMsg::Tick)),
+            myself: myself.clone(),
         };
         state.publish_up();
         for slot in 0..state.slots.len() as u32 {
@@ -273,7 +293,7 @@ impl Actor for HostSupervisor {
                 wait,
                 late,
                 reply,
-            } => state.control(&myself, request, preferred, wait, late, reply),
+            } => state.control(request, preferred, wait, late, reply),
             HostSupervisorMsg::Hosts { reply } => {
                 let _ = reply.send(state.stats());
             }
@@ -290,6 +310,8 @@ impl Actor for HostSupervisor {
                 reason,
             } => state.on_host_stopped(&myself, slot, incarnation, &reason),
             HostSupervisorMsg::Restart { slot } => state.restart(&myself, slot).await,
+            HostSupervisorMsg::RestOver { slot } => state.rest_over(&myself, slot),
+            HostSupervisorMsg::HeldDue => state.expire_held(),
             HostSupervisorMsg::WaitersDue => state.time_out_waiters(),
             HostSupervisorMsg::Tick => {
                 state.time_out_waiters();

@@ -21,6 +21,7 @@ pub mod reaper;
 pub mod registry;
 pub mod ring;
 pub mod session;
+pub mod sparse_log;
 pub mod store_writer;
 pub mod supervisor;
 mod title;

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tether_protocol::{now_ms, CompleteStatus};
-use tether_store::{StoreError, WriteOp};
+use tether_store::StoreError;
 
 pub use histogram::{Histogram, HistogramSnapshot, COMMIT_SECONDS, TURN_SECONDS};
 pub use outbox::OutboxMetrics;
@@ -107,10 +107,11 @@ impl ReplayKind {
 /// `failure_reason`s counted under their own label; an engine's own reason
 /// (passed through from its `turn.error`) is counted as `other`, so no
 /// host can grow the number of series.
-pub const FAILURE_REASONS: [&str; 7] = [
+pub const FAILURE_REASONS: [&str; 8] = [
     reasons::HOST_CRASH,
     reasons::HOST_TIMEOUT,
     reasons::HOST_UNAVAILABLE,
+    reasons::HOST_LINE_TOO_LONG,
     reasons::GATEWAY_RESTART,
     reasons::DEQUEUED,
     reasons::ENGINE_ERROR,
@@ -198,6 +199,11 @@ pub struct Metrics {
     pub turn_duration: Histogram,
     /// Compute-host processes restarted after they died.
     pub host_restarts: Counter,
+    /// Times a host slot exceeded its restart intensity and began to rest.
+    pub host_rests: Counter,
+    /// Host slots whose host said `hello` and takes work now (kept by the
+    /// HostSupervisor; `/readyz` needs one).
+    pub hosts_ready: Gauge,
     /// Late control answers handed to their late handler.
     pub late_acks_adopted: Counter,
     /// Late handlers whose TTL ran out before an answer came.
@@ -224,6 +230,8 @@ impl Default for Metrics {
             turns: TurnCounters::default(),
             turn_duration: Histogram::new(TURN_SECONDS),
             host_restarts: Counter::default(),
+            host_rests: Counter::default(),
+            hosts_ready: Gauge::default(),
             late_acks_adopted: Counter::default(),
             late_acks_expired: Counter::default(),
             late_acks_evicted: Counter::default(),
@@ -266,27 +274,23 @@ impl Metrics {
         self.replayed_events[kind as usize].add(events as u64);
     }
 
-    /// A group commit of `ops` returned `results` after `took`.
+    /// A group commit of ops writing `events[i]` events each returned
+    /// `results` after `took`.
     pub(crate) fn committed(
         &self,
-        ops: &[WriteOp],
+        events: &[usize],
         results: &[Result<(), StoreError>],
         took: Duration,
     ) {
         self.store_commits.observe(took);
-        let mut events = 0u64;
+        let mut appended = 0u64;
         let mut storage_failed = false;
         let mut written = false;
-        for (op, result) in ops.iter().zip(results) {
+        for (n, result) in events.iter().zip(results) {
             match result {
                 Ok(()) => {
                     written = true;
-                    events += match op {
-                        WriteOp::Append { events, .. } | WriteOp::CreateSession { events, .. } => {
-                            events.len() as u64
-                        }
-                        WriteOp::Patch { .. } => 0,
-                    };
+                    appended += *n as u64;
                 }
                 // The store is fine; the job was wrong (a seq or id taken).
                 Err(StoreError::Conflict(_) | StoreError::Invalid(_)) => {}
@@ -296,7 +300,7 @@ impl Metrics {
                 }
             }
         }
-        self.events_appended.add(events);
+        self.events_appended.add(appended);
         if storage_failed {
             self.store_failed_at_ms.store(now_ms(), Ordering::Relaxed);
         } else if written {
@@ -375,11 +379,8 @@ mod tests {
     #[test]
     fn a_storage_failure_marks_the_store_unwritable_until_a_commit_works() {
         let m = Metrics::default();
-        let patch = || WriteOp::Patch {
-            session_id: tether_protocol::SessionId::from("s_1"),
-            patch: Default::default(),
-        };
-        let ops = [patch(), patch()];
+        // Two patches: no events.
+        let ops = [0, 0];
         m.committed(
             &ops,
             &[Ok(()), Err(StoreError::Full("disk".into()))],

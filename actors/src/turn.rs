@@ -29,6 +29,9 @@ pub mod reasons {
     pub const HOST_TIMEOUT: &str = "host_timeout";
     /// No host slot was up to take the turn.
     pub const HOST_UNAVAILABLE: &str = "host_unavailable";
+    /// A line the host wrote for the turn was over the host line cap
+    /// (`--max-host-line-bytes`); the line was refused and the turn ended.
+    pub const HOST_LINE_TOO_LONG: &str = "host_line_too_long";
     /// The gateway stopped while the turn ran; written at the next start.
     pub const GATEWAY_RESTART: &str = "gateway_restart";
     /// The gateway was told to stop (SIGTERM/SIGINT) while the turn ran;

@@ -74,8 +74,14 @@ fn encode(m: &Metrics, hosts_up: usize, parked: Option<i64>) -> String {
     t.single(
         "tether_hosts_up",
         Kind::Gauge,
-        "Compute-host slots that can take work now.",
+        "Compute-host slots that can take work now or once they have started.",
         hosts_up,
+    );
+    t.single(
+        "tether_hosts_ready",
+        Kind::Gauge,
+        "Compute-host slots whose host said hello and takes work now.",
+        m.hosts_ready.get(),
     );
 
     t.single(
@@ -133,6 +139,12 @@ fn encode(m: &Metrics, hosts_up: usize, parked: Option<i64>) -> String {
         Kind::Counter,
         "Compute-host processes restarted after they died.",
         m.host_restarts.get(),
+    );
+    t.single(
+        "tether_host_rests_total",
+        Kind::Counter,
+        "Times a compute-host slot exceeded its restart intensity and began to rest.",
+        m.host_rests.get(),
     );
     t.single(
         "tether_late_acks_adopted_total",
@@ -218,6 +230,6 @@ mod tests {
                 .unwrap_or(name);
             assert_eq!(base, family, "{line}");
         }
-        assert_eq!(families, 20);
+        assert_eq!(families, 22);
     }
 }

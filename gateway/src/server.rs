@@ -10,6 +10,8 @@ use tokio::sync::watch;
 
 use crate::ws::serve_socket;
 
+mod free_space;
+
 /// What every request handler needs.
 #[derive(Clone)]
 pub struct AppState {
@@ -23,6 +25,9 @@ pub struct AppState {
     pub client_buckets: Arc<crate::client_rate::ClientBuckets>,
     /// Configured tokens; empty: no tokens, loopback peers only.
     pub tokens: Arc<crate::auth::Tokens>,
+    /// The directory of the store's database, whose filesystem `/readyz`
+    /// checks for free space; `None` checks none.
+    pub store_dir: Option<std::path::PathBuf>,
 }
 
 impl AppState {
@@ -34,6 +39,7 @@ impl AppState {
             allowed_origins: Default::default(),
             client_buckets: Default::default(),
             tokens: Default::default(),
+            store_dir: None,
         }
     }
 }
@@ -75,24 +81,44 @@ async fn healthz() -> &'static str {
 }
 
 /// `/readyz`: the gateway can do its work: its core actors are up, the
-/// store writer is there to take appends and the store is writable (no
-/// storage failure since the last good commit, or for 10 s), and at least
-/// one compute host slot is up. 503 with the reasons otherwise (for load
-/// balancers and orchestrators).
+/// store writer is there to take appends, the store is writable (no storage
+/// failure since the last good commit, or for 10 s, and free space on its
+/// filesystem above [`free_space::threshold`]), and at least one compute
+/// host has said `hello` (a slot that is only starting does not count; with
+/// `--hosts 0` there is none, so such a gateway is never ready: it serves
+/// reads, not turns). 503 with the reasons otherwise (for load balancers
+/// and orchestrators).
 async fn readyz(State(app): State<AppState>) -> Response {
     use axum::http::StatusCode;
     let mut missing = Vec::new();
     if app.ctx.writer().is_none() {
-        missing.push("store writer restarting");
+        missing.push("store writer restarting".to_string());
     }
     if !app.ctx.metrics.store_writable() {
-        missing.push("store not writable (the last commit failed)");
+        missing.push("store not writable (the last commit failed)".to_string());
+    }
+    if let Some(dir) = app.store_dir.clone() {
+        // statvfs may block on a network filesystem: not on a runtime thread.
+        let space = tokio::task::spawn_blocking(move || free_space::of(&dir)).await;
+        match space {
+            Ok(Ok(space)) if space.low() => missing.push(format!(
+                "store filesystem almost full ({} bytes free, at least {} needed)",
+                space.available,
+                free_space::threshold(space.total)
+            )),
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => missing.push(format!("cannot read the store's free space: {e}")),
+            Err(e) => missing.push(format!("cannot read the store's free space: {e}")),
+        }
     }
     if app.ctx.registry().is_err() {
-        missing.push("session registry restarting");
+        missing.push("session registry restarting".to_string());
     }
-    if app.ctx.hosts_up() == 0 {
-        missing.push("no compute host up");
+    if !app.ctx.lifecycle.recovered() {
+        missing.push("ending the turns the last stop cut short".to_string());
+    }
+    if app.ctx.metrics.hosts_ready.get() <= 0 {
+        missing.push("no compute host up".to_string());
     }
     if missing.is_empty() {
         crate::http::status_text(StatusCode::OK, "ready")

@@ -287,5 +287,8 @@ pub fn parse_host_line<T: HostLine>(line: &str) -> Result<T, HostFrameError> {
     Err(HostFrameError::Json(err.to_string()))
 }
 
+mod peek;
+pub use peek::{peek_frame, FramePeek};
+
 #[cfg(test)]
 mod tests;

@@ -3,15 +3,16 @@
 //! The store knows nothing of actors. It offers two halves:
 //!
 //! - [`StoreWrite`]: the one writer connection, owned by the StoreWriter actor, which
-//!   group-commits batches of [`WriteOp`]s: one transaction per batch, each op atomic and
-//!   independent of the others.
+//!   group-commits batches of [`WriteOp`]s: each op atomic and independent of the others, a batch
+//!   costing about one durable commit.
 //! - [`StoreRead`]: reads over a small pool, shared by every task that needs them.
 //!
 //! Beside them, [`HandoffStore`]: the handoff work queue, whose transitions are single-statement
 //! compare-and-sets on a connection of their own (why: `sqlite/handoffs.rs`).
 //!
 //! The traits are dialect-neutral: SQLite ([`open_sqlite`]) is the embedded default, and a
-//! PostgreSQL implementation will sit behind the same traits. SQL lives only in `sqlite/`.
+//! PostgreSQL implementation will sit behind the same traits. A gateway opens its store with
+//! [`open`], the one place that picks the backend. SQL lives only in `sqlite/`.
 //!
 //! Errors are [`StoreError`]s whose [`code`](StoreError::code) is the wire code (5070/5071/5072).
 #![forbid(unsafe_code)]
@@ -24,10 +25,11 @@ mod error;
 mod handoff;
 mod lock;
 mod model;
+mod open;
 mod rules;
 mod sqlite;
 
-pub use api::{Opened, StoreRead, StoreWrite, COMPACTED_KIND, TRANSCRIPT_KINDS};
+pub use api::{Opened, StoreRead, StoreWrite};
 pub use config::{StoreConfig, Synchronous};
 pub use cursor::list_cursor_after;
 pub use error::StoreError;
@@ -37,6 +39,7 @@ pub use handoff::{
 };
 pub use lock::{LockError, StoreLock, LOCK_FILE};
 pub use model::{EventRow, NewSession, SessionPatch, SessionRow, WriteOp};
+pub use open::{open, Store, WriterFactory};
 pub use sqlite::{open_sqlite, open_sqlite_writer};
 
 /// Hooks for tests of this crate and of its users; not part of the supported API.

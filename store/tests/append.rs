@@ -135,7 +135,7 @@ async fn a_bad_op_fails_alone() {
     };
     let results = store
         .writer
-        .commit(&[
+        .commit(vec![
             append("s_a", 2, 2, 2),
             gap_inside,
             append("s_b", 3, 1, 1), // gap after latest_seq 1
@@ -221,7 +221,7 @@ async fn an_append_with_no_events_only_patches() {
 #[tokio::test]
 async fn an_empty_batch_is_fine() {
     let (_dir, _cfg, mut store) = common::fresh().await;
-    assert!(store.writer.commit(&[]).await.is_empty());
+    assert!(store.writer.commit(vec![]).await.is_empty());
 }
 
 #[tokio::test]
@@ -233,7 +233,7 @@ async fn a_cancelled_commit_leaves_the_writer_usable() {
         .collect();
     // Drop the commit future at its first suspension point, half-way through whatever it did.
     {
-        let fut = store.writer.commit(&big);
+        let fut = store.writer.commit(big);
         let _ = tokio::time::timeout(std::time::Duration::from_micros(1), fut).await;
     }
     // Either the whole batch made it or none of it; either way the writer goes on.

@@ -78,7 +78,7 @@ async fn a_restarted_writer_continues_where_the_old_one_stopped() {
     drop(writer);
     let mut writer = open_sqlite_writer(&cfg).await.unwrap();
     assert_eq!(writer.latest_seq(&common::sid("s_1")).await.unwrap(), 2);
-    let results = writer.commit(&[common::append("s_1", 3, 2, 3)]).await;
+    let results = writer.commit(vec![common::append("s_1", 3, 2, 3)]).await;
     assert_eq!(results, vec![Ok(())]);
     let events = reader
         .events_since(&common::sid("s_1"), 0, 100)

@@ -7,6 +7,7 @@ use ractor::{ActorRef, RpcReplyPort};
 use tether_protocol::ToHost;
 use tracing::{debug, info, warn};
 
+use super::held::ControlJob;
 use super::{now, HostSupervisorMsg, HostSupervisorState, Waiter};
 use crate::late_acks::Taken;
 use crate::session::SessionMsg;
@@ -15,19 +16,42 @@ use crate::turn::{ControlOutcome, ControlRequest};
 impl HostSupervisorState {
     pub(super) fn control(
         &mut self,
-        myself: &ActorRef<HostSupervisorMsg>,
         request: ControlRequest,
         preferred: Option<u32>,
         wait: Duration,
         late: ActorRef<SessionMsg>,
         reply: RpcReplyPort<ControlOutcome>,
     ) {
-        let request_id = request.request_id.clone();
-        let Some(slot) = self.choose(preferred) else {
-            let _ = reply.send(ControlOutcome::Error("no compute host is up".into()));
+        let now = now();
+        self.dispatch_control(ControlJob {
+            request,
+            preferred,
+            deadline: now + wait,
+            give_up: now + wait.min(self.config.hello_timeout),
+            late,
+            reply,
+        });
+    }
+
+    /// Sends a control request to a slot that is up, or holds it for one
+    /// that is starting, or fails it when none is coming.
+    pub(super) fn dispatch_control(&mut self, job: ControlJob) {
+        let Some(slot) = self.choose(job.preferred) else {
+            if let Some(job) = self.hold_control(job) {
+                let _ = job
+                    .reply
+                    .send(ControlOutcome::Error("no compute host is up".into()));
+            }
             return;
         };
-        let deadline = now() + wait;
+        let ControlJob {
+            request,
+            deadline,
+            late,
+            reply,
+            ..
+        } = job;
+        let request_id = request.request_id.clone();
         if let Err(w) =
             self.acks
                 .insert_waiter(request_id.clone(), Waiter { reply, late }, slot, deadline)
@@ -50,7 +74,9 @@ impl HostSupervisorState {
                 args: request.args,
             },
         );
-        myself.send_after(wait, || HostSupervisorMsg::WaitersDue);
+        let wait = deadline.saturating_duration_since(now());
+        self.myself
+            .send_after(wait, || HostSupervisorMsg::WaitersDue);
     }
 
     /// Answers `Pending` to every waiter past its deadline and hands its
@@ -126,16 +152,24 @@ impl HostSupervisorState {
             }
             Taken::Expired => {
                 self.metrics.late_acks_expired.inc();
-                warn!(
-                    host_id = slot,
-                    request_id, "control answer after the late-ack TTL; dropped"
-                );
+                if let Some(n) = self.forbidden_frame(slot) {
+                    warn!(
+                        host_id = slot,
+                        request_id,
+                        forbidden_frames = n,
+                        "control answer after the late-ack TTL; dropped"
+                    );
+                }
             }
             Taken::Unknown => {
-                warn!(
-                    host_id = slot,
-                    request_id, "control answer for no pending request; dropped"
-                );
+                if let Some(n) = self.forbidden_frame(slot) {
+                    warn!(
+                        host_id = slot,
+                        request_id,
+                        forbidden_frames = n,
+                        "control answer for no pending request; dropped"
+                    );
+                }
             }
         }
     }

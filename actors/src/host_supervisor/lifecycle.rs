@@ -1,4 +1,5 @@
-//! Slots' lives: starting hosts, their deaths and restarts, the drain.
+//! Slots' lives: starting hosts, their deaths and restarts (and rests past
+//! the restart intensity), the drain.
 
 use std::sync::atomic::Ordering;
 
@@ -32,8 +33,12 @@ impl HostSupervisorState {
                 s.phase = Phase::Starting;
                 s.pid = None;
                 s.finishing = false;
+                s.refused = false;
+                s.forbidden.reset();
             }
             Err(e) => {
+                // Counts like a crash (e.g. out of file descriptors for a
+                // moment): the slot backs off, and rests past its intensity.
                 let reason = format!("cannot start: {e}");
                 self.host_died(myself, slot, None, &reason);
             }
@@ -49,6 +54,41 @@ impl HostSupervisorState {
         if waiting && !self.stopping {
             self.spawn_host(myself, slot).await;
         }
+    }
+
+    /// The rest of `slot` is over: retry it (after the first restart's
+    /// backoff, as the first restart of a new window).
+    pub(super) fn rest_over(&mut self, myself: &ActorRef<HostSupervisorMsg>, slot: u32) {
+        if self.stopping {
+            return;
+        }
+        let Some(s) = self.slots.get_mut(slot as usize) else {
+            return;
+        };
+        if s.phase != Phase::Resting {
+            return;
+        }
+        match s.tracker.on_rest_over(now()) {
+            Decision::Restart { after, attempt } => {
+                info!(
+                    host_id = slot,
+                    attempt,
+                    backoff_ms = after.as_millis() as u64,
+                    restarts = s.tracker.total_restarts(),
+                    "retrying a compute host slot after its rest"
+                );
+                s.phase = Phase::Backoff;
+                self.metrics.host_restarts.inc();
+                myself.send_after(after, move || HostSupervisorMsg::Restart { slot });
+            }
+            Decision::Rest { until } => {
+                // Woken early (timers are not exact): sleep on.
+                let left = until.saturating_duration_since(now());
+                myself.send_after(left, move || HostSupervisorMsg::RestOver { slot });
+            }
+            Decision::Escalate | Decision::Ignore => s.phase = Phase::Down,
+        }
+        self.publish_up();
     }
 
     pub(super) fn on_host_stopped(
@@ -108,6 +148,20 @@ impl HostSupervisorState {
                 self.metrics.host_restarts.inc();
                 myself.send_after(after, move || HostSupervisorMsg::Restart { slot });
             }
+            Decision::Rest { until } => {
+                let rest = until.saturating_duration_since(now());
+                warn!(
+                    host_id = slot,
+                    restarts = s.tracker.total_restarts(),
+                    intensity = s.tracker.policy().intensity,
+                    period_s = s.tracker.policy().period.as_secs(),
+                    rest_ms = rest.as_millis() as u64,
+                    "compute host slot exceeded its restart intensity; it rests until its period has passed"
+                );
+                s.phase = Phase::Resting;
+                self.metrics.host_rests.inc();
+                myself.send_after(rest, move || HostSupervisorMsg::RestOver { slot });
+            }
             Decision::Escalate => {
                 error!(
                     host_id = slot,
@@ -165,15 +219,20 @@ impl HostSupervisorState {
     }
 
     /// Keeps the shared gauge equal to the number of slots that can take
-    /// work (now, or once their restart finishes); fails held turns when
-    /// none is left.
+    /// work (now, or once their start or restart finishes) and
+    /// `hosts_ready` to those whose host said hello; fails held work when
+    /// no slot is left that could take it.
     pub(super) fn publish_up(&mut self) {
-        let up = if self.stopping {
-            0
+        let (up, ready) = if self.stopping {
+            (0, 0)
         } else {
-            self.slots.iter().filter(|s| s.available()).count()
+            (
+                self.slots.iter().filter(|s| s.available()).count(),
+                self.slots.iter().filter(|s| s.usable()).count(),
+            )
         };
         self.up_slots.store(up, Ordering::Relaxed);
+        self.metrics.hosts_ready.set(ready as i64);
         if up == 0 {
             self.fail_held("no compute host is up");
         }
@@ -204,7 +263,7 @@ impl HostSupervisorState {
         if first {
             info!(hosts = self.live_hosts(), "shutting the compute hosts down");
             for s in &mut self.slots {
-                if s.phase == Phase::Backoff {
+                if matches!(s.phase, Phase::Backoff | Phase::Resting) {
                     s.phase = Phase::Down;
                 }
                 if let Some(host) = &s.host {

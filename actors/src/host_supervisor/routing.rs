@@ -7,10 +7,9 @@ use ractor::ActorRef;
 use tether_protocol::{FromHost, HostEvent, ToHost, TurnId};
 use tracing::{debug, info, trace, warn};
 
-use super::{
-    send_update, Held, HostSupervisorState, Phase, Route, Slot, MAX_HELD_TURNS, PROTOCOL_VERSION,
-};
-use crate::host::HostMsg;
+use super::held::HeldTurn;
+use super::{send_update, HostSupervisorState, Route, Slot};
+use crate::host::{HostMsg, Incoming};
 use crate::session::SessionMsg;
 use crate::turn::{reasons, TurnStart, TurnUpdate};
 
@@ -52,17 +51,14 @@ impl HostSupervisorState {
     ) {
         let turn_id = start.turn_id.clone();
         let Some(slot) = self.choose(preferred) else {
-            let coming = !self.stopping && self.slots.iter().any(Slot::available);
-            if coming && self.held.len() < MAX_HELD_TURNS {
-                debug!(turn_id = %turn_id, session_id = %start.session_id, trace_id = %start.trace_id,
-                       "no compute host is up yet; the turn waits for one");
-                self.held.push_back(Held {
-                    start,
-                    preferred,
-                    session,
-                });
+            let held = HeldTurn {
+                start,
+                preferred,
+                session,
+            };
+            let Some(HeldTurn { start, session, .. }) = self.hold_turn(held) else {
                 return;
-            }
+            };
             info!(turn_id = %turn_id, session_id = %start.session_id, trace_id = %start.trace_id,
                   "no compute host is up for the turn");
             send_update(
@@ -137,29 +133,8 @@ impl HostSupervisorState {
         }
     }
 
-    /// Starts the turns held while no host was up (a host just said hello).
-    fn release_held(&mut self) {
-        for held in std::mem::take(&mut self.held) {
-            self.start_turn(held.start, held.preferred, held.session);
-        }
-    }
-
-    /// Fails every held turn: no slot will come back for them.
-    pub(super) fn fail_held(&mut self, message: &str) {
-        for held in std::mem::take(&mut self.held) {
-            send_update(
-                &held.session,
-                held.start.turn_id,
-                TurnUpdate::Error {
-                    reason: reasons::HOST_UNAVAILABLE.into(),
-                    message: message.into(),
-                },
-            );
-        }
-    }
-
     pub(super) fn abandon(&mut self, turn_id: &TurnId) {
-        self.held.retain(|h| &h.start.turn_id != turn_id);
+        self.drop_held_turn(turn_id);
         if let Some(route) = self.remove_route(turn_id) {
             info!(host_id = route.slot, turn_id = %turn_id, session_id = %route.session_id,
                   trace_id = %route.trace_id, "turn abandoned by its session");
@@ -181,12 +156,12 @@ impl HostSupervisorState {
         slot: u32,
         incarnation: u64,
         pid: u32,
-        frames: Vec<FromHost>,
+        frames: Vec<Incoming>,
     ) {
         let current = self
             .slots
             .get(slot as usize)
-            .is_some_and(|s| s.incarnation == incarnation && s.host.is_some());
+            .is_some_and(|s| s.incarnation == incarnation && s.host.is_some() && !s.refused);
         if !current {
             debug!(
                 host_id = slot,
@@ -197,13 +172,30 @@ impl HostSupervisorState {
             return;
         }
         let mut events = TurnEvents::default();
-        for frame in frames {
-            match frame {
-                FromHost::Event { turn_id, event } => events.push(turn_id, event),
-                other => {
+        for incoming in frames {
+            match incoming {
+                Incoming::Frame(FromHost::Event { turn_id, event }) => {
+                    if self.allowed_event(slot, &turn_id, &event) {
+                        events.push(turn_id, event);
+                    }
+                }
+                Incoming::Frame(other) => {
                     self.hand_over(slot, &mut events);
                     self.on_frame(slot, pid, other);
                 }
+                Incoming::Oversized {
+                    turn_id,
+                    request_id,
+                    bytes,
+                } => {
+                    self.hand_over(slot, &mut events);
+                    self.oversized(slot, pid, turn_id, request_id, bytes);
+                }
+            }
+            // A refused hello stops the host: what follows it counts for
+            // nothing.
+            if self.slots.get(slot as usize).is_some_and(|s| s.refused) {
+                return;
             }
         }
         self.hand_over(slot, &mut events);
@@ -233,9 +225,11 @@ impl HostSupervisorState {
                 rss_kb,
             } => trace!(host_id = slot, pid, active_turns, rss_kb, "host heartbeat"),
             FromHost::Event { turn_id, event } => {
-                let mut events = TurnEvents::default();
-                events.push(turn_id, event);
-                self.hand_over(slot, &mut events);
+                if self.allowed_event(slot, &turn_id, &event) {
+                    let mut events = TurnEvents::default();
+                    events.push(turn_id, event);
+                    self.hand_over(slot, &mut events);
+                }
             }
             FromHost::TurnEnd {
                 turn_id,
@@ -284,10 +278,14 @@ impl HostSupervisorState {
             FromHost::ShutdownAck if !self.stopping => {
                 // Only an answer to our `shutdown` may take a slot out of
                 // service; a host that says it unprompted keeps serving.
-                warn!(
-                    host_id = slot,
-                    pid, "shutdown.ack without a shutdown; ignored"
-                );
+                if let Some(n) = self.forbidden_frame(slot) {
+                    warn!(
+                        host_id = slot,
+                        pid,
+                        forbidden_frames = n,
+                        "shutdown.ack without a shutdown; ignored"
+                    );
+                }
             }
             FromHost::ShutdownAck => {
                 info!(host_id = slot, pid, "compute host is finishing");
@@ -297,51 +295,23 @@ impl HostSupervisorState {
                 self.publish_up();
             }
             FromHost::Error { message } => {
-                warn!(host_id = slot, pid, error = %message, "the host could not understand a frame of ours");
+                if let Some(n) = self.forbidden_frame(slot) {
+                    warn!(host_id = slot, pid, error = %message, host_errors = n,
+                          "the host could not understand a frame of ours");
+                }
             }
         }
     }
 
-    fn hello(
-        &mut self,
-        slot: u32,
-        pid: u32,
-        said_pid: u32,
-        protocol: u32,
-        engine: &str,
-        version: &str,
-    ) {
-        let Some(s) = self.slots.get_mut(slot as usize) else {
-            return;
-        };
-        if s.phase != Phase::Starting {
-            warn!(host_id = slot, pid, "second hello from a host; ignored");
-            return;
-        }
-        if protocol != PROTOCOL_VERSION {
-            warn!(
-                host_id = slot,
-                pid, protocol, "host speaks another protocol version"
-            );
-        }
-        s.phase = Phase::Up;
-        s.pid = Some(pid);
-        info!(
-            host_id = slot,
-            pid, said_pid, engine, version, "compute host up"
-        );
-        self.registry.record(slot, pid);
-        self.publish_up();
-        self.release_held();
-    }
-
     /// The route of a turn run by `slot`; frames for other turns are dropped.
-    fn route_of(&self, slot: u32, turn_id: &TurnId) -> Option<&Route> {
+    pub(super) fn route_of(&self, slot: u32, turn_id: &TurnId) -> Option<&Route> {
         match self.turns.get(turn_id) {
             Some(route) if route.slot == slot => Some(route),
             Some(route) => {
-                warn!(host_id = slot, turn_id = %turn_id, routed_to = route.slot,
-                      "frame for a turn of another host; dropped");
+                if let Some(n) = self.forbidden_frame(slot) {
+                    warn!(host_id = slot, turn_id = %turn_id, routed_to = route.slot, forbidden_frames = n,
+                          "frame for a turn of another host; dropped");
+                }
                 None
             }
             None => {

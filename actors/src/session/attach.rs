@@ -129,10 +129,7 @@ impl SessionState {
         tokio::spawn(async move {
             let answer = async {
                 if with_messages {
-                    let rows = reader
-                        .segment_events(&id)
-                        .await
-                        .map_err(|e| RpcError::new(e.code(), e.to_string()))?;
+                    let rows = reader.segment_events(&id).await?;
                     let rows: Vec<_> = rows.into_iter().filter(|r| r.seq <= h).collect();
                     result.messages = Some(messages_from_rows(&rows));
                 }

@@ -11,7 +11,7 @@ use tether_protocol::{EventType, Message, RpcError};
 use tether_store::EventRow;
 
 use super::{SessionMsg, SessionState};
-use crate::transcript::{is_message, message_from_row, messages_from_rows};
+use crate::transcript::{message_from_row, messages_from_rows};
 
 #[derive(Debug, Default)]
 pub(crate) enum Transcript {
@@ -31,7 +31,7 @@ pub(crate) enum Transcript {
 impl SessionState {
     /// Keeps the in-memory transcript current with an emitted event.
     pub(super) fn note_message(&mut self, row: &EventRow, kind: EventType) -> Option<Message> {
-        if !is_message(kind) {
+        if !kind.is_transcript() {
             return None;
         }
         let message = message_from_row(row)?;
@@ -97,7 +97,7 @@ impl SessionState {
                     let rows: Vec<_> = rows.into_iter().filter(|r| r.seq <= upto).collect();
                     messages_from_rows(&rows)
                 })
-                .map_err(|e| RpcError::new(e.code(), e.to_string()));
+                .map_err(RpcError::from);
             let _ = myself.cast(SessionMsg::TranscriptLoaded { result });
         });
     }

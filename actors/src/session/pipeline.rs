@@ -236,7 +236,11 @@ impl SessionState {
                     if let Some(reply) = reply {
                         let _ = reply.send(Ok(()));
                     }
-                    myself.stop(Some("closed".into()));
+                    // Drain, not stop: what is already in the mailbox is
+                    // answered (4002, or read), and what comes later is
+                    // refused at the send, so the registry holds it for
+                    // the stopped session instead of it being dropped.
+                    let _ = myself.drain();
                 }
                 Waiter::Submit { reply, result } => {
                     let _ = reply.send(Ok(result));

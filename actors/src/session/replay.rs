@@ -29,10 +29,7 @@ pub(crate) async fn read_range(
         return Ok((Vec::new(), false));
     }
     let want = limit.min((upto - after).min(u32::MAX as u64) as u32);
-    let rows = reader
-        .events_since(session_id, after, want)
-        .await
-        .map_err(|e| RpcError::new(e.code(), e.to_string()))?;
+    let rows = reader.events_since(session_id, after, want).await?;
     let mut events = Vec::with_capacity(rows.len());
     let mut last = after;
     for row in rows.iter().filter(|r| r.seq <= upto) {

@@ -68,6 +68,9 @@ pub(crate) struct Turns {
     pub todos: Option<Todos>,
     /// The marker changed and must go out with the next append.
     pub marker_dirty: bool,
+    /// Host events dropped for a bad payload: logged sparingly, since a
+    /// host can send them faster than a log takes them.
+    pub bad_host_events: crate::sparse_log::SparseLog,
 }
 
 impl SessionState {
@@ -319,11 +322,18 @@ impl SessionState {
             return;
         };
         let tag = turn.tag.clone();
+        let bad = &self.turns.bad_host_events;
+        let dropped = |why: &str| {
+            if let Some(n) = bad.hit() {
+                warn!(session_id = %self.id, turn_id = %tag.turn_id, trace_id = %tag.trace_id,
+                      kind = %event.kind, bad_host_events = n, why, "host event dropped");
+            }
+        };
         let text_of = |payload: &str| serde_json::from_str::<Text>(payload).ok().map(|t| t.text);
         match event.kind.as_str() {
             "message.delta" => {
                 let Some(text) = text_of(event.payload.get()) else {
-                    return warn!(turn_id = %tag.turn_id, trace_id = %tag.trace_id, "delta without text");
+                    return dropped("a delta without text");
                 };
                 let offset = turn.text.len() as u64;
                 turn.text.push_str(&text);
@@ -331,7 +341,7 @@ impl SessionState {
             }
             "reasoning.delta" => {
                 let Some(text) = text_of(event.payload.get()) else {
-                    return warn!(turn_id = %tag.turn_id, trace_id = %tag.trace_id, "reasoning delta without text");
+                    return dropped("a reasoning delta without text");
                 };
                 let offset = turn.reasoning_bytes;
                 turn.reasoning_bytes += text.len() as u64;
@@ -344,9 +354,7 @@ impl SessionState {
             "todo.updated" => {
                 let items = match serde_json::from_str::<Items>(event.payload.get()) {
                     Ok(Items { items }) => items,
-                    Err(_) => {
-                        return warn!(turn_id = %tag.turn_id, trace_id = %tag.trace_id, "todo.updated without valid items")
-                    }
+                    Err(_) => return dropped("todo.updated without valid items"),
                 };
                 // The gateway numbers revisions so they increase across hosts,
                 // parking and restarts (PROTOCOL 1.10).
@@ -357,7 +365,7 @@ impl SessionState {
             }
             "tool.start" | "tool.complete" | "status.update" => {
                 if !event.payload.is_object() {
-                    return warn!(turn_id = %tag.turn_id, trace_id = %tag.trace_id, kind = %event.kind, "event payload is not an object");
+                    return dropped("its payload is not an object");
                 }
                 if let Some(kind) = EventType::parse(&event.kind) {
                     // Passed on as the host wrote it: stored and sent without
@@ -371,9 +379,8 @@ impl SessionState {
                     });
                 }
             }
-            other => {
-                warn!(turn_id = %tag.turn_id, trace_id = %tag.trace_id, kind = other, "unknown host event type dropped")
-            }
+            // The supervisor lets only Part 2's event types through.
+            _ => dropped("an event type a host may not send"),
         }
     }
 
