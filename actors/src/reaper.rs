@@ -9,9 +9,11 @@
 //! by then. So the reaper may be wrong about a session (its messages race
 //! with the session's life) without a session ever being parked mid-turn.
 //!
-//! Every orphan entry carries a generation. A timer names the generation it
-//! was armed for; one that fires for a session that was adopted (and maybe
-//! orphaned again) in between finds another generation and does nothing.
+//! Every orphaning of a session gets its own number (`orphaning`, counted
+//! by the reaper). A timer names the orphaning it was armed for; one that
+//! fires for a session that was adopted (and maybe orphaned again) in
+//! between finds another number and does nothing. (Not to be confused with
+//! the store writer's `append_gen`, which orders a session's appends.)
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -66,13 +68,14 @@ pub enum ReaperMsg {
     /// From the registry: how many sessions are live now.
     LiveCount { live: usize },
     /// From the registry: the session refused (or missed) a park.
-    ParkRefused { key: SessionKey, gen: u64 },
-    /// Internal: a timer armed for generation `gen` fired.
-    Due { key: SessionKey, gen: u64 },
+    ParkRefused { key: SessionKey, orphaning: u64 },
+    /// Internal: a timer armed for orphaning number `orphaning` fired.
+    Due { key: SessionKey, orphaning: u64 },
 }
 
 struct Orphan {
-    gen: u64,
+    /// Which orphaning of the session this entry is (module doc).
+    orphaning: u64,
     /// When the grace ends (ms since the epoch).
     grace_end_ms: i64,
     gauges: Arc<SessionGauges>,
@@ -86,7 +89,7 @@ struct Orphan {
 pub struct ReaperState {
     ctx: Ctx,
     orphans: HashMap<SessionKey, Orphan>,
-    next_gen: u64,
+    next_orphaning: u64,
     live: usize,
 }
 
@@ -107,7 +110,7 @@ impl Actor for Reaper {
         Ok(ReaperState {
             ctx,
             orphans: HashMap::new(),
-            next_gen: 1,
+            next_orphaning: 1,
             live: 0,
         })
     }
@@ -126,8 +129,8 @@ impl Actor for Reaper {
             ReaperMsg::Settled { key } => {
                 if let Some(o) = state.orphans.get(&key) {
                     if now_ms() >= o.grace_end_ms {
-                        let gen = o.gen;
-                        state.check(&myself, key, gen);
+                        let orphaning = o.orphaning;
+                        state.check(&myself, key, orphaning);
                     }
                 }
             }
@@ -135,26 +138,26 @@ impl Actor for Reaper {
                 state.live = live;
                 state.enforce_cap();
             }
-            ReaperMsg::ParkRefused { key, gen } => {
+            ReaperMsg::ParkRefused { key, orphaning } => {
                 if let Some(o) = state.orphans.get_mut(&key) {
-                    if o.gen == gen {
+                    if o.orphaning == orphaning {
                         o.parking = false;
                         // Something raced the park (an append in flight,
                         // a turn that just started): look again shortly.
-                        state.arm(&myself, key, gen, Duration::from_secs(1));
+                        state.arm(&myself, key, orphaning, Duration::from_secs(1));
                     }
                 }
             }
-            ReaperMsg::Due { key, gen } => {
+            ReaperMsg::Due { key, orphaning } => {
                 if let Some(o) = state.orphans.get_mut(&key) {
                     // Whichever timer fired, the next look re-arms one if
                     // needed (a spare timer costs a look, a missing one a
                     // session that is never parked).
-                    if o.gen == gen {
+                    if o.orphaning == orphaning {
                         o.next_due_ms = None;
                     }
                 }
-                state.check(&myself, key, gen);
+                state.check(&myself, key, orphaning);
                 // A refused LRU park is retried through the same timer.
                 state.enforce_cap();
             }
@@ -170,30 +173,30 @@ impl ReaperState {
         key: SessionKey,
         gauges: Arc<SessionGauges>,
     ) {
-        let gen = self.next_gen;
-        self.next_gen += 1;
+        let orphaning = self.next_orphaning;
+        self.next_orphaning += 1;
         let grace = self.ctx.config.orphan_grace;
-        debug!(session_id = %key.1, gen, grace_s = grace.as_secs(), "session orphaned");
+        debug!(session_id = %key.1, orphaning, grace_s = grace.as_secs(), "session orphaned");
         self.orphans.insert(
             key.clone(),
             Orphan {
-                gen,
+                orphaning,
                 grace_end_ms: now_ms() + grace.as_millis() as i64,
                 gauges,
                 parking: false,
                 next_due_ms: None,
             },
         );
-        self.check(myself, key, gen);
+        self.check(myself, key, orphaning);
         self.enforce_cap();
     }
 
     /// A timer fired (or a session settled): park, wait on, or interrupt.
-    fn check(&mut self, myself: &ActorRef<ReaperMsg>, key: SessionKey, gen: u64) {
+    fn check(&mut self, myself: &ActorRef<ReaperMsg>, key: SessionKey, orphaning: u64) {
         let Some(o) = self.orphans.get(&key) else {
             return;
         };
-        if o.gen != gen || o.parking {
+        if o.orphaning != orphaning || o.parking {
             // Adopted (and maybe orphaned again) since this timer was armed.
             return;
         }
@@ -205,7 +208,7 @@ impl ReaperState {
         };
         match verdict(&seen, &Limits::of(&self.ctx)) {
             Verdict::Park(reason) => self.park(key, reason),
-            Verdict::Wait(after) => self.arm(myself, key, gen, after),
+            Verdict::Wait(after) => self.arm(myself, key, orphaning, after),
         }
     }
 
@@ -232,7 +235,13 @@ impl ReaperState {
 
     /// Arms a timer for an orphan unless an earlier one is already armed
     /// (that one looks again and re-arms as needed).
-    fn arm(&mut self, myself: &ActorRef<ReaperMsg>, key: SessionKey, gen: u64, after: Duration) {
+    fn arm(
+        &mut self,
+        myself: &ActorRef<ReaperMsg>,
+        key: SessionKey,
+        orphaning: u64,
+        after: Duration,
+    ) {
         let Some(o) = self.orphans.get_mut(&key) else {
             return;
         };
@@ -241,8 +250,8 @@ impl ReaperState {
             return;
         }
         o.next_due_ms = Some(due);
-        // The timer task runs detached; a stale one is disarmed by `gen`.
-        drop(myself.send_after(after, move || ReaperMsg::Due { key, gen }));
+        // The timer task runs detached; a stale one is disarmed by `orphaning`.
+        drop(myself.send_after(after, move || ReaperMsg::Due { key, orphaning }));
     }
 
     fn park(&mut self, key: SessionKey, reason: ParkReason) {
@@ -250,11 +259,15 @@ impl ReaperState {
             return;
         };
         o.parking = true;
-        let gen = o.gen;
+        let orphaning = o.orphaning;
         info!(session_id = %key.1, profile = %key.0, reason = reason.as_str(), "reclaiming session");
         match self.ctx.registry() {
             Ok(registry) => {
-                let _ = registry.cast(RegistryMsg::Park { key, gen, reason });
+                let _ = registry.cast(RegistryMsg::Park {
+                    key,
+                    orphaning,
+                    reason,
+                });
             }
             // The registry is restarting: its sessions report again to the
             // next one, which re-arms everything.

@@ -122,15 +122,17 @@ pub enum RegistryMsg {
     /// The Reaper was restarted: sessions must report to the new one.
     ReaperRestarted,
     /// From the reaper: park this session if it is still parkable.
+    /// `orphaning` names the reaper's entry the park belongs to, so that a
+    /// refusal reaches only that one (`reaper.rs`).
     Park {
         key: SessionKey,
-        gen: u64,
+        orphaning: u64,
         reason: ParkReason,
     },
     /// Internal: the session `actor` answered a park.
     ParkDone {
         key: SessionKey,
-        gen: u64,
+        orphaning: u64,
         actor: ActorId,
         parked: bool,
     },
@@ -304,13 +306,17 @@ impl Actor for Registry {
                 }
                 state.report_live_count();
             }
-            RegistryMsg::Park { key, gen, reason } => state.park(&myself, key, gen, reason),
+            RegistryMsg::Park {
+                key,
+                orphaning,
+                reason,
+            } => state.park(&myself, key, orphaning, reason),
             RegistryMsg::ParkDone {
                 key,
-                gen,
+                orphaning,
                 actor,
                 parked,
-            } => state.park_done(key, gen, actor, parked),
+            } => state.park_done(key, orphaning, actor, parked),
         }
         Ok(())
     }

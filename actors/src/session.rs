@@ -141,11 +141,15 @@ pub enum SessionMsg {
     /// as `Flush` does.
     Drain { reply: RpcReplyPort<()> },
     /// From the writer: every pending event with `seq <= upto_seq` is on
-    /// disk. `gen` is the append generation the append was sent under.
-    Committed { gen: u64, upto_seq: u64 },
-    /// From the writer: the append of generation `gen` starting at
+    /// disk. `append_gen` is the generation the append was sent under.
+    Committed { append_gen: u64, upto_seq: u64 },
+    /// From the writer: the append of generation `append_gen` starting at
     /// `from_seq` was not written.
-    AppendFailed { gen: u64, from_seq: u64, code: i64 },
+    AppendFailed {
+        append_gen: u64,
+        from_seq: u64,
+        code: i64,
+    },
     /// The StoreWriter was restarted: an append in flight may be lost.
     WriterRestarted,
     /// Internal: emit again the `message.complete`s a failed append lost.
@@ -339,12 +343,15 @@ impl Actor for Session {
             }
             SessionMsg::Flush { reply } => state.when_settled(me, reply),
             SessionMsg::Drain { reply } => state.drain(me, reply),
-            SessionMsg::Committed { gen, upto_seq } => state.committed(me, gen, upto_seq),
+            SessionMsg::Committed {
+                append_gen,
+                upto_seq,
+            } => state.committed(me, append_gen, upto_seq),
             SessionMsg::AppendFailed {
-                gen,
+                append_gen,
                 from_seq,
                 code,
-            } => state.append_failed(me, gen, from_seq, code),
+            } => state.append_failed(me, append_gen, from_seq, code),
             SessionMsg::RepayCompletions => state.repay_completions(me),
             SessionMsg::WriterRestarted => state.writer_restarted(me),
             SessionMsg::Rebased { barrier } => state.rebased(me, barrier),

@@ -8,9 +8,9 @@
 //! it back with the results, so the actor's mailbox keeps filling the next
 //! batch meanwhile.
 //!
-//! Sessions learn the outcome as `Committed { gen, upto_seq }` or
-//! `AppendFailed { gen, from_seq, code }`. After a failure the writer
-//! rejects every Append of that session with an older `gen`, so a session
+//! Sessions learn the outcome as `Committed { append_gen, upto_seq }` or
+//! `AppendFailed { append_gen, from_seq, code }`. After a failure the writer
+//! rejects every Append of that session with an older `append_gen`, so a session
 //! that rewound its seq can never leave a gap behind.
 
 use std::collections::{HashMap, VecDeque};
@@ -32,14 +32,14 @@ pub use tether_store::WriterFactory;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Barrier {
     pub latest_seq: u64,
-    pub gen: u64,
+    pub append_gen: u64,
 }
 
 pub enum StoreWriterMsg {
     /// Append durable events of one session (seqs contiguous).
     Append {
         session_id: SessionId,
-        gen: u64,
+        append_gen: u64,
         events: Vec<EventRow>,
         patch: SessionPatch,
         notify: ActorRef<SessionMsg>,
@@ -85,7 +85,7 @@ struct Job {
 enum Reply {
     Append {
         session_id: SessionId,
-        gen: u64,
+        append_gen: u64,
         from_seq: u64,
         upto_seq: u64,
         notify: ActorRef<SessionMsg>,
@@ -129,9 +129,9 @@ pub struct StoreWriterState {
     /// `None` while a commit task holds the connection.
     store: Option<Box<dyn StoreWrite>>,
     queue: VecDeque<Job>,
-    /// Appends of a session with a gen below this are stale and rejected.
-    min_gen: HashMap<SessionId, u64>,
-    next_gen: u64,
+    /// Appends of a session of an older generation than this are stale and rejected.
+    min_append_gen: HashMap<SessionId, u64>,
+    next_append_gen: u64,
     max_batch_events: usize,
     metrics: Arc<crate::metrics::Metrics>,
 }
@@ -152,8 +152,8 @@ impl Actor for StoreWriter {
         Ok(StoreWriterState {
             store: Some(store),
             queue: VecDeque::new(),
-            min_gen: HashMap::new(),
-            next_gen: 1,
+            min_append_gen: HashMap::new(),
+            next_append_gen: 1,
             max_batch_events: args.max_batch_events.max(1),
             metrics: args.metrics,
         })
@@ -168,11 +168,11 @@ impl Actor for StoreWriter {
         match msg {
             StoreWriterMsg::Append {
                 session_id,
-                gen,
+                append_gen,
                 events,
                 patch,
                 notify,
-            } => state.enqueue_append(session_id, gen, events, patch, notify),
+            } => state.enqueue_append(session_id, append_gen, events, patch, notify),
             StoreWriterMsg::Create {
                 session,
                 events,
@@ -211,19 +211,19 @@ impl StoreWriterState {
     fn enqueue_append(
         &mut self,
         session_id: SessionId,
-        gen: u64,
+        append_gen: u64,
         events: Vec<EventRow>,
         patch: SessionPatch,
         notify: ActorRef<SessionMsg>,
     ) {
         let from_seq = events.first().map_or(0, |e| e.seq);
-        let min = self.min_gen.get(&session_id).copied().unwrap_or(0);
-        if gen < min {
+        let min = self.min_append_gen.get(&session_id).copied().unwrap_or(0);
+        if append_gen < min {
             // A rewound session already gave up on these seqs; committing
             // them now would fork its history.
-            debug!(session_id = %session_id, gen, min, "stale append rejected");
+            debug!(session_id = %session_id, append_gen, min, "stale append rejected");
             let _ = notify.cast(SessionMsg::AppendFailed {
-                gen,
+                append_gen,
                 from_seq,
                 code: tether_protocol::codes::STORAGE_WRITE_FAILED,
             });
@@ -232,7 +232,7 @@ impl StoreWriterState {
         let upto_seq = events.last().map_or(0, |e| e.seq);
         let reply = Reply::Append {
             session_id: session_id.clone(),
-            gen,
+            append_gen,
             from_seq,
             upto_seq,
             notify,
@@ -311,19 +311,22 @@ impl StoreWriterState {
             match reply {
                 Reply::Append {
                     session_id,
-                    gen,
+                    append_gen,
                     from_seq,
                     upto_seq,
                     notify,
                 } => {
                     let msg = match next_result(&mut results) {
-                        Ok(()) => SessionMsg::Committed { gen, upto_seq },
+                        Ok(()) => SessionMsg::Committed {
+                            append_gen,
+                            upto_seq,
+                        },
                         Err(e) => {
-                            warn!(session_id = %session_id, gen, from_seq, error = %e, "append failed");
-                            let min = self.min_gen.entry(session_id).or_insert(0);
-                            *min = (*min).max(gen + 1);
+                            warn!(session_id = %session_id, append_gen, from_seq, error = %e, "append failed");
+                            let min = self.min_append_gen.entry(session_id).or_insert(0);
+                            *min = (*min).max(append_gen + 1);
                             SessionMsg::AppendFailed {
-                                gen,
+                                append_gen,
                                 from_seq,
                                 code: e.code(),
                             }
@@ -352,10 +355,13 @@ impl StoreWriterState {
                         "barrier result missing".into(),
                     )));
                     let answer = result.map(|latest_seq| {
-                        let gen = self.next_gen;
-                        self.next_gen += 1;
-                        self.min_gen.insert(session_id, gen);
-                        Barrier { latest_seq, gen }
+                        let append_gen = self.next_append_gen;
+                        self.next_append_gen += 1;
+                        self.min_append_gen.insert(session_id, append_gen);
+                        Barrier {
+                            latest_seq,
+                            append_gen,
+                        }
                     });
                     let _ = reply.send(answer);
                 }

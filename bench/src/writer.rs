@@ -95,9 +95,9 @@ impl Actor for Sessions {
         s: &mut SessionsState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            // `gen` carries the session index: the writer echoes it back.
-            SessionMsg::Committed { gen, .. } => {
-                let i = s.index.get(&gen).copied().ok_or("unknown session")?;
+            // `append_gen` carries the session index: the writer echoes it back.
+            SessionMsg::Committed { append_gen, .. } => {
+                let i = s.index.get(&append_gen).copied().ok_or("unknown session")?;
                 s.committed += s.append_events as u64;
                 if s.remaining[i] > 0 {
                     s.send(&myself, i)?;
@@ -130,7 +130,7 @@ impl SessionsState {
             .collect();
         self.writer.cast(StoreWriterMsg::Append {
             session_id: self.ids[i].clone(),
-            gen: i as u64,
+            append_gen: i as u64,
             events: rows,
             patch: SessionPatch {
                 updated_at_ms: Some(now_ms()),

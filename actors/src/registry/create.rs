@@ -178,7 +178,7 @@ impl RegistryState {
         let key = (row.profile.clone(), row.id.clone());
         let barrier = Barrier {
             latest_seq: row.latest_seq,
-            gen: 0,
+            append_gen: 0,
         };
         let info_row = row.clone();
         let attached = u32::from(attach.is_some());

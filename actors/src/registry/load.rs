@@ -32,7 +32,7 @@ pub(super) async fn load_session(
     if first.status == SessionStatus::Closed {
         let barrier = Barrier {
             latest_seq: first.latest_seq,
-            gen: 0,
+            append_gen: 0,
         };
         return Ok(Some(Loaded {
             row: first,

@@ -160,7 +160,7 @@ impl RegistryState {
         &mut self,
         myself: &ActorRef<RegistryMsg>,
         key: SessionKey,
-        gen: u64,
+        orphaning: u64,
         reason: ParkReason,
     ) {
         let Some(live) = self.live.get_mut(&key) else {
@@ -169,7 +169,7 @@ impl RegistryState {
         if live.held.is_some() {
             // A park is already undecided, or the actor is stopping: the
             // reaper looks again (and hears `Gone` if it stopped).
-            self.park_refused(key, gen);
+            self.park_refused(key, orphaning);
             return;
         }
         let (tx, rx) = tokio::sync::oneshot::channel();
@@ -183,7 +183,7 @@ impl RegistryState {
             .is_err()
         {
             // Stopping already: keep holding until it has left the map.
-            self.park_refused(key, gen);
+            self.park_refused(key, orphaning);
             return;
         }
         let actor = live.actor.get_id();
@@ -197,7 +197,7 @@ impl RegistryState {
             let parked = rx.await.unwrap_or(false);
             let _ = myself.cast(RegistryMsg::ParkDone {
                 key,
-                gen,
+                orphaning,
                 actor,
                 parked,
             });
@@ -206,9 +206,15 @@ impl RegistryState {
 
     /// The session answered a park: refused, it takes the held requests in
     /// order; parked, it keeps them until it has left the map (`forget`).
-    pub(super) fn park_done(&mut self, key: SessionKey, gen: u64, actor: ActorId, parked: bool) {
+    pub(super) fn park_done(
+        &mut self,
+        key: SessionKey,
+        orphaning: u64,
+        actor: ActorId,
+        parked: bool,
+    ) {
         if !parked {
-            self.park_refused(key.clone(), gen);
+            self.park_refused(key.clone(), orphaning);
         }
         let Some(live) = self.live.get_mut(&key) else {
             return;
@@ -222,9 +228,9 @@ impl RegistryState {
         }
     }
 
-    fn park_refused(&self, key: SessionKey, gen: u64) {
+    fn park_refused(&self, key: SessionKey, orphaning: u64) {
         if let Some(reaper) = self.ctx.reaper() {
-            let _ = reaper.cast(ReaperMsg::ParkRefused { key, gen });
+            let _ = reaper.cast(ReaperMsg::ParkRefused { key, orphaning });
         }
     }
 

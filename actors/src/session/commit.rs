@@ -155,7 +155,7 @@ impl<D, T, W> CommitPipeline<D, T, W> {
         Self {
             committed_seq: barrier.latest_seq,
             next_seq: barrier.latest_seq + 1,
-            append_gen: barrier.gen,
+            append_gen: barrier.append_gen,
             pending: VecDeque::new(),
             unsent: Vec::new(),
             in_flight_to: None,
@@ -416,7 +416,7 @@ impl<D, T, W> CommitPipeline<D, T, W> {
             // The writer that answered rejects appends of an older
             // generation from now on, in flight or not.
             if let (Ok(b), None) = (&barrier, self.in_flight_to) {
-                self.append_gen = b.gen;
+                self.append_gen = b.append_gen;
             }
             return Rebase::Unneeded;
         }
@@ -425,7 +425,7 @@ impl<D, T, W> CommitPipeline<D, T, W> {
             Err(code) => return Rebase::Retry { code },
         };
         let released = self.committed(self.append_gen, barrier.latest_seq);
-        self.append_gen = barrier.gen;
+        self.append_gen = barrier.append_gen;
         let first_unsent = self.unsent.first().map_or(u64::MAX, |r| r.seq);
         let mut rows = self.rows_to_resend(first_unsent, row_of);
         let resent = rows.len();

@@ -159,7 +159,7 @@ impl SessionState {
         let patch = self.row_patch(turn_marker);
         let sent = writer.cast(StoreWriterMsg::Append {
             session_id: self.id.clone(),
-            gen: append.append_gen,
+            append_gen: append.append_gen,
             events: append.rows,
             patch,
             notify: myself.clone(),
@@ -181,8 +181,13 @@ impl SessionState {
 
     /// `Committed`: moves committed events into the ring and out to the
     /// peers, in order, and answers their waiters.
-    pub(super) fn committed(&mut self, myself: &ActorRef<SessionMsg>, gen: u64, upto_seq: u64) {
-        let released = self.commit.committed(gen, upto_seq);
+    pub(super) fn committed(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        append_gen: u64,
+        upto_seq: u64,
+    ) {
+        let released = self.commit.committed(append_gen, upto_seq);
         self.release(myself, released);
         self.store_recovered();
     }
@@ -193,11 +198,11 @@ impl SessionState {
     pub(super) fn append_failed(
         &mut self,
         myself: &ActorRef<SessionMsg>,
-        gen: u64,
+        append_gen: u64,
         from_seq: u64,
         code: i64,
     ) {
-        let Some(dropped) = self.commit.append_failed(gen, from_seq) else {
+        let Some(dropped) = self.commit.append_failed(append_gen, from_seq) else {
             return;
         };
         self.row_written.forget();
@@ -328,7 +333,7 @@ impl SessionState {
     }
 
     /// What is on disk is committed; the rest of the pending events is sent
-    /// again under the new writer's gen, so nothing emitted is lost or doubled.
+    /// again under the new writer's generation, so nothing emitted is lost or doubled.
     pub(super) fn rebased(&mut self, myself: &ActorRef<SessionMsg>, barrier: Result<Barrier, i64>) {
         let current = self.ctx.writer().map(|w| w.get_id());
         let latest_seq = barrier.as_ref().map_or(0, |b| b.latest_seq);

@@ -83,8 +83,8 @@ struct Writer {
     alive: bool,
     queue: VecDeque<Job>,
     /// Appends of the session with a lower generation are rejected.
-    min_gen: u64,
-    next_gen: u64,
+    min_append_gen: u64,
+    next_append_gen: u64,
 }
 
 impl Writer {
@@ -93,8 +93,8 @@ impl Writer {
             id: ActorId::Local(n),
             alive: true,
             queue: VecDeque::new(),
-            min_gen: 0,
-            next_gen: 1,
+            min_append_gen: 0,
+            next_append_gen: 1,
         }
     }
 }
@@ -102,8 +102,8 @@ impl Writer {
 /// What the session's mailbox gets.
 #[derive(Debug)]
 enum Msg {
-    Committed { gen: u64, upto: u64 },
-    Failed { gen: u64, from: u64 },
+    Committed { append_gen: u64, upto: u64 },
+    Failed { append_gen: u64, from: u64 },
     WriterRestarted,
     Rebased(Result<Barrier, i64>),
 }
@@ -148,7 +148,7 @@ impl Model {
             p: CommitPipeline::new(
                 Barrier {
                     latest_seq: 0,
-                    gen: 0,
+                    append_gen: 0,
                 },
                 0,
             ),
@@ -247,31 +247,31 @@ impl Model {
         let msg = match job {
             Job::Barrier if fail => Msg::Rebased(Err(UNAVAILABLE)),
             Job::Barrier => {
-                let gen = self.writer.next_gen;
-                self.writer.next_gen += 1;
-                self.writer.min_gen = gen;
+                let append_gen = self.writer.next_append_gen;
+                self.writer.next_append_gen += 1;
+                self.writer.min_append_gen = append_gen;
                 Msg::Rebased(Ok(Barrier {
                     latest_seq: self.disk.len() as u64,
-                    gen,
+                    append_gen,
                 }))
             }
             Job::Append(a) => {
                 let from = a.rows.first().map_or(0, |r| r.seq);
-                if a.append_gen < self.writer.min_gen {
+                if a.append_gen < self.writer.min_append_gen {
                     Msg::Failed {
-                        gen: a.append_gen,
+                        append_gen: a.append_gen,
                         from,
                     }
                 } else if fail {
-                    self.writer.min_gen = self.writer.min_gen.max(a.append_gen + 1);
+                    self.writer.min_append_gen = self.writer.min_append_gen.max(a.append_gen + 1);
                     Msg::Failed {
-                        gen: a.append_gen,
+                        append_gen: a.append_gen,
                         from,
                     }
                 } else {
                     let upto = self.write(&a)?;
                     Msg::Committed {
-                        gen: a.append_gen,
+                        append_gen: a.append_gen,
                         upto,
                     }
                 }
@@ -308,7 +308,7 @@ impl Model {
         let mut queue = std::mem::take(&mut self.writer.queue);
         if commit {
             if let Some(Job::Append(a)) = queue.front() {
-                if a.append_gen >= self.writer.min_gen {
+                if a.append_gen >= self.writer.min_append_gen {
                     self.write(a)?;
                 }
                 queue.pop_front();
@@ -337,12 +337,12 @@ impl Model {
     fn deliver(&mut self, msg: Msg) -> Result<(), TestCaseError> {
         let current = Some(self.writer.id);
         match msg {
-            Msg::Committed { gen, upto } => {
-                let released = self.p.committed(gen, upto);
+            Msg::Committed { append_gen, upto } => {
+                let released = self.p.committed(append_gen, upto);
                 self.release(released)?;
             }
-            Msg::Failed { gen, from } => {
-                if let Some(d) = self.p.append_failed(gen, from) {
+            Msg::Failed { append_gen, from } => {
+                if let Some(d) = self.p.append_failed(append_gen, from) {
                     for (seq, row) in &d.events {
                         prop_assert_eq!(*seq, row.seq);
                         let id = id_of(row);

@@ -28,9 +28,15 @@ fn same(r: &EventRow) -> Option<EventRow> {
     Some(r.clone())
 }
 
-/// A pipeline whose session has `latest_seq` events on disk, under gen 7.
+/// A pipeline whose session has `latest_seq` events on disk, under append_gen 7.
 fn pipeline(latest_seq: u64) -> Pipeline {
-    CommitPipeline::new(Barrier { latest_seq, gen: 7 }, 0)
+    CommitPipeline::new(
+        Barrier {
+            latest_seq,
+            append_gen: 7,
+        },
+        0,
+    )
 }
 
 fn durable(p: &mut Pipeline, name: &str) -> u64 {
@@ -147,7 +153,7 @@ fn message_counts_follow_commits_and_rewind_with_a_failure() {
     let mut p = Pipeline::new(
         Barrier {
             latest_seq: 0,
-            gen: 1,
+            append_gen: 1,
         },
         3,
     );
@@ -204,7 +210,7 @@ fn after_a_writer_restart_what_is_on_disk_is_released_and_the_rest_sent_again() 
     // The old writer committed nothing.
     let barrier = Barrier {
         latest_seq: 0,
-        gen: 1,
+        append_gen: 1,
     };
     let rebase = p.rebased(Some(NEW), Ok(barrier), same);
     let Rebase::Rebased { released, resent } = rebase else {
@@ -228,7 +234,7 @@ fn a_barrier_that_finds_the_append_on_disk_releases_it() {
     assert!(p.writer_restarted(Some(NEW)));
     let barrier = Barrier {
         latest_seq: 1,
-        gen: 1,
+        append_gen: 1,
     };
     let rebase = p.rebased(Some(NEW), Ok(barrier), same);
     let Rebase::Rebased { released, resent } = rebase else {
@@ -256,7 +262,7 @@ fn a_failed_barrier_is_asked_again_and_an_answer_meanwhile_makes_it_unneeded() {
     assert_eq!(p.take_append(NEW), None, "a barrier is out");
     let barrier = Barrier {
         latest_seq: 1,
-        gen: 1,
+        append_gen: 1,
     };
     let rebase = p.rebased(Some(NEW), Ok(barrier), same);
     assert!(matches!(rebase, Rebase::Unneeded));
