@@ -7,8 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use tether_actors::supervisor::RestartPolicy;
-use tether_actors::{GatewayArgs, GatewayConfig, GatewayHandle, HostConfig};
+use tether_actors::{GatewayArgs, GatewayConfig, GatewayHandle, HostConfig, RestartPolicy};
 use tether_store::{LockError, StoreConfig, StoreLock};
 use tracing::{debug, info};
 
@@ -52,7 +51,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("cannot open the store at {}", db_path.display()))?;
     // Safe only because the lock is ours: whoever recorded these hosts is
     // dead (a live gateway would still hold the lock).
-    let killed = tether_actors::host_registry::kill_leftovers(&args.data_dir);
+    let killed = tether_actors::kill_leftovers(&args.data_dir);
     if killed > 0 {
         tracing::warn!(
             killed,
@@ -203,7 +202,7 @@ fn lock_store(data_dir: &Path, db_path: &Path) -> Result<Vec<StoreLock>, LockErr
 /// sessions that follow their profile use the new config from their next
 /// turn. Other settings need a restart. A file that no longer parses is
 /// reported and the current configs are kept.
-fn reload_on_sighup(path: std::path::PathBuf, engines: tether_actors::config::ProfileEngines) {
+fn reload_on_sighup(path: std::path::PathBuf, engines: tether_actors::ProfileEngines) {
     use tokio::signal::unix::{signal, SignalKind};
     let Ok(mut hup) = signal(SignalKind::hangup()) else {
         tracing::warn!("cannot listen for SIGHUP; the config file will not be reloaded");

@@ -202,8 +202,8 @@ async fn bad_branches_are_refused_and_change_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_branch_the_disk_cannot_hold_leaves_nothing() {
     use chaos::client::{CallError, Conn};
-    use tether_actors::store_writer::WriterFactory;
-    use tether_actors::{GatewayArgs, GatewayConfig, GatewayHandle};
+    use tether_actors::hooks::{core_actor, Child};
+    use tether_actors::{GatewayArgs, GatewayConfig, GatewayHandle, WriterFactory};
     use tether_store::testing::open_sqlite_writer_with_page_headroom;
     use tether_store::{open_sqlite, open_sqlite_writer, StoreConfig};
 
@@ -252,10 +252,11 @@ async fn a_branch_the_disk_cannot_hold_leaves_nothing() {
     let parent = r["session"]["session_id"].as_str().unwrap().to_string();
 
     // Restart the writer: the new one is nearly out of disk.
-    let old = gw.ctx().writer().unwrap();
+    let writer = || core_actor(gw.ctx(), Child::StoreWriter);
+    let old = writer().unwrap();
     old.kill();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while gw.ctx().writer().is_none_or(|w| w.get_id() == old.get_id()) {
+    while writer().is_none_or(|w| w.get_id() == old.get_id()) {
         assert!(
             tokio::time::Instant::now() < deadline,
             "the writer never came back"

@@ -17,7 +17,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chaos::{monkey, Rng, Shared};
-use tether_actors::supervisor::{AfterIntensity, Backoff, RestartPolicy, Strategy};
+use tether_actors::hooks::{core_actor, host_stats, Child};
+use tether_actors::{AfterIntensity, Backoff, RestartPolicy, Strategy};
 
 const SESSIONS: usize = 6;
 const CLIENTS_PER_SESSION: usize = 3;
@@ -138,7 +139,9 @@ async fn a_core_actor_past_its_restart_intensity_shuts_the_gateway_down_cleanly(
         // Wait for the restarted writer (a new actor), then kill it again.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         let writer = loop {
-            if let Some(w) = h.gw.ctx().writer().filter(|w| Some(w.get_id()) != killed) {
+            if let Some(w) =
+                core_actor(h.gw.ctx(), Child::StoreWriter).filter(|w| Some(w.get_id()) != killed)
+            {
                 break w;
             }
             assert!(
@@ -147,16 +150,8 @@ async fn a_core_actor_past_its_restart_intensity_shuts_the_gateway_down_cleanly(
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         };
-        if let Some(hosts) = h.gw.ctx().hosts() {
-            if let Ok(ractor::rpc::CallResult::Success(stats)) = hosts
-                .call(
-                    |reply| tether_actors::host_supervisor::HostSupervisorMsg::Hosts { reply },
-                    Some(Duration::from_secs(2)),
-                )
-                .await
-            {
-                pids.extend(stats.iter().filter_map(|s| s.pid));
-            }
+        if let Some(stats) = host_stats(h.gw.ctx(), Duration::from_secs(2)).await {
+            pids.extend(stats.iter().filter_map(|s| s.pid));
         }
         killed = Some(writer.get_id());
         writer.kill();

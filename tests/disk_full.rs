@@ -17,8 +17,7 @@ use std::time::Duration;
 
 use chaos::client::Conn;
 use serde_json::{json, Value};
-use tether_actors::store_writer::WriterFactory;
-use tether_actors::{GatewayArgs, GatewayConfig, GatewayHandle, HostConfig};
+use tether_actors::{GatewayArgs, GatewayConfig, GatewayHandle, HostConfig, WriterFactory};
 use tether_protocol::SessionId;
 use tether_store::{open_sqlite, open_sqlite_writer, StoreConfig, StoreError, StoreWrite, WriteOp};
 

@@ -6,73 +6,23 @@
 
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ractor::{Actor, ActorProcessingErr, ActorRef};
 use serde_json::{json, Map, Value};
-use tether_actors::config::HostConfig;
-use tether_actors::host_supervisor::{
-    kill_leftovers, HostSupervisor, HostSupervisorArgs, HostSupervisorMsg,
+use tether_actors::hooks::{
+    reasons, ControlOutcome, ControlRequest, HostsUnderTest, ToSession, TurnStart, TurnUpdate,
 };
-use tether_actors::session::SessionMsg;
-use tether_actors::supervisor::{AfterIntensity, Backoff, RestartPolicy, Strategy};
-use tether_actors::turn::{reasons, ControlOutcome, ControlRequest, TurnStart, TurnUpdate};
-use tether_protocol::{HostStat, TurnEndStatus, TurnId};
+use tether_actors::{kill_leftovers, AfterIntensity, Backoff, HostConfig, RestartPolicy, Strategy};
+use tether_protocol::{HostStat, TurnEndStatus};
 use tokio::sync::mpsc;
 
 /// How long a test waits for any one thing to happen.
 const WAIT: Duration = Duration::from_secs(5);
 
-/// What the stand-in session saw.
-#[derive(Debug, Clone, PartialEq)]
-enum Seen {
-    Turn(TurnId, TurnUpdate),
-    Late(String, Result<Value, String>),
-}
-
-/// A session stand-in: forwards `Turn` and `ControlLate` to a channel.
-struct Probe;
-
-impl Actor for Probe {
-    type Msg = SessionMsg;
-    type State = mpsc::UnboundedSender<Seen>;
-    type Arguments = mpsc::UnboundedSender<Seen>;
-
-    async fn pre_start(
-        &self,
-        _myself: ActorRef<Self::Msg>,
-        tx: Self::Arguments,
-    ) -> Result<Self::State, ActorProcessingErr> {
-        Ok(tx)
-    }
-
-    async fn handle(
-        &self,
-        _myself: ActorRef<Self::Msg>,
-        msg: Self::Msg,
-        tx: &mut Self::State,
-    ) -> Result<(), ActorProcessingErr> {
-        match msg {
-            SessionMsg::Turn { turn_id, update } => {
-                let _ = tx.send(Seen::Turn(turn_id, update));
-            }
-            SessionMsg::ControlLate { request_id, result } => {
-                let _ = tx.send(Seen::Late(request_id, result));
-            }
-            _ => {}
-        }
-        Ok(())
-    }
-}
-
-/// A running supervisor, a probe session and the data dir.
+/// A running supervisor, what its stand-in session saw, and the data dir.
 struct Harness {
-    sup: ActorRef<HostSupervisorMsg>,
-    up: Arc<AtomicUsize>,
-    session: ActorRef<SessionMsg>,
-    seen: mpsc::UnboundedReceiver<Seen>,
+    sup: HostsUnderTest,
+    seen: mpsc::UnboundedReceiver<ToSession>,
     dir: tempfile::TempDir,
 }
 
@@ -124,27 +74,10 @@ impl Harness {
     async fn start(mut config: HostConfig, wait_up: usize) -> Harness {
         let dir = tempfile::tempdir().expect("tempdir");
         config.data_dir = Some(dir.path().to_path_buf());
-        let up = Arc::new(AtomicUsize::new(0));
-        let (sup, _) = Actor::spawn(
-            None,
-            HostSupervisor,
-            HostSupervisorArgs {
-                config,
-                up_slots: up.clone(),
-                metrics: Default::default(),
-            },
-        )
-        .await
-        .expect("start the host supervisor");
-        let (tx, seen) = mpsc::unbounded_channel();
-        let (session, _) = Actor::spawn(None, Probe, tx).await.expect("probe");
-        let h = Harness {
-            sup,
-            up,
-            session,
-            seen,
-            dir,
-        };
+        let (sup, seen) = HostsUnderTest::start(config)
+            .await
+            .expect("start the host supervisor");
+        let h = Harness { sup, seen, dir };
         // `up_slots` counts slots that can take work now or once they are
         // started, so readiness is read from the slots' states.
         let t0 = Instant::now();
@@ -163,16 +96,11 @@ impl Harness {
     }
 
     fn up(&self) -> usize {
-        self.up.load(Ordering::Relaxed)
+        self.sup.slots_up()
     }
 
     async fn hosts(&self) -> Vec<HostStat> {
-        self.sup
-            .call(|reply| HostSupervisorMsg::Hosts { reply }, Some(WAIT))
-            .await
-            .expect("Hosts")
-            .success_or("Hosts timed out")
-            .expect("Hosts answered")
+        self.sup.stats(WAIT).await.expect("Hosts answered")
     }
 
     async fn host(&self, slot: usize) -> HostStat {
@@ -220,16 +148,10 @@ impl Harness {
             prompt: prompt.into(),
             config: Map::new(),
         };
-        self.sup
-            .cast(HostSupervisorMsg::StartTurn {
-                start,
-                preferred,
-                session: self.session.clone(),
-            })
-            .expect("StartTurn");
+        self.sup.start_turn(start, preferred).expect("StartTurn");
     }
 
-    async fn next(&mut self) -> Seen {
+    async fn next(&mut self) -> ToSession {
         tokio::time::timeout(WAIT, self.seen.recv())
             .await
             .expect("timed out waiting for the supervisor")
@@ -239,7 +161,7 @@ impl Harness {
     /// The next update, which must be of `turn_id`.
     async fn update(&mut self, turn_id: &str) -> TurnUpdate {
         match self.next().await {
-            Seen::Turn(id, update) if id.as_str() == turn_id => update,
+            ToSession::Turn(id, update) if id.as_str() == turn_id => update,
             other => panic!("expected an update of {turn_id}, got {other:?}"),
         }
     }
@@ -286,40 +208,18 @@ impl Harness {
             history: Vec::new(),
             args: json!({}),
         };
-        let sup = self.sup.clone();
-        let late = self.session.clone();
-        async move {
-            sup.call(
-                |reply| HostSupervisorMsg::Control {
-                    request,
-                    preferred: None,
-                    wait,
-                    late,
-                    reply,
-                },
-                Some(wait + WAIT),
-            )
-            .await
-            .expect("Control")
-            .success_or("Control timed out")
-            .expect("Control answered")
-        }
+        let outcome = self.sup.control(request, wait, wait + WAIT);
+        async move { outcome.await.expect("Control answered") }
     }
 
     async fn shutdown(&self) {
-        self.sup
-            .call(|reply| HostSupervisorMsg::Shutdown { reply }, Some(WAIT))
-            .await
-            .expect("Shutdown")
-            .success_or("Shutdown timed out")
-            .expect("Shutdown answered");
+        self.sup.shutdown(WAIT).await.expect("Shutdown answered");
     }
 }
 
 impl Drop for Harness {
     fn drop(&mut self) {
-        self.sup.stop(None);
-        self.session.stop(None);
+        self.sup.stop();
     }
 }
 
@@ -408,7 +308,7 @@ async fn two_turns_run_on_two_slots() {
     assert_eq!(busy, [1, 1]);
     let mut ends = Vec::new();
     while ends.len() < 2 {
-        if let Seen::Turn(id, u @ TurnUpdate::End { .. }) = h.next().await {
+        if let ToSession::Turn(id, u @ TurnUpdate::End { .. }) = h.next().await {
             ends.push((id.into_string(), u));
         }
     }
@@ -641,7 +541,7 @@ async fn a_late_answer_is_delivered_once_as_control_late() {
         t0.elapsed()
     );
     match h.next().await {
-        Seen::Late(id, Ok(result)) => {
+        ToSession::ControlLate(id, Ok(result)) => {
             assert_eq!(id, "r_late");
             assert_eq!(result["removed"], 0);
         }
@@ -670,7 +570,7 @@ async fn a_crash_fails_waiting_and_late_control_requests() {
         other => panic!("expected Error, got {other:?}"),
     }
     match h.next().await {
-        Seen::Late(id, Err(message)) => {
+        ToSession::ControlLate(id, Err(message)) => {
             assert_eq!(id, "r_late");
             assert!(message.contains("died"), "{message}");
         }
@@ -722,7 +622,7 @@ async fn stopping_the_supervisor_kills_its_hosts() {
     let pids: Vec<u32> = h.hosts().await.iter().filter_map(|s| s.pid).collect();
     assert_eq!(pids.len(), 2);
     h.sup
-        .stop_and_wait(None, Some(WAIT))
+        .stop_and_wait(WAIT)
         .await
         .expect("stop the supervisor");
     for pid in &pids {

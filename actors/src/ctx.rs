@@ -28,8 +28,8 @@ pub struct Ctx {
     pub reader: Arc<dyn StoreRead>,
     /// The handoff queue: small compare-and-set writes on a connection of
     /// their own, beside the StoreWriter (see the store's `sqlite/handoffs.rs`).
-    pub handoffs: Arc<dyn HandoffStore>,
-    pub epoch: Arc<str>,
+    pub(crate) handoffs: Arc<dyn HandoffStore>,
+    pub(crate) epoch: Arc<str>,
     pub(crate) writer: watch::Receiver<Option<ActorRef<StoreWriterMsg>>>,
     pub(crate) registry: watch::Receiver<Option<ActorRef<RegistryMsg>>>,
     pub(crate) hosts: watch::Receiver<Option<ActorRef<HostSupervisorMsg>>>,
@@ -37,7 +37,7 @@ pub struct Ctx {
     /// Host slots that are up now, kept by the host supervisor.
     pub(crate) hosts_up: Arc<AtomicUsize>,
     /// Counters every peer outbox of this gateway adds to.
-    pub outbox_metrics: Arc<OutboxMetrics>,
+    pub(crate) outbox_metrics: Arc<OutboxMetrics>,
     /// Everything `/metrics` reports; `outbox` is `outbox_metrics`.
     pub metrics: Arc<Metrics>,
     /// Recovering, serving or draining.
@@ -45,19 +45,30 @@ pub struct Ctx {
 }
 
 impl Ctx {
+    /// Whether a store writer is up (not between a crash and its restart).
+    pub fn writer_up(&self) -> bool {
+        self.writer.borrow().is_some()
+    }
+
+    /// Whether the session registry is up (not between a crash and its
+    /// restart).
+    pub fn registry_up(&self) -> bool {
+        self.registry.borrow().is_some()
+    }
+
     /// The current store writer, if it is up.
-    pub fn writer(&self) -> Option<ActorRef<StoreWriterMsg>> {
+    pub(crate) fn writer(&self) -> Option<ActorRef<StoreWriterMsg>> {
         self.writer.borrow().clone()
     }
 
     /// The current host supervisor, if it is up.
-    pub fn hosts(&self) -> Option<ActorRef<HostSupervisorMsg>> {
+    pub(crate) fn hosts(&self) -> Option<ActorRef<HostSupervisorMsg>> {
         self.hosts.borrow().clone()
     }
 
     /// The current reaper, if it is up (a session that cannot reach it
     /// stays live until the next one asks it to report again).
-    pub fn reaper(&self) -> Option<ActorRef<ReaperMsg>> {
+    pub(crate) fn reaper(&self) -> Option<ActorRef<ReaperMsg>> {
         self.reaper.borrow().clone()
     }
 
@@ -67,7 +78,7 @@ impl Ctx {
     }
 
     /// The current registry, or 5072 while it is being restarted.
-    pub fn registry(&self) -> Result<ActorRef<RegistryMsg>, RpcError> {
+    pub(crate) fn registry(&self) -> Result<ActorRef<RegistryMsg>, RpcError> {
         self.registry.borrow().clone().ok_or_else(|| {
             RpcError::new(
                 tether_protocol::codes::STORAGE_UNAVAILABLE,
@@ -80,7 +91,7 @@ impl Ctx {
 /// Counters a live session publishes for listings and stats, so that those
 /// never have to wait on (or queue behind) the session's mailbox.
 #[derive(Debug, Default)]
-pub struct SessionGauges {
+pub(crate) struct SessionGauges {
     pub peers: AtomicU32,
     pub ring_events: AtomicU64,
     pub ring_bytes: AtomicU64,

@@ -49,8 +49,6 @@ use crate::sparse_log::SparseLog;
 use crate::supervisor::RestartTracker;
 use crate::turn::{ControlOutcome, ControlRequest, TurnStart, TurnUpdate};
 
-pub use crate::host_registry::kill_leftovers;
-
 /// Longest pause between two sweeps of the late-ack table.
 const MAX_TICK: Duration = Duration::from_secs(1);
 /// How long `post_stop` waits for the Host actors to kill their processes.
@@ -67,8 +65,6 @@ pub enum HostSupervisorMsg {
         preferred: Option<u32>,
         session: ActorRef<SessionMsg>,
     },
-    /// Forward `interrupt` to the turn's host (its `turn.end` comes as usual).
-    Interrupt { turn_id: TurnId },
     /// The session gave up on the turn: interrupt it and forget it; later
     /// frames of the turn are dropped.
     Abandon { turn_id: TurnId },
@@ -285,7 +281,6 @@ impl Actor for HostSupervisor {
                 preferred,
                 session,
             } => state.start_turn(start, preferred, session),
-            HostSupervisorMsg::Interrupt { turn_id } => state.interrupt(&turn_id),
             HostSupervisorMsg::Abandon { turn_id } => state.abandon(&turn_id),
             HostSupervisorMsg::Control {
                 request,

@@ -39,6 +39,7 @@ pub struct Failed<W, H> {
 }
 
 impl<W, H> Failed<W, H> {
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.waiters.is_empty() && self.late.is_empty()
     }
@@ -83,11 +84,13 @@ impl<W, H> LateAcks<W, H> {
     }
 
     /// Requests waiting within their wait.
+    #[cfg(test)]
     pub fn waiting(&self) -> usize {
         self.waiters.len()
     }
 
     /// Late handlers held.
+    #[cfg(test)]
     pub fn late(&self) -> usize {
         self.late.len()
     }

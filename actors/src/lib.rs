@@ -1,35 +1,60 @@
 //! The tether actor system: a root `Gateway` supervising the `StoreWriter`,
 //! the `Registry` of live `Session`s, the `HostSupervisor` and the `Reaper`,
-//! and the `Peer` actors that speak for client connections. Knows nothing of sockets beyond the [`outbox`].
+//! and the `Peer` actors that speak for client connections. Knows nothing
+//! of sockets beyond the outbox a transport drains.
+//!
+//! The public surface is what the binary and a transport need, and no more:
+//!
+//! - start and stop a gateway: [`GatewayHandle::start`] with
+//!   [`GatewayArgs`] (settings in [`config`]), and the shared [`Ctx`] it
+//!   hands out;
+//! - the peer API: [`spawn_peer`] for each connection, the [`PeerMsg`]s a
+//!   transport feeds it, and the [`OutboxReceiver`] of [`Outbound`] frames
+//!   it writes;
+//! - what `/metrics`, `/readyz` and the client rate limits read:
+//!   [`metrics`], [`Lifecycle`], [`rate`];
+//! - the start-up cleanup of host processes a crashed gateway left behind
+//!   ([`kill_leftovers`]).
+//!
+//! The actors themselves and their messages are private: they talk to each
+//! other, a transport talks only to its peer. tether's own benchmarks and
+//! tests reach a little further through the `hooks` module, behind the
+//! `hooks` feature (see there).
 #![forbid(unsafe_code)]
 
 pub mod config;
-pub mod ctx;
-pub mod event;
-pub mod gateway;
-pub mod host;
-pub mod host_registry;
-pub mod host_supervisor;
+mod ctx;
+mod event;
+mod gateway;
+#[cfg(feature = "hooks")]
+pub mod hooks;
+mod host;
+mod host_registry;
+mod host_supervisor;
 mod info;
-pub mod late_acks;
-pub mod lifecycle;
+mod late_acks;
+mod lifecycle;
 pub mod metrics;
-pub mod outbox;
-pub mod peer;
+mod outbox;
+mod peer;
 pub mod rate;
-pub mod reaper;
-pub mod registry;
-pub mod ring;
-pub mod session;
-pub mod sparse_log;
-pub mod store_writer;
-pub mod supervisor;
+mod reaper;
+mod registry;
+mod ring;
+mod session;
+mod sparse_log;
+mod store_writer;
+mod supervisor;
 mod title;
-pub mod transcript;
-pub mod turn;
+mod transcript;
+mod turn;
 
-pub use config::{GatewayConfig, HostConfig};
+pub use config::{GatewayConfig, HostConfig, ProfileEngines};
 pub use ctx::Ctx;
 pub use gateway::{spawn_peer, GatewayArgs, GatewayHandle};
-pub use outbox::{Outbound, OutboxReceiver};
+pub use host_registry::kill_leftovers;
+pub use lifecycle::Lifecycle;
+pub use outbox::{Outbound, OutboxReceiver, CLOSE_GOING_AWAY, CLOSE_SLOW_CONSUMER};
 pub use peer::{Identity, PeerMsg};
+pub use supervisor::{AfterIntensity, Backoff, RestartPolicy, Strategy};
+pub use tether_store::WriterFactory;

@@ -208,11 +208,13 @@ impl Outbox {
     }
 
     /// Frames queued and not yet taken by the writer, replies included.
+    #[cfg(test)]
     pub fn backlog(&self) -> usize {
         self.shared.lock().frames()
     }
 
     /// Transient frames this outbox dropped so far.
+    #[cfg(test)]
     pub fn dropped(&self) -> usize {
         self.shared.lock().dropped
     }

@@ -40,7 +40,7 @@ use tether_store::SessionRow;
 use tracing::debug;
 
 pub use attach::ResumeReply;
-pub use peers::{PeerLink, CLOSE_SESSION_LOST};
+pub use peers::PeerLink;
 
 use crate::ctx::{Ctx, SessionGauges};
 use crate::event::EventRecord;
@@ -88,15 +88,14 @@ pub enum SessionMsg {
     },
     /// A `SessionInfo` snapshot.
     Info { reply: RpcReplyPort<SessionInfo> },
-    /// Emit events (from a benchmark driving the fan-out).
-    Emit { events: Vec<EventRecord> },
-    /// Emit events unless the session is closed (or closing): an
-    /// announcement from outside, such as a handoff transition, must never
-    /// follow `session.closed`. Answers whether they were emitted; a
-    /// `Flush` sent after it answers once they are committed.
+    /// Emit events from outside unless the session is closed (or closing):
+    /// nothing may follow `session.closed`. A handoff transition announces
+    /// itself so; the benchmarks and tests inject events so (`hooks.rs`).
+    /// Answers, if asked, whether they were emitted; a `Flush` sent after
+    /// it answers once they are committed.
     EmitIfOpen {
         events: Vec<EventRecord>,
-        reply: RpcReplyPort<bool>,
+        reply: Option<RpcReplyPort<bool>>,
     },
     /// `prompt.submit`.
     Submit {
@@ -322,7 +321,6 @@ impl Actor for Session {
             SessionMsg::Info { reply } => {
                 let _ = reply.send(state.info());
             }
-            SessionMsg::Emit { events } => state.emit_all(events),
             SessionMsg::EmitIfOpen { events, reply } => state.emit_if_open(events, reply),
             SessionMsg::Submit { text, reply } => state.submit(me, text, reply),
             SessionMsg::Interrupt { reply } => state.interrupt(me, reply),

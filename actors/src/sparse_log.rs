@@ -27,6 +27,7 @@ impl SparseLog {
     }
 
     /// Occurrences counted so far.
+    #[cfg(test)]
     pub fn count(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
     }

@@ -120,6 +120,7 @@ impl RestartTracker {
     }
 
     /// When the current rest ends, while the child rests.
+    #[cfg(test)]
     pub fn resting_until(&self) -> Option<Instant> {
         self.resting_until
     }

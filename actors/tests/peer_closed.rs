@@ -6,8 +6,9 @@
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tether_actors::outbox::CLOSE_SLOW_CONSUMER;
-use tether_actors::{spawn_peer, GatewayConfig, Identity, Outbound, OutboxReceiver, PeerMsg};
+use tether_actors::{
+    spawn_peer, GatewayConfig, Identity, Outbound, OutboxReceiver, PeerMsg, CLOSE_SLOW_CONSUMER,
+};
 
 mod common;
 

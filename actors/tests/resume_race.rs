@@ -4,12 +4,8 @@
 
 use std::time::Duration;
 
-use ractor::rpc::CallResult;
 use serde_json::Value;
-use tether_actors::event::EventRecord;
-use tether_actors::session::SessionMsg;
 use tether_actors::{spawn_peer, GatewayConfig, Identity, Outbound, OutboxReceiver, PeerMsg};
-use tether_protocol::{now_ms, EventType, TextPayload};
 
 mod common;
 
@@ -78,23 +74,13 @@ async fn resumes_racing_a_live_stream_see_every_event_exactly_once() {
         },
     )
     .await;
-    let (id, actor) = common::live_session(&gw).await;
+    let (id, session) = common::live_session(&gw).await;
 
     let emitter = {
-        let actor = actor.clone();
+        let session = session.clone();
         tokio::spawn(async move {
             for _ in 0..TOTAL / 5 {
-                let events = (0..5)
-                    .map(|_| {
-                        EventRecord::new(
-                            EventType::MessageSystem,
-                            &TextPayload { text: "x".into() },
-                            None,
-                            now_ms(),
-                        )
-                    })
-                    .collect();
-                actor.cast(SessionMsg::Emit { events }).unwrap();
+                session.emit(common::events(5)).unwrap();
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
         })
@@ -103,13 +89,7 @@ async fn resumes_racing_a_live_stream_see_every_event_exactly_once() {
     let mut joins = Vec::new();
     for i in 0..24u64 {
         tokio::time::sleep(Duration::from_millis(3)).await;
-        let info = actor
-            .call(|reply| SessionMsg::Info { reply }, None)
-            .await
-            .unwrap();
-        let CallResult::Success(info) = info else {
-            panic!("info")
-        };
+        let info = session.info().await.expect("info");
         // Watermarks behind the ring, inside it, and at the head.
         let last_seen = match i % 3 {
             0 => 0,

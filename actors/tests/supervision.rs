@@ -5,22 +5,22 @@ mod common;
 
 use std::time::Duration;
 
-use ractor::rpc::CallResult;
-use tether_actors::registry::RegistryMsg;
+use ractor::ActorCell;
+use tether_actors::hooks::{core_actor, Child, LiveSession};
 use tether_actors::{GatewayConfig, GatewayHandle};
-use tether_protocol::CreateParams;
 
 async fn start(dir: &std::path::Path) -> GatewayHandle {
     common::start(dir, GatewayConfig::default()).await
 }
 
+fn writer(gw: &GatewayHandle) -> Option<ActorCell> {
+    core_actor(gw.ctx(), Child::StoreWriter)
+}
+
 /// Waits until the root has published a writer other than `old`.
-async fn next_writer(
-    gw: &GatewayHandle,
-    old: ractor::ActorId,
-) -> ractor::ActorRef<tether_actors::store_writer::StoreWriterMsg> {
+async fn next_writer(gw: &GatewayHandle, old: ractor::ActorId) -> ActorCell {
     for _ in 0..200 {
-        if let Some(w) = gw.ctx().writer() {
+        if let Some(w) = writer(gw) {
             if w.get_id() != old {
                 return w;
             }
@@ -31,31 +31,15 @@ async fn next_writer(
 }
 
 async fn create(gw: &GatewayHandle) -> bool {
-    let registry = gw.ctx().registry().expect("registry up");
-    let r = registry
-        .call(
-            |reply| RegistryMsg::Create {
-                profile: "default".into(),
-                params: CreateParams {
-                    attach: false,
-                    ..CreateParams::default()
-                },
-                attach: None,
-                reply,
-            },
-            Some(Duration::from_secs(5)),
-        )
-        .await
-        .expect("registry answers");
-    matches!(r, CallResult::Success(Ok(_)))
+    LiveSession::create(gw.ctx()).await.is_ok()
 }
 
 #[tokio::test]
 async fn a_killed_store_writer_is_restarted_and_serves_again() {
     let dir = tempfile::tempdir().unwrap();
     let gw = start(dir.path()).await;
-    let first = gw.ctx().writer().expect("writer up");
-    first.get_cell().kill();
+    let first = writer(&gw).expect("writer up");
+    first.kill();
     let second = next_writer(&gw, first.get_id()).await;
     assert_ne!(first.get_id(), second.get_id());
     assert!(
@@ -70,67 +54,45 @@ async fn exceeding_the_intensity_stops_the_gateway_instead_of_hanging() {
     let dir = tempfile::tempdir().unwrap();
     let mut gw = start(dir.path()).await;
     // The core policy allows 3 restarts per 10 s; the 4th stop escalates.
-    let mut current = gw.ctx().writer().expect("writer up");
+    let mut current = writer(&gw).expect("writer up");
     for _ in 0..3 {
-        current.get_cell().kill();
+        current.kill();
         current = next_writer(&gw, current.get_id()).await;
     }
-    current.get_cell().kill();
+    current.kill();
     tokio::time::timeout(Duration::from_secs(10), gw.stopped())
         .await
         .expect("the gateway stops after its core actor exceeded its intensity");
     assert!(
-        gw.ctx().registry().is_err(),
+        core_actor(gw.ctx(), Child::Registry).is_none(),
         "no registry is published after the stop"
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_appending_through_a_writer_restart_is_neither_stuck_nor_gapped() {
-    use tether_actors::session::SessionMsg;
-
     let dir = tempfile::tempdir().unwrap();
     let gw = start(dir.path()).await;
-    let (id, actor) = common::live_session(&gw).await;
-    let emit = common::emit;
+    let (id, session) = common::live_session(&gw).await;
     for i in 0..400 {
-        actor.cast(emit(5)).unwrap();
+        session.emit(common::events(5)).unwrap();
         if i == 200 {
-            let w = gw.ctx().writer().expect("writer up");
-            w.get_cell().kill();
+            let w = writer(&gw).expect("writer up");
+            w.kill();
             next_writer(&gw, w.get_id()).await;
         }
         tokio::task::yield_now().await;
     }
     // Not stuck: everything emitted settles (committed, or refused while no
     // writer was up), and the session goes on appending.
-    let flushed = actor
-        .call(
-            |reply| SessionMsg::Flush { reply },
-            Some(Duration::from_secs(10)),
-        )
+    let flushed = session.flush(Some(Duration::from_secs(10))).await;
+    assert!(flushed.is_ok(), "session stuck after the writer restart");
+    session.emit(common::events(3)).unwrap();
+    session
+        .flush(Some(Duration::from_secs(10)))
         .await
         .expect("session alive");
-    assert!(
-        matches!(flushed, CallResult::Success(())),
-        "session stuck after the writer restart"
-    );
-    actor.cast(emit(3)).unwrap();
-    actor
-        .call(
-            |reply| SessionMsg::Flush { reply },
-            Some(Duration::from_secs(10)),
-        )
-        .await
-        .expect("session alive");
-    let info = match actor
-        .call(|reply| SessionMsg::Info { reply }, None)
-        .await
-        .unwrap()
-    {
-        CallResult::Success(i) => i,
-        other => panic!("info: {other:?}"),
-    };
+    let info = session.info().await.expect("info");
     // No gap, no duplicate: the store holds exactly 1..=latest_seq.
     let rows = gw
         .ctx()

@@ -1,14 +1,8 @@
 //! What every scenario needs: pinned runtimes, a gateway on a temporary
 //! store, and a way to inject durable events into a session.
 
-use std::time::Duration;
-
-use anyhow::{anyhow, Context};
-use ractor::rpc::CallResult;
-use ractor::ActorRef;
-use tether_actors::event::EventRecord;
-use tether_actors::registry::{RegistryMsg, Resolved};
-use tether_actors::session::SessionMsg;
+use anyhow::Context;
+use tether_actors::hooks::{EventRecord, LiveSession};
 use tether_actors::{GatewayArgs, GatewayConfig, GatewayHandle};
 use tether_protocol::{now_ms, EventType, SessionId, TextPayload};
 use tether_store::{StoreConfig, Synchronous};
@@ -98,27 +92,10 @@ pub async fn start_gateway_synchronous(
     Ok(BenchGateway { handle, _dir: dir })
 }
 
-/// The live actor of a session (bringing it live if needed).
-pub async fn session_actor(
-    gw: &GatewayHandle,
-    id: &SessionId,
-) -> anyhow::Result<ActorRef<SessionMsg>> {
-    let registry = gw.ctx().registry().map_err(|e| anyhow!("{e}"))?;
-    let key = ("default".to_string(), id.clone());
-    match registry
-        .call(
-            |reply| RegistryMsg::Resolve {
-                key,
-                load: true,
-                reply,
-            },
-            Some(Duration::from_secs(10)),
-        )
-        .await?
-    {
-        CallResult::Success(Ok(Resolved::Live(live))) => Ok(live.actor),
-        other => Err(anyhow!("session {id} not live: {other:?}")),
-    }
+/// The live actor of a session (bringing it live if needed), to inject
+/// events into (`tether_actors::hooks`).
+pub async fn session_actor(gw: &GatewayHandle, id: &SessionId) -> anyhow::Result<LiveSession> {
+    Ok(LiveSession::resolve(gw.ctx(), id).await?)
 }
 
 /// `n` durable `message.system` events whose payload is about `bytes` long.
@@ -140,7 +117,7 @@ pub fn events(n: usize, bytes: usize) -> Vec<EventRecord> {
 /// Emits `total` events into a session in batches, keeping at most
 /// `window` batches uncommitted, and returns once all are committed.
 pub async fn drive(
-    actor: ActorRef<SessionMsg>,
+    session: LiveSession,
     total: usize,
     batch: usize,
     bytes: usize,
@@ -150,21 +127,15 @@ pub async fn drive(
     let mut since_flush = 0;
     while sent < total {
         let n = batch.min(total - sent);
-        actor.cast(SessionMsg::Emit {
-            events: events(n, bytes),
-        })?;
+        session.emit(events(n, bytes))?;
         sent += n;
         since_flush += 1;
         if since_flush >= window {
-            actor
-                .call(|reply| SessionMsg::Flush { reply }, None)
-                .await?;
+            session.flush(None).await?;
             since_flush = 0;
         }
     }
-    actor
-        .call(|reply| SessionMsg::Flush { reply }, None)
-        .await?;
+    session.flush(None).await?;
     Ok(())
 }
 

@@ -3,17 +3,13 @@
 
 use std::time::Instant;
 
-use anyhow::anyhow;
 use clap::Args;
 use futures::future::try_join_all;
 use serde_json::json;
-use tether_actors::registry::RegistryMsg;
+use tether_actors::hooks::LiveSession;
 use tether_actors::GatewayConfig;
-use tether_protocol::CreateParams;
 
-use super::harness::{
-    drive, on_pinned_thread, pinned_runtime, process_cpu_s, session_actor, start_gateway,
-};
+use super::harness::{drive, on_pinned_thread, pinned_runtime, process_cpu_s, start_gateway};
 
 #[derive(Debug, Args)]
 pub struct StoreBench {
@@ -40,28 +36,9 @@ pub fn run(b: StoreBench) -> anyhow::Result<()> {
         let rt = pinned_runtime("tether-gw", cpu, 1)?;
         rt.block_on(async move {
             let gw = start_gateway(GatewayConfig::default()).await?;
-            let registry = gw.handle.ctx().registry().map_err(|e| anyhow!("{e}"))?;
             let mut actors = Vec::new();
             for _ in 0..b.sessions {
-                let created = registry
-                    .call(
-                        |reply| RegistryMsg::Create {
-                            profile: "default".into(),
-                            params: CreateParams {
-                                attach: false,
-                                ..CreateParams::default()
-                            },
-                            attach: None,
-                            reply,
-                        },
-                        None,
-                    )
-                    .await?;
-                let created = match created {
-                    ractor::rpc::CallResult::Success(Ok(c)) => c,
-                    other => return Err(anyhow!("create failed: {other:?}")),
-                };
-                actors.push(session_actor(&gw.handle, &created.result.session.session_id).await?);
+                actors.push(LiveSession::create(gw.handle.ctx()).await?);
             }
             let cpu0 = process_cpu_s();
             let t0 = Instant::now();

@@ -17,9 +17,8 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context};
 use clap::Args;
 use futures::{SinkExt, StreamExt};
-use ractor::ActorRef;
 use serde_json::{json, Value};
-use tether_actors::session::SessionMsg;
+use tether_actors::hooks::LiveSession;
 use tether_protocol::SessionId;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::MissedTickBehavior;
@@ -251,7 +250,7 @@ fn serve(
 /// (missed ticks are made up in a burst).
 #[allow(clippy::too_many_arguments)]
 async fn drive_at_rate(
-    actor: ActorRef<SessionMsg>,
+    session: LiveSession,
     first: tokio::time::Instant,
     period: Duration,
     batch: usize,
@@ -269,21 +268,14 @@ async fn drive_at_rate(
             _ = tick.tick() => {}
             _ = stop.wait_for(|s| *s) => break,
         }
-        actor.cast(SessionMsg::Emit {
-            events: events(batch, bytes),
-        })?;
+        session.emit(events(batch, bytes))?;
         seq += batch as u64;
         if let Some(l) = latest.get(index) {
             l.store(seq, Ordering::Release);
         }
     }
-    match actor
-        .call(|reply| SessionMsg::Flush { reply }, Some(STALL))
-        .await?
-    {
-        ractor::rpc::CallResult::Success(()) => Ok(seq),
-        other => Err(anyhow!("flush failed: {other:?}")),
-    }
+    session.flush(Some(STALL)).await?;
+    Ok(seq)
 }
 
 /// The load generator: attach everyone, then run the storm.

@@ -88,7 +88,7 @@ fn host_config(slots: usize, delay_ms: u64) -> anyhow::Result<HostConfig> {
         slots,
         // Crash rounds restart the slot each time; do not let the bench
         // itself exhaust the intensity.
-        restart: tether_actors::supervisor::RestartPolicy {
+        restart: tether_actors::RestartPolicy {
             intensity: 1000,
             ..HostConfig::default_restart()
         },

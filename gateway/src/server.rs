@@ -91,7 +91,7 @@ async fn healthz() -> &'static str {
 async fn readyz(State(app): State<AppState>) -> Response {
     use axum::http::StatusCode;
     let mut missing = Vec::new();
-    if app.ctx.writer().is_none() {
+    if !app.ctx.writer_up() {
         missing.push("store writer restarting".to_string());
     }
     if !app.ctx.metrics.store_writable() {
@@ -111,7 +111,7 @@ async fn readyz(State(app): State<AppState>) -> Response {
             Err(e) => missing.push(format!("cannot read the store's free space: {e}")),
         }
     }
-    if app.ctx.registry().is_err() {
+    if !app.ctx.registry_up() {
         missing.push("session registry restarting".to_string());
     }
     if !app.ctx.lifecycle.recovered() {

@@ -6,8 +6,7 @@ use std::time::Duration;
 
 use ractor::ActorRef;
 use serde_json::{json, Value};
-use tether_actors::outbox::Outbound;
-use tether_actors::{Ctx, Identity, OutboxReceiver, PeerMsg};
+use tether_actors::{Ctx, Identity, Outbound, OutboxReceiver, PeerMsg};
 
 /// Why a call gave no result.
 #[derive(Debug)]

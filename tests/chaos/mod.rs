@@ -15,8 +15,10 @@ use std::time::Duration;
 
 use ractor::ActorRef;
 use serde_json::{json, Value};
-use tether_actors::supervisor::{AfterIntensity, Backoff, RestartPolicy, Strategy};
-use tether_actors::{GatewayArgs, GatewayConfig, GatewayHandle, HostConfig, PeerMsg};
+use tether_actors::{
+    AfterIntensity, Backoff, GatewayArgs, GatewayConfig, GatewayHandle, HostConfig, PeerMsg,
+    RestartPolicy, Strategy,
+};
 use tether_protocol::SessionId;
 use tether_store::{StoreConfig, StoreRead};
 

@@ -7,9 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ractor::rpc::CallResult;
-use tether_actors::host_supervisor::HostSupervisorMsg;
-use tether_actors::registry::{RegistryMsg, Resolved};
+use tether_actors::hooks::{core_actor, host_stats, Child, LiveSession};
 use tether_protocol::SessionId;
 
 use super::{Harness, Rng, Shared};
@@ -79,16 +77,7 @@ pub async fn run(
 }
 
 async fn note_hosts(h: &Harness, report: &mut Report) {
-    let Some(hosts) = h.gw.ctx().hosts() else {
-        return;
-    };
-    if let Ok(CallResult::Success(stats)) = hosts
-        .call(
-            |reply| HostSupervisorMsg::Hosts { reply },
-            Some(Duration::from_secs(2)),
-        )
-        .await
-    {
+    if let Some(stats) = host_stats(h.gw.ctx(), Duration::from_secs(2)).await {
         report.host_pids.extend(stats.iter().filter_map(|s| s.pid));
     }
 }
@@ -106,23 +95,9 @@ async fn strike(
     match kind {
         Kind::Session => {
             let id = &sessions[rng.below(sessions.len() as u64) as usize];
-            let Ok(registry) = ctx.registry() else {
-                return false;
-            };
-            let key = ("default".to_string(), id.clone());
-            match registry
-                .call(
-                    |reply| RegistryMsg::Resolve {
-                        key,
-                        load: false,
-                        reply,
-                    },
-                    Some(Duration::from_secs(2)),
-                )
-                .await
-            {
-                Ok(CallResult::Success(Ok(Resolved::Live(live)))) => {
-                    live.actor.kill();
+            match LiveSession::find(ctx, id).await {
+                Ok(Some(live)) => {
+                    live.kill();
                     true
                 }
                 _ => false,
@@ -154,19 +129,24 @@ async fn strike(
                 .is_ok_and(|s| s.success())
         }
         Kind::HostActor => {
-            let Some(hosts) = ctx.hosts() else {
+            let Some(hosts) = core_actor(ctx, Child::HostSupervisor) else {
                 return false;
             };
-            let children = hosts.get_cell().get_children();
+            let children = hosts.get_children();
             if children.is_empty() {
                 return false;
             }
             children[rng.below(children.len() as u64) as usize].kill();
             true
         }
-        Kind::HostSupervisor => ctx.hosts().map(|a| a.kill()).is_some(),
-        Kind::Reaper => ctx.reaper().map(|a| a.kill()).is_some(),
-        Kind::StoreWriter => ctx.writer().map(|a| a.kill()).is_some(),
-        Kind::Registry => ctx.registry().map(|a| a.kill()).is_ok(),
+        Kind::HostSupervisor => kill_core(ctx, Child::HostSupervisor),
+        Kind::Reaper => kill_core(ctx, Child::Reaper),
+        Kind::StoreWriter => kill_core(ctx, Child::StoreWriter),
+        Kind::Registry => kill_core(ctx, Child::Registry),
     }
+}
+
+/// Kills the current actor of a core child; whether one was up.
+fn kill_core(ctx: &tether_actors::Ctx, child: Child) -> bool {
+    core_actor(ctx, child).map(|a| a.kill()).is_some()
 }

@@ -118,21 +118,6 @@ impl HostSupervisorState {
         Some(route)
     }
 
-    pub(super) fn interrupt(&self, turn_id: &TurnId) {
-        match self.turns.get(turn_id) {
-            Some(route) => {
-                debug!(host_id = route.slot, turn_id = %turn_id, session_id = %route.session_id, "interrupt");
-                self.send_to(
-                    route.slot,
-                    ToHost::Interrupt {
-                        turn_id: turn_id.clone(),
-                    },
-                );
-            }
-            None => debug!(turn_id = %turn_id, "interrupt for no routed turn"),
-        }
-    }
-
     pub(super) fn abandon(&mut self, turn_id: &TurnId) {
         self.drop_held_turn(turn_id);
         if let Some(route) = self.remove_route(turn_id) {

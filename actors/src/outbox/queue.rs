@@ -109,6 +109,7 @@ impl Queue {
     }
 
     /// Frames queued, the head included.
+    #[cfg(test)]
     pub fn frames(&self) -> usize {
         self.frames
     }

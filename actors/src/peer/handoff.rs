@@ -213,7 +213,7 @@ impl PeerState {
             .ask_session(Some(profile), session_id, true, self.timeout(), |reply| {
                 SessionMsg::EmitIfOpen {
                     events: vec![event],
-                    reply,
+                    reply: Some(reply),
                 }
             })
             .await;

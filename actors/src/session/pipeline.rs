@@ -121,20 +121,22 @@ impl SessionState {
         });
     }
 
-    /// `Emit`: events from a benchmark driving the fan-out.
-    pub(super) fn emit_all(&mut self, events: Vec<EventRecord>) {
-        for rec in events {
-            self.emit(rec);
-        }
-    }
-
-    /// `EmitIfOpen`: nothing may follow `session.closed`.
-    pub(super) fn emit_if_open(&mut self, events: Vec<EventRecord>, reply: RpcReplyPort<bool>) {
+    /// `EmitIfOpen`: events from outside; nothing may follow
+    /// `session.closed`.
+    pub(super) fn emit_if_open(
+        &mut self,
+        events: Vec<EventRecord>,
+        reply: Option<RpcReplyPort<bool>>,
+    ) {
         let open = self.status != SessionStatus::Closed;
         if open {
-            self.emit_all(events);
+            for rec in events {
+                self.emit(rec);
+            }
         }
-        let _ = reply.send(open);
+        if let Some(reply) = reply {
+            let _ = reply.send(open);
+        }
     }
 
     /// Sends the rows emitted by this message to the writer as one append.

@@ -2,13 +2,9 @@
 //! compute hosts) and a live session to drive.
 #![allow(dead_code)]
 
-use ractor::rpc::CallResult;
-use ractor::ActorRef;
-use tether_actors::event::EventRecord;
-use tether_actors::registry::{RegistryMsg, Resolved};
-use tether_actors::session::SessionMsg;
+use tether_actors::hooks::{EventRecord, LiveSession};
 use tether_actors::{GatewayArgs, GatewayConfig, GatewayHandle};
-use tether_protocol::{now_ms, CreateParams, EventType, SessionId, TextPayload};
+use tether_protocol::{now_ms, EventType, SessionId, TextPayload};
 use tether_store::StoreConfig;
 
 /// A gateway on `dir/tether.db`; a restarted writer opens a new connection.
@@ -28,50 +24,14 @@ pub async fn start(dir: &std::path::Path, config: GatewayConfig) -> GatewayHandl
 }
 
 /// Creates a session in the default profile and returns it live.
-pub async fn live_session(gw: &GatewayHandle) -> (SessionId, ActorRef<SessionMsg>) {
-    let registry = gw.ctx().registry().expect("registry up");
-    let created = match registry
-        .call(
-            |reply| RegistryMsg::Create {
-                profile: "default".into(),
-                params: CreateParams {
-                    attach: false,
-                    ..CreateParams::default()
-                },
-                attach: None,
-                reply,
-            },
-            None,
-        )
-        .await
-        .expect("registry answers")
-    {
-        CallResult::Success(Ok(c)) => c,
-        other => panic!("create failed: {other:?}"),
-    };
-    let id = created.result.session.session_id.clone();
-    let key = ("default".to_string(), id.clone());
-    let actor = match registry
-        .call(
-            |reply| RegistryMsg::Resolve {
-                key,
-                load: true,
-                reply,
-            },
-            None,
-        )
-        .await
-        .expect("registry answers")
-    {
-        CallResult::Success(Ok(Resolved::Live(live))) => live.actor,
-        other => panic!("not live: {other:?}"),
-    };
-    (id, actor)
+pub async fn live_session(gw: &GatewayHandle) -> (SessionId, LiveSession) {
+    let session = LiveSession::create(gw.ctx()).await.expect("create");
+    (session.id().clone(), session)
 }
 
-/// An `Emit` of `n` small durable events.
-pub fn emit(n: usize) -> SessionMsg {
-    let events = (0..n)
+/// `n` small durable events, to inject with `LiveSession::emit`.
+pub fn events(n: usize) -> Vec<EventRecord> {
+    (0..n)
         .map(|_| {
             EventRecord::new(
                 EventType::MessageSystem,
@@ -80,6 +40,5 @@ pub fn emit(n: usize) -> SessionMsg {
                 now_ms(),
             )
         })
-        .collect();
-    SessionMsg::Emit { events }
+        .collect()
 }
