@@ -30,7 +30,9 @@ use std::time::Duration;
 use ractor::rpc::CallResult;
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef};
 use serde_json::Value;
-use tether_protocol::{now_ms, CreateParams, HostStat, RpcError, SessionId, SessionInfo, TurnId};
+use tether_protocol::{
+    now_ms, CreateParams, HostStat, RpcError, SessionId, SessionInfo, TurnId, TurnStart,
+};
 use tether_store::{NewSession, SessionPatch};
 use tokio::sync::mpsc;
 
@@ -43,7 +45,7 @@ use crate::store_writer::StoreWriterMsg;
 
 pub use crate::event::EventRecord;
 pub use crate::gateway::Child;
-pub use crate::turn::{reasons, ControlOutcome, ControlRequest, TurnStart, TurnUpdate};
+pub use crate::turn::{reasons, ControlOutcome, ControlRequest, TurnUpdate};
 
 /// The profile the hooks' sessions live in.
 const PROFILE: &str = "default";

@@ -7,19 +7,8 @@
 //! crashed or vanished host becomes an ordinary `Error` update, so the
 //! session's one code path for ending a turn covers every failure.
 
-use serde_json::{Map, Value};
-use tether_protocol::{HostEvent, Message, SessionId, TraceId, TurnEndStatus, TurnId};
-
-/// `turn.start` as the supervisor needs it.
-#[derive(Debug, Clone)]
-pub struct TurnStart {
-    pub turn_id: TurnId,
-    pub session_id: SessionId,
-    pub trace_id: TraceId,
-    pub history: Vec<Message>,
-    pub prompt: String,
-    pub config: Map<String, Value>,
-}
+use serde_json::Value;
+use tether_protocol::{HostEvent, Message, SessionId, TurnEndStatus};
 
 /// Failure reasons the gateway itself assigns (PROTOCOL 1.5).
 pub mod reasons {

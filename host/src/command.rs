@@ -23,9 +23,10 @@ use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 use tether_protocol::{
     Message, StatusUpdatePayload, TextPayload, TodoItem, ToolCompletePayload, ToolStartPayload,
+    TurnStart,
 };
 
-use super::engine::{Cancel, CompressResult, Engine, TurnOutcome, TurnRequest, TurnSink};
+use super::engine::{Cancel, CompressResult, Engine, TurnOutcome, TurnSink};
 use agent::{Agent, Line, Step};
 
 /// `turn.error` reason for everything that goes wrong with the agent.
@@ -43,7 +44,7 @@ impl CommandEngine {
         Self { command }
     }
 
-    async fn turn(&self, turn: TurnRequest, out: &TurnSink, cancel: &Cancel) -> TurnOutcome {
+    async fn turn(&self, turn: TurnStart, out: &TurnSink, cancel: &Cancel) -> TurnOutcome {
         let input = json!({
             "history": turn.history,
             "prompt": turn.prompt,
@@ -138,7 +139,7 @@ impl Engine for CommandEngine {
 
     fn run_turn(
         &self,
-        turn: TurnRequest,
+        turn: TurnStart,
         out: TurnSink,
         cancel: Cancel,
     ) -> BoxFuture<'_, TurnOutcome> {

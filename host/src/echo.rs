@@ -37,9 +37,9 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use serde_json::{json, Value};
-use tether_protocol::{Message, TodoItem};
+use tether_protocol::{Message, TodoItem, TurnStart};
 
-use super::engine::{Cancel, CompressResult, Engine, TurnOutcome, TurnRequest, TurnSink};
+use super::engine::{Cancel, CompressResult, Engine, TurnOutcome, TurnSink};
 use super::flood::Flood;
 
 /// The largest `/big` reply.
@@ -160,7 +160,7 @@ impl Engine for EchoEngine {
 
     fn run_turn(
         &self,
-        turn: TurnRequest,
+        turn: TurnStart,
         out: TurnSink,
         cancel: Cancel,
     ) -> BoxFuture<'_, TurnOutcome> {

@@ -12,10 +12,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::future::BoxFuture;
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use tether_protocol::{
-    to_raw, FromHost, HostEvent, Message, SessionId, TextPayload, TodoItem, Todos,
-    ToolCompletePayload, ToolStartPayload, TraceId, TurnId,
+    to_raw, FromHost, HostEvent, Message, TextPayload, TodoItem, Todos, ToolCompletePayload,
+    ToolStartPayload, TurnId, TurnStart,
 };
 use tokio::sync::watch;
 
@@ -34,7 +34,7 @@ pub trait Engine: Send + Sync + 'static {
     /// so far.
     fn run_turn(
         &self,
-        turn: TurnRequest,
+        turn: TurnStart,
         out: TurnSink,
         cancel: Cancel,
     ) -> BoxFuture<'_, TurnOutcome>;
@@ -46,19 +46,6 @@ pub trait Engine: Send + Sync + 'static {
         history: &'a [Message],
         args: &'a Value,
     ) -> BoxFuture<'a, Result<CompressResult, String>>;
-}
-
-/// A `turn.start`, as handed to an engine.
-#[derive(Debug, Clone)]
-pub struct TurnRequest {
-    pub turn_id: TurnId,
-    pub session_id: SessionId,
-    pub trace_id: TraceId,
-    /// The current segment's transcript, oldest first (echo ignores it).
-    pub history: Vec<Message>,
-    pub prompt: String,
-    /// The session's engine config (model, ...), opaque to the host loop.
-    pub config: Map<String, Value>,
 }
 
 /// How an engine's turn ended.

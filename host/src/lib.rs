@@ -30,7 +30,7 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use futures::FutureExt;
 use tether_protocol::{
-    parse_host_line, FromHost, Message, SessionId, ToHost, TurnEndStatus, TurnId,
+    parse_host_line, FromHost, Message, SessionId, ToHost, TurnEndStatus, TurnId, TurnStart,
 };
 use tokio::task::JoinSet;
 use tokio::time::{Instant, MissedTickBehavior};
@@ -38,7 +38,7 @@ use tracing::Instrument;
 
 use command::CommandEngine;
 use echo::EchoEngine;
-use engine::{Cancel, Engine, TurnOutcome, TurnRequest, TurnSink};
+use engine::{Cancel, Engine, TurnOutcome, TurnSink};
 use io::{Input, Writer};
 use openai::{OpenAiArgs, OpenAiEngine};
 
@@ -230,24 +230,7 @@ impl Host {
             }
         };
         match frame {
-            ToHost::TurnStart {
-                turn_id,
-                session_id,
-                trace_id,
-                history,
-                prompt,
-                config,
-            } => {
-                self.start_turn(TurnRequest {
-                    turn_id,
-                    session_id,
-                    trace_id,
-                    history,
-                    prompt,
-                    config,
-                })
-                .await;
-            }
+            ToHost::TurnStart(turn) => self.start_turn(turn).await,
             ToHost::Interrupt { turn_id } => self.interrupt(&turn_id),
             ToHost::Control {
                 request_id,
@@ -271,7 +254,7 @@ impl Host {
     /// Starts a turn in its own task. A second `turn.start` for a turn that
     /// is still running is answered with an `error` frame and ignored (the
     /// running turn goes on).
-    async fn start_turn(&mut self, turn: TurnRequest) {
+    async fn start_turn(&mut self, turn: TurnStart) {
         if self.running.contains_key(&turn.turn_id) {
             let message = format!("turn {} is already running", turn.turn_id);
             self.reject(message).await;
@@ -407,7 +390,7 @@ impl Host {
 /// bookkeeping.
 async fn run_turn(
     engine: Arc<dyn Engine>,
-    turn: TurnRequest,
+    turn: TurnStart,
     writer: Writer,
     cancel: Cancel,
 ) -> TurnId {

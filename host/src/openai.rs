@@ -23,9 +23,9 @@ use std::time::Duration;
 use clap::Args;
 use futures::future::BoxFuture;
 use serde_json::Value;
-use tether_protocol::Message;
+use tether_protocol::{Message, TurnStart};
 
-use super::engine::{Cancel, CompressResult, Engine, TurnOutcome, TurnRequest, TurnSink};
+use super::engine::{Cancel, CompressResult, Engine, TurnOutcome, TurnSink};
 use crate::HostError;
 use chunk::Chunk;
 use client::{Completion, CompletionError, ModelClient};
@@ -95,7 +95,7 @@ impl OpenAiEngine {
         })
     }
 
-    async fn turn(&self, turn: TurnRequest, out: &TurnSink, cancel: &Cancel) -> TurnOutcome {
+    async fn turn(&self, turn: TurnStart, out: &TurnSink, cancel: &Cancel) -> TurnOutcome {
         let body = match request::turn_body(&self.model, &turn.history, &turn.prompt, &turn.config)
         {
             Ok(body) => body,
@@ -174,7 +174,7 @@ impl Engine for OpenAiEngine {
 
     fn run_turn(
         &self,
-        turn: TurnRequest,
+        turn: TurnStart,
         out: TurnSink,
         cancel: Cancel,
     ) -> BoxFuture<'_, TurnOutcome> {

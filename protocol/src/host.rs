@@ -20,14 +20,7 @@ use crate::methods::Message;
 pub enum ToHost {
     /// Run a turn: the current segment's transcript plus the new prompt.
     #[serde(rename = "turn.start")]
-    TurnStart {
-        turn_id: TurnId,
-        session_id: SessionId,
-        trace_id: TraceId,
-        history: Vec<Message>,
-        prompt: String,
-        config: Map<String, Value>,
-    },
+    TurnStart(TurnStart),
     /// Stop a running turn.
     #[serde(rename = "interrupt")]
     Interrupt { turn_id: TurnId },
@@ -49,6 +42,22 @@ pub enum ToHost {
     /// may send one; it is otherwise ignored).
     #[serde(rename = "error")]
     Error { message: String },
+}
+
+/// `turn.start`: what a host needs to run a turn. One type for the whole
+/// way: a session builds it, the host supervisor writes it to a host, and
+/// `tether host` hands it to its engine.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TurnStart {
+    pub turn_id: TurnId,
+    pub session_id: SessionId,
+    pub trace_id: TraceId,
+    /// The current segment's transcript, oldest first.
+    pub history: Vec<Message>,
+    pub prompt: String,
+    /// The session's engine config (model, ...), opaque to the gateway and
+    /// to the host loop.
+    pub config: Map<String, Value>,
 }
 
 wire_enum! {

@@ -1147,14 +1147,14 @@ fn to_host() -> impl Strategy<Value = ToHost> {
             json_object(),
         )
             .prop_map(|(turn_id, session_id, trace, history, prompt, config)| {
-                ToHost::TurnStart {
+                ToHost::TurnStart(TurnStart {
                     turn_id,
                     session_id,
                     trace_id: TraceId::from(trace),
                     history,
                     prompt,
                     config,
-                }
+                })
             }),
         turn_id().prop_map(|turn_id| ToHost::Interrupt { turn_id }),
         (

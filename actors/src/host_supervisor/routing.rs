@@ -4,14 +4,14 @@
 use std::collections::HashMap;
 
 use ractor::ActorRef;
-use tether_protocol::{FromHost, HostEvent, ToHost, TurnId};
+use tether_protocol::{FromHost, HostEvent, ToHost, TurnId, TurnStart};
 use tracing::{debug, info, trace, warn};
 
 use super::held::HeldTurn;
 use super::{send_update, HostSupervisorState, Route, Slot};
 use crate::host::{HostMsg, Incoming};
 use crate::session::SessionMsg;
-use crate::turn::{reasons, TurnStart, TurnUpdate};
+use crate::turn::{reasons, TurnUpdate};
 
 impl HostSupervisorState {
     /// `preferred` if it can take work, else the least loaded slot that can.
@@ -88,17 +88,7 @@ impl HostSupervisorState {
         if let Some(s) = self.slots.get_mut(slot as usize) {
             s.active_turns += 1;
         }
-        self.send_to(
-            slot,
-            ToHost::TurnStart {
-                turn_id: start.turn_id,
-                session_id: start.session_id,
-                trace_id: start.trace_id,
-                history: start.history,
-                prompt: start.prompt,
-                config: start.config,
-            },
-        );
+        self.send_to(slot, ToHost::TurnStart(start));
         // Sent from this handler, so it reaches the session before any of
         // the turn's frames (they are handled after it, in this mailbox).
         if !send_update(

@@ -27,14 +27,14 @@ use ractor::{ActorRef, RpcReplyPort};
 use serde_json::{Map, Value};
 use tether_protocol::{
     now_ms, ActiveTurn, CompleteStatus, EventType, RpcError, SessionStatus, StatusUpdatePayload,
-    SubmitResult, SubmitStatus, TextPayload, Todos, TraceId, TurnId,
+    SubmitResult, SubmitStatus, TextPayload, Todos, TraceId, TurnId, TurnStart,
 };
 use tracing::info;
 
 use super::{SessionMsg, SessionState, Waiter};
 use crate::event::TurnTag;
 use crate::host_supervisor::HostSupervisorMsg;
-use crate::turn::{reasons, TurnStart};
+use crate::turn::reasons;
 
 /// The turn being run.
 #[derive(Debug)]

@@ -31,14 +31,14 @@ fn to_host_frames() {
     let mut config = Map::new();
     config.insert("model".into(), json!("m"));
     round_trip(
-        &ToHost::TurnStart {
+        &ToHost::TurnStart(TurnStart {
             turn_id: "t_1".into(),
             session_id: "s_1".into(),
             trace_id: "3f9c2a1b7d4e".into(),
             history: history(),
             prompt: "hi".into(),
             config,
-        },
+        }),
         json!({"type":"turn.start","turn_id":"t_1","session_id":"s_1","trace_id":"3f9c2a1b7d4e",
                "history":[{"seq":2,"role":"user","text":"line one\nline two","ts":"x"}],
                "prompt":"hi","config":{"model":"m"}}),
@@ -257,4 +257,30 @@ fn event_payload_keeps_the_hosts_text() {
         ),
         Err(HostFrameError::Json(_))
     ));
+}
+
+/// The exact bytes of a `turn.start` line: the type tag first, then the
+/// fields in the order PROTOCOL Part 2 lists them. Hosts that scan for the
+/// tag without a full parse depend on it.
+#[test]
+fn turn_start_line_bytes() {
+    let mut config = Map::new();
+    config.insert("model".into(), json!("m"));
+    let line = encode_host_line(&ToHost::TurnStart(TurnStart {
+        turn_id: "t_1".into(),
+        session_id: "s_1".into(),
+        trace_id: "3f9c2a1b7d4e".into(),
+        history: history(),
+        prompt: "hi".into(),
+        config,
+    }));
+    assert_eq!(
+        line,
+        concat!(
+            r#"{"type":"turn.start","turn_id":"t_1","session_id":"s_1","trace_id":"3f9c2a1b7d4e","#,
+            r#""history":[{"seq":2,"role":"user","text":"line one\nline two","ts":"x"}],"#,
+            r#""prompt":"hi","config":{"model":"m"}}"#,
+            "\n"
+        )
+    );
 }
