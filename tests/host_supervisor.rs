@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
 use tether_actors::hooks::{
-    reasons, ControlOutcome, ControlRequest, HostsUnderTest, ToSession, TurnStart, TurnUpdate,
+    reasons, ControlOutcome, ControlRequest, HostsUnderTest, ToSession, TurnUpdate,
 };
 use tether_actors::{kill_leftovers, AfterIntensity, Backoff, HostConfig, RestartPolicy, Strategy};
-use tether_protocol::{HostStat, TurnEndStatus};
+use tether_protocol::{HostStat, TurnEndStatus, TurnStart};
 use tokio::sync::mpsc;
 
 /// How long a test waits for any one thing to happen.
@@ -254,6 +254,21 @@ fn recorded(dir: &Path) -> Vec<(u64, u32)> {
         .collect()
 }
 
+/// The registry file's records once `ok` holds for them. The supervisor
+/// writes the file on a task of its own, after the change it records, so
+/// a read right after the change may still see the one before.
+async fn recorded_once(dir: &Path, ok: impl Fn(&[(u64, u32)]) -> bool) -> Vec<(u64, u32)> {
+    let t0 = Instant::now();
+    loop {
+        let records = recorded(dir);
+        if ok(&records) {
+            return records;
+        }
+        assert!(t0.elapsed() < WAIT, "hosts.json never settled: {records:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 fn crash_error(update: &TurnUpdate) -> bool {
     matches!(update, TurnUpdate::Error { reason, .. } if reason == reasons::HOST_CRASH)
 }
@@ -361,7 +376,7 @@ async fn a_crash_fails_the_turn_once_and_the_slot_restarts() {
     let mut h = Harness::start(config(1, host_command(&[])), 1).await;
     let before = h.host(0).await;
     let old_pid = before.pid.expect("pid");
-    assert_eq!(recorded(h.dir.path()), [(0, old_pid)]);
+    recorded_once(h.dir.path(), |r| r == [(0, old_pid)]).await;
 
     h.start_turn("t_crash", "/crash\nboom", None);
     assert_eq!(h.started("t_crash").await, 0);
@@ -375,7 +390,7 @@ async fn a_crash_fails_the_turn_once_and_the_slot_restarts() {
     let new_pid = after.pid.expect("new pid");
     assert_ne!(new_pid, old_pid);
     assert!(!alive(old_pid), "the crashed host is reaped");
-    assert_eq!(recorded(h.dir.path()), [(0, new_pid)]);
+    recorded_once(h.dir.path(), |r| r == [(0, new_pid)]).await;
     // Exactly once: nothing else about the crashed turn.
     h.assert_quiet(Duration::from_millis(100)).await;
 
@@ -388,8 +403,7 @@ async fn a_crash_fails_the_turn_once_and_the_slot_restarts() {
 #[tokio::test]
 async fn kill_9_of_the_host_is_a_host_crash() {
     let mut h = Harness::start(config(1, host_command(&[])), 1).await;
-    let recorded_pids = recorded(h.dir.path());
-    assert_eq!(recorded_pids.len(), 1);
+    let recorded_pids = recorded_once(h.dir.path(), |r| r.len() == 1).await;
     let pid = recorded_pids[0].1;
     assert_eq!(h.host(0).await.pid, Some(pid));
 
@@ -609,7 +623,7 @@ async fn shutdown_leaves_no_host_process() {
         .await
         .iter()
         .all(|s| s.state == "down" && s.pid.is_none()));
-    assert!(recorded(h.dir.path()).is_empty());
+    recorded_once(h.dir.path(), |r| r.is_empty()).await;
     h.start_turn("t_after", "hi", None);
     assert!(
         matches!(h.update("t_after").await, TurnUpdate::Error { reason, .. } if reason == reasons::HOST_UNAVAILABLE)
