@@ -9,11 +9,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
-use tether_actors::hooks::{
-    reasons, ControlOutcome, ControlRequest, HostsUnderTest, ToSession, TurnUpdate,
-};
+use tether_actors::hooks::{reasons, ControlOutcome, HostsUnderTest, ToSession, TurnUpdate};
 use tether_actors::{kill_leftovers, AfterIntensity, Backoff, HostConfig, RestartPolicy, Strategy};
-use tether_protocol::{HostStat, TurnEndStatus, TurnStart};
+use tether_protocol::{ControlRequest, HostStat, TurnEndStatus, TurnStart};
 use tokio::sync::mpsc;
 
 /// How long a test waits for any one thing to happen.

@@ -31,7 +31,8 @@ use ractor::rpc::CallResult;
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef};
 use serde_json::Value;
 use tether_protocol::{
-    now_ms, CreateParams, HostStat, RpcError, SessionId, SessionInfo, TurnId, TurnStart,
+    now_ms, ControlRequest, CreateParams, HostStat, RpcError, SessionId, SessionInfo, TurnId,
+    TurnStart,
 };
 use tether_store::{NewSession, SessionPatch};
 use tokio::sync::mpsc;
@@ -45,7 +46,7 @@ use crate::store_writer::StoreWriterMsg;
 
 pub use crate::event::EventRecord;
 pub use crate::gateway::Child;
-pub use crate::turn::{reasons, ControlOutcome, ControlRequest, TurnUpdate};
+pub use crate::turn::{reasons, ControlOutcome, TurnUpdate};
 
 /// The profile the hooks' sessions live in.
 const PROFILE: &str = "default";

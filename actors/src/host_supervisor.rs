@@ -36,7 +36,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
-use tether_protocol::{HostStat, SessionId, TraceId, TurnId, TurnStart};
+use tether_protocol::{ControlRequest, HostStat, SessionId, TraceId, TurnId, TurnStart};
 use tokio::task::JoinHandle;
 use tracing::debug;
 
@@ -47,7 +47,7 @@ use crate::late_acks::LateAcks;
 use crate::session::SessionMsg;
 use crate::sparse_log::SparseLog;
 use crate::supervisor::RestartTracker;
-use crate::turn::{ControlOutcome, ControlRequest, TurnUpdate};
+use crate::turn::{ControlOutcome, TurnUpdate};
 
 /// Longest pause between two sweeps of the late-ack table.
 const MAX_TICK: Duration = Duration::from_secs(1);

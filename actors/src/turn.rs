@@ -8,7 +8,7 @@
 //! session's one code path for ending a turn covers every failure.
 
 use serde_json::Value;
-use tether_protocol::{HostEvent, Message, SessionId, TurnEndStatus};
+use tether_protocol::{HostEvent, TurnEndStatus};
 
 /// Failure reasons the gateway itself assigns (PROTOCOL 1.5).
 pub mod reasons {
@@ -48,16 +48,6 @@ pub enum TurnUpdate {
     /// `turn.error` from the host, or a failure the supervisor detected
     /// (`host_crash`, `host_unavailable`).
     Error { reason: String, message: String },
-}
-
-/// A `control` request (PROTOCOL Part 2), e.g. `op: "compress"`.
-#[derive(Debug, Clone)]
-pub struct ControlRequest {
-    pub request_id: String,
-    pub op: String,
-    pub session_id: SessionId,
-    pub history: Vec<Message>,
-    pub args: Value,
 }
 
 /// The answer to a control request within its wait.

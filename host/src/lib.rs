@@ -30,7 +30,7 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use futures::FutureExt;
 use tether_protocol::{
-    parse_host_line, FromHost, Message, SessionId, ToHost, TurnEndStatus, TurnId, TurnStart,
+    parse_host_line, ControlRequest, FromHost, ToHost, TurnEndStatus, TurnId, TurnStart,
 };
 use tokio::task::JoinSet;
 use tokio::time::{Instant, MissedTickBehavior};
@@ -232,16 +232,7 @@ impl Host {
         match frame {
             ToHost::TurnStart(turn) => self.start_turn(turn).await,
             ToHost::Interrupt { turn_id } => self.interrupt(&turn_id),
-            ToHost::Control {
-                request_id,
-                op,
-                session_id,
-                history,
-                args,
-            } => {
-                self.control(request_id, op, session_id, history, args)
-                    .await
-            }
+            ToHost::Control(request) => self.control(request).await,
             ToHost::Ping { nonce } => self.send(&FromHost::Pong { nonce }).await,
             ToHost::Shutdown => return Flow::Shutdown,
             ToHost::Error { message } => {
@@ -297,14 +288,14 @@ impl Host {
 
     /// Runs a control request in its own task; an op other than `compress`
     /// is answered with `control.error` at once.
-    async fn control(
-        &mut self,
-        request_id: String,
-        op: String,
-        session_id: SessionId,
-        history: Vec<Message>,
-        args: serde_json::Value,
-    ) {
+    async fn control(&mut self, request: ControlRequest) {
+        let ControlRequest {
+            request_id,
+            op,
+            session_id,
+            history,
+            args,
+        } = request;
         if op != "compress" {
             let message = format!("unknown control op `{op}`");
             self.send(&FromHost::ControlError {

@@ -26,13 +26,7 @@ pub enum ToHost {
     Interrupt { turn_id: TurnId },
     /// A side request about a session, e.g. `op: "compress"`.
     #[serde(rename = "control")]
-    Control {
-        request_id: String,
-        op: String,
-        session_id: SessionId,
-        history: Vec<Message>,
-        args: Value,
-    },
+    Control(ControlRequest),
     #[serde(rename = "ping")]
     Ping { nonce: u64 },
     /// Finish and exit.
@@ -58,6 +52,19 @@ pub struct TurnStart {
     /// The session's engine config (model, ...), opaque to the gateway and
     /// to the host loop.
     pub config: Map<String, Value>,
+}
+
+/// `control`: a side request about a session, e.g. `op: "compress"`. As
+/// with [`TurnStart`], one type from the session that asks to the engine
+/// that answers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ControlRequest {
+    pub request_id: String,
+    pub op: String,
+    pub session_id: SessionId,
+    /// The current segment's transcript, oldest first.
+    pub history: Vec<Message>,
+    pub args: Value,
 }
 
 wire_enum! {

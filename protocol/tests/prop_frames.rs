@@ -1165,13 +1165,13 @@ fn to_host() -> impl Strategy<Value = ToHost> {
             json_value()
         )
             .prop_map(
-                |(request_id, op, session_id, history, args)| ToHost::Control {
+                |(request_id, op, session_id, history, args)| ToHost::Control(ControlRequest {
                     request_id,
                     op,
                     session_id,
                     history,
                     args,
-                }
+                })
             ),
         any::<u64>().prop_map(|nonce| ToHost::Ping { nonce }),
         Just(ToHost::Shutdown),

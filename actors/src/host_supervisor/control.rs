@@ -11,7 +11,8 @@ use super::held::ControlJob;
 use super::{now, HostSupervisorMsg, HostSupervisorState, Waiter};
 use crate::late_acks::Taken;
 use crate::session::SessionMsg;
-use crate::turn::{ControlOutcome, ControlRequest};
+use crate::turn::ControlOutcome;
+use tether_protocol::ControlRequest;
 
 impl HostSupervisorState {
     pub(super) fn control(
@@ -64,16 +65,7 @@ impl HostSupervisorState {
         }
         debug!(host_id = slot, request_id, session_id = %request.session_id, op = %request.op,
                "control request sent");
-        self.send_to(
-            slot,
-            ToHost::Control {
-                request_id: request.request_id,
-                op: request.op,
-                session_id: request.session_id,
-                history: request.history,
-                args: request.args,
-            },
-        );
+        self.send_to(slot, ToHost::Control(request));
         let wait = deadline.saturating_duration_since(now());
         self.myself
             .send_after(wait, || HostSupervisorMsg::WaitersDue);

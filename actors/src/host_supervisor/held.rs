@@ -14,12 +14,12 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 use ractor::{ActorRef, RpcReplyPort};
-use tether_protocol::{TurnId, TurnStart};
+use tether_protocol::{ControlRequest, TurnId, TurnStart};
 use tracing::{debug, info};
 
 use super::{now, send_update, HostSupervisorMsg, HostSupervisorState, Slot};
 use crate::session::SessionMsg;
-use crate::turn::{reasons, ControlOutcome, ControlRequest, TurnUpdate};
+use crate::turn::{reasons, ControlOutcome, TurnUpdate};
 
 /// Work held at most while slots start; beyond, new work fails at once.
 const MAX_HELD: usize = 4096;

@@ -16,7 +16,8 @@ use tracing::{debug, info, warn};
 
 use super::{SessionMsg, SessionState};
 use crate::host_supervisor::HostSupervisorMsg;
-use crate::turn::{ControlOutcome, ControlRequest};
+use crate::turn::ControlOutcome;
+use tether_protocol::ControlRequest;
 
 /// A compression waiting for its answer.
 #[derive(Debug)]

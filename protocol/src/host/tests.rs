@@ -50,13 +50,13 @@ fn to_host_frames() {
         json!({"type":"interrupt","turn_id":"t_1"}),
     );
     round_trip(
-        &ToHost::Control {
+        &ToHost::Control(ControlRequest {
             request_id: "r1".into(),
             op: "compress".into(),
             session_id: "s_1".into(),
             history: vec![],
             args: json!({"focus": null}),
-        },
+        }),
         json!({"type":"control","request_id":"r1","op":"compress","session_id":"s_1",
                "history":[],"args":{"focus":null}}),
     );
