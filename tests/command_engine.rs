@@ -7,7 +7,7 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{complete, submit, tempdir, turn_events, Client, Gateway};
+use common::{complete, session, submit, tempdir, turn_events, Client, Gateway};
 use serde_json::{json, Value};
 
 const AGENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/agent.py");
@@ -30,12 +30,6 @@ fn agent_gateway(dir: &Path) -> Gateway {
 }
 
 /// Creates a session (attached) and drains its `session.created`.
-async fn session(c: &mut Client) -> String {
-    let r = c.ok("session.create", json!({"title": "t"})).await;
-    assert_eq!(c.next_event().await["type"], "session.created");
-    r["session"]["session_id"].as_str().unwrap().to_string()
-}
-
 fn of_type<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
     events.iter().filter(|e| e["type"] == kind).collect()
 }

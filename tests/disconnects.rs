@@ -7,7 +7,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::{seqs, tempdir, Client, Gateway};
+use common::{seqs, session, tempdir, Client, Gateway};
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
@@ -26,12 +26,6 @@ fn slow_host(delay_ms: u64) -> String {
 }
 
 /// Creates a session (attached) and drains its `session.created`.
-async fn session(c: &mut Client) -> String {
-    let r = c.ok("session.create", json!({"title": "t"})).await;
-    assert_eq!(c.next_event().await["type"], "session.created");
-    r["session"]["session_id"].as_str().unwrap().to_string()
-}
-
 async fn submit(c: &mut Client, id: &str, text: &str) -> Value {
     c.ok("prompt.submit", json!({"session_id": id, "text": text}))
         .await

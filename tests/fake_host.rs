@@ -11,7 +11,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::{tempdir, Client, Gateway};
+use common::{session, tempdir, Client, Gateway};
 use serde_json::{json, Value};
 
 const FAKE_HOST: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/fake_host.py");
@@ -40,12 +40,6 @@ fn once(mode: &str, dir: &tempfile::TempDir) -> String {
 }
 
 /// Creates a session (attached) and drains its `session.created`.
-async fn session(c: &mut Client) -> String {
-    let r = c.ok("session.create", json!({"title": "t"})).await;
-    assert_eq!(c.next_event().await["type"], "session.created");
-    r["session"]["session_id"].as_str().unwrap().to_string()
-}
-
 async fn submit(c: &mut Client, id: &str, text: &str) -> String {
     let r = c
         .ok("prompt.submit", json!({"session_id": id, "text": text}))

@@ -6,7 +6,8 @@ use common::{tempdir, Client, Gateway};
 use serde_json::{json, Value};
 
 /// A new session (not attached) in `profile`; its id.
-async fn session(c: &mut Client, profile: &str) -> String {
+/// A session of `profile` that `c` does not attach to.
+async fn detached_session(c: &mut Client, profile: &str) -> String {
     let r = c
         .ok(
             "session.create",
@@ -43,7 +44,7 @@ async fn a_handoff_goes_pending_running_completed_and_one_at_a_time() {
     let dir = tempdir();
     let gw = Gateway::start(dir.path(), &[]);
     let mut c = gw.client().await;
-    let s = session(&mut c, "default").await;
+    let s = detached_session(&mut c, "default").await;
 
     assert_eq!(state_of(&mut c, &s).await, Value::Null);
     let h = request(&mut c, &s, "phone").await;
@@ -110,7 +111,7 @@ async fn fail_respects_only_if_pending_and_truncates_the_error_to_500_bytes() {
     let mut c = gw.client().await;
 
     // only_if_pending fails a pending handoff.
-    let s1 = session(&mut c, "default").await;
+    let s1 = detached_session(&mut c, "default").await;
     let h1 = request(&mut c, &s1, "phone").await;
     let r = c
         .ok(
@@ -129,7 +130,7 @@ async fn fail_respects_only_if_pending_and_truncates_the_error_to_500_bytes() {
     assert_ne!(again, h1);
 
     // only_if_pending never fails a running handoff: it answers the state, unchanged.
-    let s2 = session(&mut c, "default").await;
+    let s2 = detached_session(&mut c, "default").await;
     let h2 = request(&mut c, &s2, "tablet").await;
     let claimed = c.ok("handoff.claim", json!({"target": "tablet"})).await;
     assert_eq!(claimed["handoff"]["handoff_id"], h2.as_str());
@@ -155,7 +156,7 @@ async fn fail_respects_only_if_pending_and_truncates_the_error_to_500_bytes() {
     assert_eq!(st["error"], "x".repeat(499).as_str());
 
     // An error of multi-byte characters only: 250 × "é" is exactly 500 bytes and is kept.
-    let s3 = session(&mut c, "default").await;
+    let s3 = detached_session(&mut c, "default").await;
     let h3 = request(&mut c, &s3, "tv").await;
     let r = c
         .ok(
@@ -193,7 +194,7 @@ async fn handoffs_are_scoped_by_profile() {
     let dir = tempdir();
     let gw = Gateway::start(dir.path(), &[]);
     let mut c = gw.client().await;
-    let s = session(&mut c, "alice").await;
+    let s = detached_session(&mut c, "alice").await;
 
     // Another profile's session is 4001, as is an unknown one.
     for (params, what) in [
@@ -271,7 +272,7 @@ async fn a_closed_session_cannot_be_handed_off_but_its_state_stays_readable() {
     let dir = tempdir();
     let gw = Gateway::start(dir.path(), &[]);
     let mut c = gw.client().await;
-    let s = session(&mut c, "default").await;
+    let s = detached_session(&mut c, "default").await;
     let h = request(&mut c, &s, "phone").await;
     c.ok(
         "handoff.fail",
@@ -293,7 +294,7 @@ async fn a_closed_session_cannot_be_handed_off_but_its_state_stays_readable() {
 
     // Right after the close's reply, while the session may still be stopping.
     for _ in 0..20 {
-        let s = session(&mut c, "default").await;
+        let s = detached_session(&mut c, "default").await;
         c.ok("session.close", json!({"session_id": s})).await;
         let e = c
             .err(
@@ -377,7 +378,7 @@ async fn concurrent_claims_give_each_handoff_to_exactly_one_client_over_100_tria
     let mut b = gw.client().await;
     let (mut wins_a, mut wins_b) = (0, 0);
     for trial in 0..100 {
-        let s = session(&mut setup, "default").await;
+        let s = detached_session(&mut setup, "default").await;
         let h = request(&mut setup, &s, "worker").await;
         let (ra, rb) = tokio::join!(
             a.ok("handoff.claim", json!({"target": "worker"})),

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{complete, submit, tempdir, turn_events, Client, Gateway};
+use common::{complete, session, submit, tempdir, turn_events, Client, Gateway};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -44,12 +44,6 @@ async fn hosts(c: &mut Client) -> Vec<Value> {
 }
 
 /// Creates a session (attached) and drains its `session.created`.
-async fn session(c: &mut Client) -> String {
-    let r = c.ok("session.create", json!({"title": "t"})).await;
-    assert_eq!(c.next_event().await["type"], "session.created");
-    r["session"]["session_id"].as_str().unwrap().to_string()
-}
-
 /// The reads a client does while no host is up must keep working.
 async fn reads_work(c: &mut Client, id: &str) {
     let list = c.ok("session.list", json!({})).await;

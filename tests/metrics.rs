@@ -7,7 +7,7 @@ mod common;
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use common::{tempdir, Client, Gateway, FRAME_WAIT};
+use common::{session, tempdir, Client, Gateway, FRAME_WAIT};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -136,12 +136,6 @@ fn valid_name(s: &str) -> bool {
 }
 
 /// Creates a session (attached) and drains its `session.created`.
-async fn session(c: &mut Client) -> String {
-    let r = c.ok("session.create", json!({"title": "t"})).await;
-    assert_eq!(c.next_event().await["type"], "session.created");
-    r["session"]["session_id"].as_str().unwrap().to_string()
-}
-
 /// Submits a prompt and collects every event through its `message.complete`.
 async fn turn(c: &mut Client, id: &str, text: &str) -> Vec<Value> {
     let r = c

@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{complete, submit, tempdir, turn_events, Client, Gateway};
+use common::{complete, session_with, submit, tempdir, turn_events, Gateway};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -270,12 +270,6 @@ fn gateway(dir: &Path, server: &ModelServer, flags: &str) -> Gateway {
 }
 
 /// Creates a session (attached, with `params`) and drains `session.created`.
-async fn session(c: &mut Client, params: Value) -> String {
-    let r = c.ok("session.create", params).await;
-    assert_eq!(c.next_event().await["type"], "session.created");
-    r["session"]["session_id"].as_str().unwrap().to_string()
-}
-
 fn texts<'a>(events: &'a [Value], kind: &str) -> Vec<&'a str> {
     events
         .iter()
@@ -302,7 +296,7 @@ async fn a_turn_streams_the_completion_and_sends_the_history() {
     let dir = tempdir();
     let gw = gateway(dir.path(), &server, "");
     let mut c = gw.client().await;
-    let id = session(&mut c, json!({})).await;
+    let id = session_with(&mut c, json!({})).await;
 
     let t = submit(&mut c, &id, "hi there").await;
     let body = server.request().await;
@@ -334,7 +328,7 @@ async fn a_turn_streams_the_completion_and_sends_the_history() {
     // A session's engine config picks the model and the sampling.
     let engine = json!({"model": "other-model", "temperature": 0.25, "max_tokens": 32,
                         "system": "Be terse."});
-    let id2 = session(&mut c, json!({"engine": engine})).await;
+    let id2 = session_with(&mut c, json!({"engine": engine})).await;
     let t = submit(&mut c, &id2, "hello").await;
     let body = server.request().await;
     assert_eq!(body["model"], "other-model");
@@ -356,7 +350,7 @@ async fn reasoning_streams_apart_and_usage_reaches_message_complete() {
     let dir = tempdir();
     let gw = gateway(dir.path(), &server, "");
     let mut c = gw.client().await;
-    let id = session(&mut c, json!({})).await;
+    let id = session_with(&mut c, json!({})).await;
 
     let t = submit(&mut c, &id, "think").await;
     server.request().await;
@@ -394,7 +388,7 @@ async fn server_errors_fail_the_turn_with_a_clear_message() {
     let dir = tempdir();
     let gw = gateway(dir.path(), &server, "");
     let mut c = gw.client().await;
-    let id = session(&mut c, json!({})).await;
+    let id = session_with(&mut c, json!({})).await;
 
     let cases = [
         (
@@ -444,7 +438,7 @@ async fn an_unreachable_server_fails_the_turn() {
     let dir = tempdir();
     let gw = gateway(dir.path(), &server, "");
     let mut c = gw.client().await;
-    let id = session(&mut c, json!({})).await;
+    let id = session_with(&mut c, json!({})).await;
     let t = submit(&mut c, &id, "hi").await;
     let message = error_message(&turn_events(&mut c, &t).await);
     let want = format!(
@@ -464,7 +458,7 @@ async fn a_stalled_or_endless_stream_ends_at_its_timeout() {
         "--stall-timeout-s 1 --request-timeout-s 3",
     );
     let mut c = gw.client().await;
-    let id = session(&mut c, json!({})).await;
+    let id = session_with(&mut c, json!({})).await;
 
     let t = submit(&mut c, &id, "hold").await;
     server.request().await;
@@ -496,7 +490,7 @@ async fn an_interrupt_closes_the_request() {
     let dir = tempdir();
     let gw = gateway(dir.path(), &server, "");
     let mut c = gw.client().await;
-    let id = session(&mut c, json!({})).await;
+    let id = session_with(&mut c, json!({})).await;
 
     let t = submit(&mut c, &id, "hold").await;
     server.request().await;
@@ -535,7 +529,7 @@ async fn compress_takes_the_summary_from_the_model() {
     let dir = tempdir();
     let gw = gateway(dir.path(), &server, "");
     let mut c = gw.client().await;
-    let id = session(&mut c, json!({})).await;
+    let id = session_with(&mut c, json!({})).await;
     for prompt in ["hello", "hello again"] {
         let t = submit(&mut c, &id, prompt).await;
         server.request().await;

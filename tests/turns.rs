@@ -4,16 +4,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::{complete, tempdir, turn_events, Client, Gateway};
+use common::{complete, session, tempdir, turn_events, Client, Gateway};
 use serde_json::{json, Value};
 
 /// Creates a session (attached) and drains its `session.created`.
-async fn session(c: &mut Client) -> String {
-    let r = c.ok("session.create", json!({"title": "t"})).await;
-    assert_eq!(c.next_event().await["type"], "session.created");
-    r["session"]["session_id"].as_str().unwrap().to_string()
-}
-
 /// Waits until a turn is under way on its host: its first delta.
 async fn first_delta(c: &mut Client) {
     while c.next_event().await["type"] != "message.delta" {}

@@ -424,3 +424,19 @@ pub fn seqs(events: &[Value]) -> Vec<u64> {
 pub fn tempdir() -> tempfile::TempDir {
     tempfile::tempdir().expect("tempdir")
 }
+
+/// Creates a session (titled "t") that `c` attaches to, reads its
+/// `session.created`, and returns its id.
+pub async fn session(c: &mut Client) -> String {
+    session_with(c, json!({"title": "t"})).await
+}
+
+/// As [`session`], with these `session.create` params (which must attach).
+pub async fn session_with(c: &mut Client, params: Value) -> String {
+    let r = c.ok("session.create", params).await;
+    assert_eq!(c.next_event().await["type"], "session.created");
+    r["session"]["session_id"]
+        .as_str()
+        .expect("session_id")
+        .to_string()
+}
