@@ -10,31 +10,14 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::parser::ValueSource;
-use clap::{ArgMatches, Args, ValueEnum};
+use clap::{ArgMatches, Args};
 use serde::Deserialize;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LogFormat {
-    Text,
-    Json,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SyncMode {
-    Normal,
-    Full,
-}
-
-impl From<SyncMode> for tether_store::Synchronous {
-    fn from(mode: SyncMode) -> Self {
-        match mode {
-            SyncMode::Normal => Self::Normal,
-            SyncMode::Full => Self::Full,
-        }
-    }
-}
+/// `--log-format`: the host worker's, since `tether host` takes the same
+/// flag and this crate imports that one.
+pub use tether_host::LogFormat;
+/// `--synchronous`: the store's own type (its `cli` feature).
+use tether_store::Synchronous;
 
 /// `--listen`: a socket address, or `:PORT` for loopback. Listening on
 /// every interface must be asked for by name (`0.0.0.0:PORT`), and then
@@ -106,7 +89,7 @@ pub struct ServeArgs {
     /// client saw survives a power cut) or normal (fsync at checkpoints
     /// only: survives a crash of the process, not of the machine).
     #[arg(long, env = "TETHER_SYNCHRONOUS", value_enum, default_value = "full")]
-    pub synchronous: SyncMode,
+    pub synchronous: Synchronous,
     /// Log format on stderr.
     #[arg(long, env = "TETHER_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,
@@ -232,7 +215,7 @@ struct FileConfig {
     max_resume_messages: Option<u64>,
     max_title_bytes: Option<usize>,
     max_list_bytes: Option<usize>,
-    synchronous: Option<SyncMode>,
+    synchronous: Option<Synchronous>,
     log_format: Option<LogFormat>,
     hosts: Option<usize>,
     host_command: Option<String>,

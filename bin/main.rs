@@ -94,7 +94,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Client(cmd) => client::main(cmd),
         Command::Host(args) => {
-            logging::init(args.log_format.into());
+            logging::init(args.log_format);
             let runtime = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()

@@ -43,7 +43,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     };
     let store_cfg = StoreConfig {
         db_path: db_path.clone(),
-        synchronous: args.synchronous.into(),
+        synchronous: args.synchronous,
         ..StoreConfig::new(db_path.clone())
     };
     let store = tether_store::open(&store_cfg)

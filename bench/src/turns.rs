@@ -24,23 +24,6 @@ use super::store::cpu_label;
 use tether_gateway::AppState;
 use tether_store::Synchronous;
 
-/// `--synchronous`, spelled as `tether serve`'s (the binary's config owns
-/// that flag; this crate cannot depend on it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum SyncMode {
-    Normal,
-    Full,
-}
-
-impl From<SyncMode> for Synchronous {
-    fn from(mode: SyncMode) -> Self {
-        match mode {
-            SyncMode::Normal => Self::Normal,
-            SyncMode::Full => Self::Full,
-        }
-    }
-}
-
 #[derive(Debug, Args, Clone)]
 pub struct TurnsBench {
     /// Concurrent sessions, each running one turn at a time.
@@ -60,7 +43,7 @@ pub struct TurnsBench {
     delay_ms: u64,
     /// The store's durability, as `tether serve --synchronous`.
     #[arg(long, value_enum, default_value = "full")]
-    synchronous: SyncMode,
+    synchronous: Synchronous,
     #[arg(long, default_value_t = 0)]
     server_cpu: usize,
     #[arg(long, default_value_t = 1)]
@@ -138,7 +121,7 @@ pub fn run_turns(b: TurnsBench) -> anyhow::Result<()> {
     let (done_tx, done_rx) = oneshot::channel();
     let hosts = host_config(b.hosts, b.delay_ms)?;
     let cpu = b.server_cpu;
-    let synchronous = b.synchronous.into();
+    let synchronous = b.synchronous;
     let server = std::thread::spawn(move || {
         on_pinned_thread(cpu, move || {
             serve(cpu, synchronous, hosts, addr_tx, done_rx)
@@ -190,7 +173,7 @@ pub fn run_turns(b: TurnsBench) -> anyhow::Result<()> {
         "words": b.words,
         "hosts": b.hosts,
         "delay_ms": b.delay_ms,
-        "synchronous": format!("{:?}", b.synchronous).to_lowercase(),
+        "synchronous": b.synchronous.as_str(),
         "server_cpu": cpu_label(b.server_cpu),
         "client_cpu": cpu_label(b.client_cpu),
         "seconds": secs,

@@ -88,9 +88,12 @@ pub struct HostArgs {
     pub log_format: LogFormat,
 }
 
-/// `--log-format`. The binary sets the logger up before [`run`]; the host
-/// only carries the choice (the gateway passes its own on).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+/// `--log-format`, of `tether host` and of `tether serve` alike (the
+/// binary's config takes this one; `tether.toml` spells it in lowercase).
+/// The binary sets the logger up before [`run`]; the host only carries the
+/// choice (the gateway passes its own on).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     Text,
     Json,

@@ -9,13 +9,24 @@ use std::time::Duration;
 /// cut; group commit keeps its cost to one fsync per batch. `Normal` syncs only at checkpoints:
 /// it survives a process crash, but a power cut may erase the last commits, events that clients
 /// may already have seen.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Synchronous {
     /// fsync only at checkpoints.
     Normal,
     /// fsync the WAL at every commit.
     #[default]
     Full,
+}
+
+impl Synchronous {
+    /// The spelling of `--synchronous` and of `synchronous` in `tether.toml`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Synchronous::Normal => "normal",
+            Synchronous::Full => "full",
+        }
+    }
 }
 
 /// Settings of an embedded (SQLite) store.

@@ -19,6 +19,8 @@
 #![warn(missing_docs)]
 
 mod api;
+#[cfg(feature = "cli")]
+mod cli;
 mod config;
 mod cursor;
 mod error;
