@@ -243,67 +243,29 @@ impl Actor for Registry {
                 reply,
             } => state.created(&myself, *row, initial, attach, reply).await,
             RegistryMsg::Resolve { key, load, reply } => {
-                let routed = Routed {
-                    load,
-                    msg: None,
-                    reply,
-                };
-                state.route(&myself, key, routed);
+                state.route(&myself, key, Routed::lookup(load, reply))
             }
             RegistryMsg::Forward {
                 key,
                 load,
                 msg,
                 reply,
-            } => {
-                let routed = Routed {
-                    load,
-                    msg: Some(msg),
-                    reply,
-                };
-                state.route(&myself, key, routed);
-            }
+            } => state.route(&myself, key, Routed::forward(load, msg, reply)),
             RegistryMsg::Loaded { key, result } => state.loaded(&myself, key, result).await,
             RegistryMsg::PeerCounts {
                 profile,
                 ids,
                 reply,
-            } => {
-                let counts = ids
-                    .into_iter()
-                    .filter_map(|id| {
-                        let live = state.live.get(&(profile.clone(), id.clone()))?;
-                        // A session parking right now is as good as parked.
-                        (!live.gauges.parked()).then(|| (id, live.gauges.peers()))
-                    })
-                    .collect();
-                let _ = reply.send(counts);
-            }
+            } => state.peer_counts(&profile, ids, reply),
             RegistryMsg::Stats { profile, reply } => state.stats(&profile, reply),
-            RegistryMsg::PeerUp { profile } => {
-                *state.peers_by_profile.entry(profile).or_default() += 1;
-            }
-            RegistryMsg::PeerDown { profile } => {
-                if let Some(n) = state.peers_by_profile.get_mut(&profile) {
-                    *n = n.saturating_sub(1);
-                }
-            }
+            RegistryMsg::PeerUp { profile } => state.peer_up(profile),
+            RegistryMsg::PeerDown { profile } => state.peer_down(&profile),
             RegistryMsg::FlushAll { reply } => state.flush_all(reply),
             RegistryMsg::DrainAll { reply } => state.drain_all(reply),
-            RegistryMsg::WriterRestarted => {
-                for live in state.live.values() {
-                    let _ = live.actor.cast(SessionMsg::WriterRestarted);
-                }
-            }
-            RegistryMsg::HostsRestarted => {
-                for live in state.live.values() {
-                    let _ = live.actor.cast(SessionMsg::HostsLost);
-                }
-            }
+            RegistryMsg::WriterRestarted => state.tell_all(|| SessionMsg::WriterRestarted),
+            RegistryMsg::HostsRestarted => state.tell_all(|| SessionMsg::HostsLost),
             RegistryMsg::ReaperRestarted => {
-                for live in state.live.values() {
-                    let _ = live.actor.cast(SessionMsg::ReportToReaper);
-                }
+                state.tell_all(|| SessionMsg::ReportToReaper);
                 state.report_live_count();
             }
             RegistryMsg::Park {

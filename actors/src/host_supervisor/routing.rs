@@ -4,7 +4,8 @@
 use std::collections::HashMap;
 
 use ractor::ActorRef;
-use tether_protocol::{FromHost, HostEvent, ToHost, TurnId, TurnStart};
+use serde_json::Value;
+use tether_protocol::{FromHost, HostEvent, ToHost, TurnEndStatus, TurnId, TurnStart};
 use tracing::{debug, info, trace, warn};
 
 use super::held::HeldTurn;
@@ -211,37 +212,12 @@ impl HostSupervisorState {
                 status,
                 text,
                 usage,
-            } => {
-                if self.route_of(slot, &turn_id).is_some() {
-                    if let Some(route) = self.remove_route(&turn_id) {
-                        debug!(host_id = slot, turn_id = %turn_id, session_id = %route.session_id,
-                               trace_id = %route.trace_id, status = %status.as_str(), "turn ended");
-                        let end = TurnUpdate::End {
-                            status,
-                            text,
-                            usage,
-                        };
-                        send_update(&route.session, turn_id, end);
-                    }
-                }
-            }
+            } => self.turn_ended(slot, turn_id, status, text, usage),
             FromHost::TurnError {
                 turn_id,
                 reason,
                 message,
-            } => {
-                if self.route_of(slot, &turn_id).is_some() {
-                    if let Some(route) = self.remove_route(&turn_id) {
-                        info!(host_id = slot, turn_id = %turn_id, session_id = %route.session_id,
-                              trace_id = %route.trace_id, reason = %reason, "turn failed on host");
-                        send_update(
-                            &route.session,
-                            turn_id,
-                            TurnUpdate::Error { reason, message },
-                        );
-                    }
-                }
-            }
+            } => self.turn_failed(slot, turn_id, reason, message),
             FromHost::ControlAck { request_id, result } => {
                 self.answer(slot, request_id, Ok(result))
             }
@@ -250,25 +226,7 @@ impl HostSupervisorState {
                 message,
             } => self.answer(slot, request_id, Err(message)),
             FromHost::Pong { .. } => {}
-            FromHost::ShutdownAck if !self.stopping => {
-                // Only an answer to our `shutdown` may take a slot out of
-                // service; a host that says it unprompted keeps serving.
-                if let Some(n) = self.forbidden_frame(slot) {
-                    warn!(
-                        host_id = slot,
-                        pid,
-                        forbidden_frames = n,
-                        "shutdown.ack without a shutdown; ignored"
-                    );
-                }
-            }
-            FromHost::ShutdownAck => {
-                info!(host_id = slot, pid, "compute host is finishing");
-                if let Some(s) = self.slots.get_mut(slot as usize) {
-                    s.finishing = true;
-                }
-                self.publish_up();
-            }
+            FromHost::ShutdownAck => self.shutdown_acked(slot, pid),
             FromHost::Error { message } => {
                 if let Some(n) = self.forbidden_frame(slot) {
                     warn!(host_id = slot, pid, error = %message, host_errors = n,
@@ -276,6 +234,68 @@ impl HostSupervisorState {
                 }
             }
         }
+    }
+
+    /// The route of a turn `slot` ended, taken out of the table; `None`
+    /// for a turn of another slot (or none).
+    fn take_route(&mut self, slot: u32, turn_id: &TurnId) -> Option<Route> {
+        self.route_of(slot, turn_id)?;
+        self.remove_route(turn_id)
+    }
+
+    fn turn_ended(
+        &mut self,
+        slot: u32,
+        turn_id: TurnId,
+        status: TurnEndStatus,
+        text: String,
+        usage: Option<Value>,
+    ) {
+        let Some(route) = self.take_route(slot, &turn_id) else {
+            return;
+        };
+        debug!(host_id = slot, turn_id = %turn_id, session_id = %route.session_id,
+               trace_id = %route.trace_id, status = %status.as_str(), "turn ended");
+        let end = TurnUpdate::End {
+            status,
+            text,
+            usage,
+        };
+        send_update(&route.session, turn_id, end);
+    }
+
+    fn turn_failed(&mut self, slot: u32, turn_id: TurnId, reason: String, message: String) {
+        let Some(route) = self.take_route(slot, &turn_id) else {
+            return;
+        };
+        info!(host_id = slot, turn_id = %turn_id, session_id = %route.session_id,
+              trace_id = %route.trace_id, reason = %reason, "turn failed on host");
+        send_update(
+            &route.session,
+            turn_id,
+            TurnUpdate::Error { reason, message },
+        );
+    }
+
+    fn shutdown_acked(&mut self, slot: u32, pid: u32) {
+        if !self.stopping {
+            // Only an answer to our `shutdown` may take a slot out of
+            // service; a host that says it unprompted keeps serving.
+            if let Some(n) = self.forbidden_frame(slot) {
+                warn!(
+                    host_id = slot,
+                    pid,
+                    forbidden_frames = n,
+                    "shutdown.ack without a shutdown; ignored"
+                );
+            }
+            return;
+        }
+        info!(host_id = slot, pid, "compute host is finishing");
+        if let Some(s) = self.slots.get_mut(slot as usize) {
+            s.finishing = true;
+        }
+        self.publish_up();
     }
 
     /// The route of a turn run by `slot`; frames for other turns are dropped.

@@ -20,7 +20,7 @@ use tether_protocol::{
     now_ms, BranchParams, CreateResult, EventType, RpcError, SessionCreatedPayload, SessionId,
     TextPayload,
 };
-use tether_store::{EventRow, NewSession};
+use tether_store::{EventRow, NewSession, SessionRow};
 
 use super::dispatch::{ask, Reached};
 use super::PeerState;
@@ -51,44 +51,8 @@ impl PeerState {
         let profile = self
             .scope(p.profile.as_deref())
             .ok_or_else(RpcError::session_not_found)?;
-        let found = self
-            .ask_session(
-                Some(&profile),
-                &p.session_id,
-                false,
-                self.timeout(),
-                |reply| SessionMsg::Info { reply },
-            )
-            .await?;
-        // The parent's committed head: a live session may hold events not
-        // yet on disk, and a branch copies only what is.
-        let (parent, latest) = match found {
-            Reached::Live { answer, .. } => {
-                let info = answer?;
-                let row = self
-                    .ctx
-                    .reader
-                    .get_session(&profile, &p.session_id)
-                    .await?
-                    .ok_or_else(RpcError::session_not_found)?;
-                (row, info.latest_seq)
-            }
-            Reached::Stored(row) | Reached::Closed(row) => {
-                let latest = row.latest_seq;
-                (*row, latest)
-            }
-            Reached::NotFound => return Err(RpcError::session_not_found()),
-        };
-        let upto = match p.upto_seq {
-            None => latest,
-            Some(n) if n >= 1 && n <= latest => n,
-            Some(n) => {
-                return Err(RpcError::invalid_params(
-                    "upto_seq",
-                    format!("must be between 1 and the session's latest_seq ({latest}), got {n}"),
-                ))
-            }
-        };
+        let (parent, latest) = self.parent_head(&profile, &p.session_id).await?;
+        let upto = upto_within(p.upto_seq, latest)?;
         let (copied, upto) = self.segment_at(&parent.id, upto).await?;
         let title = match p.title {
             Some(t) => t,
@@ -97,33 +61,7 @@ impl PeerState {
                 next_branch_title(&parent.title, &taken, max_title)
             }
         };
-        let now = now_ms();
-        let id = SessionId::new();
-        let mut initial = Vec::with_capacity(copied.len() + 1);
-        initial.push(EventRecord::new(
-            EventType::SessionCreated,
-            &SessionCreatedPayload {
-                title: title.clone(),
-                profile: profile.clone(),
-                parent_session_id: Some(parent.id.clone()),
-            },
-            None,
-            now,
-        ));
-        initial.extend(copied);
-        let message_count = number_from_one(&mut initial);
-        let new = NewSession {
-            id,
-            profile,
-            title,
-            parent_session_id: Some(parent.id.clone()),
-            kind: parent.kind.clone(),
-            close_on_disconnect: false,
-            engine_pin: parent.engine_pin.clone(),
-            follow_profile_config: parent.follow_profile_config,
-            created_at_ms: now,
-            message_count,
-        };
+        let (new, initial) = branch_of(&parent, profile, title, copied);
         let registry = self.ctx.registry()?;
         let CreatedSession { result, .. } = ask(
             &registry,
@@ -140,6 +78,37 @@ impl PeerState {
             created: result,
             upto_seq: upto,
         })
+    }
+
+    /// The parent's row and its committed head: a live session may hold
+    /// events not yet on disk, and a branch copies only what is.
+    async fn parent_head(
+        &self,
+        profile: &str,
+        session_id: &SessionId,
+    ) -> Result<(SessionRow, u64), RpcError> {
+        let found = self
+            .ask_session(Some(profile), session_id, false, self.timeout(), |reply| {
+                SessionMsg::Info { reply }
+            })
+            .await?;
+        match found {
+            Reached::Live { answer, .. } => {
+                let info = answer?;
+                let row = self
+                    .ctx
+                    .reader
+                    .get_session(profile, session_id)
+                    .await?
+                    .ok_or_else(RpcError::session_not_found)?;
+                Ok((row, info.latest_seq))
+            }
+            Reached::Stored(row) | Reached::Closed(row) => {
+                let latest = row.latest_seq;
+                Ok((*row, latest))
+            }
+            Reached::NotFound => Err(RpcError::session_not_found()),
+        }
     }
 
     /// The transcript events of the segment current at the cut, ready to be
@@ -236,6 +205,55 @@ fn next_branch_title(parent: &str, taken: &[String], max: usize) -> String {
     let title = format!("{}{suffix}", crate::title::prefix_within(parent, room));
     // A bound shorter than the suffix itself: shorten the whole.
     crate::title::prefix_within(&title, max).to_owned()
+}
+
+/// `upto_seq` as asked (the head by default), within `1..=latest`.
+fn upto_within(asked: Option<u64>, latest: u64) -> Result<u64, RpcError> {
+    match asked {
+        None => Ok(latest),
+        Some(n) if n >= 1 && n <= latest => Ok(n),
+        Some(n) => Err(RpcError::invalid_params(
+            "upto_seq",
+            format!("must be between 1 and the session's latest_seq ({latest}), got {n}"),
+        )),
+    }
+}
+
+/// The new session's row and first events: its `session.created`, then
+/// the copied transcript, numbered from 1.
+fn branch_of(
+    parent: &SessionRow,
+    profile: String,
+    title: String,
+    copied: Vec<EventRecord>,
+) -> (NewSession, Vec<EventRecord>) {
+    let now = now_ms();
+    let mut initial = Vec::with_capacity(copied.len() + 1);
+    initial.push(EventRecord::new(
+        EventType::SessionCreated,
+        &SessionCreatedPayload {
+            title: title.clone(),
+            profile: profile.clone(),
+            parent_session_id: Some(parent.id.clone()),
+        },
+        None,
+        now,
+    ));
+    initial.extend(copied);
+    let message_count = number_from_one(&mut initial);
+    let new = NewSession {
+        id: SessionId::new(),
+        profile,
+        title,
+        parent_session_id: Some(parent.id.clone()),
+        kind: parent.kind.clone(),
+        close_on_disconnect: false,
+        engine_pin: parent.engine_pin.clone(),
+        follow_profile_config: parent.follow_profile_config,
+        created_at_ms: now,
+        message_count,
+    };
+    (new, initial)
 }
 
 #[cfg(test)]

@@ -1,13 +1,15 @@
-//! What the registry asks of every live session at once: the stats of a
-//! profile, the drain's end of turns, the drain's flush. Each runs on a task
+//! What the registry asks of (or tells) every live session at once: the
+//! stats of a profile, peer counts for listings, the drain's end of turns,
+//! the drain's flush, the news of a restarted core actor. Each runs on a task
 //! with a bound per session, so the registry never waits on its sessions and
 //! a stuck session cannot hold the others' answer for ever.
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use ractor::RpcReplyPort;
-use tether_protocol::{RingStats, StatsResult};
+use tether_protocol::{RingStats, SessionId, StatsResult};
 
 use super::RegistryState;
 use crate::session::SessionMsg;
@@ -17,6 +19,41 @@ use crate::session::SessionMsg;
 const FLEET_WAIT: Duration = Duration::from_secs(10);
 
 impl RegistryState {
+    /// Peers attached to each of `ids` that is live (for listings).
+    pub(super) fn peer_counts(
+        &self,
+        profile: &str,
+        ids: Vec<SessionId>,
+        reply: RpcReplyPort<HashMap<SessionId, u32>>,
+    ) {
+        let counts = ids
+            .into_iter()
+            .filter_map(|id| {
+                let live = self.live.get(&(profile.to_string(), id.clone()))?;
+                // A session parking right now is as good as parked.
+                (!live.gauges.parked()).then(|| (id, live.gauges.peers()))
+            })
+            .collect();
+        let _ = reply.send(counts);
+    }
+
+    pub(super) fn peer_up(&mut self, profile: String) {
+        *self.peers_by_profile.entry(profile).or_default() += 1;
+    }
+
+    pub(super) fn peer_down(&mut self, profile: &str) {
+        if let Some(n) = self.peers_by_profile.get_mut(profile) {
+            *n = n.saturating_sub(1);
+        }
+    }
+
+    /// Tells every live session the same news (a core actor restarted).
+    pub(super) fn tell_all(&self, msg: impl Fn() -> SessionMsg) {
+        for live in self.live.values() {
+            let _ = live.actor.cast(msg());
+        }
+    }
+
     /// Counts from the gauges; running turns and hosts are asked for on a
     /// task so the registry does not wait on sessions or the supervisor.
     /// Everything but the hosts' pids and states (and the process-wide

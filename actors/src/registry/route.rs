@@ -48,6 +48,24 @@ pub(crate) struct Routed {
 }
 
 impl Routed {
+    /// `Resolve`: a lookup, answered with what was found.
+    pub(super) fn lookup(load: bool, reply: RouteReply) -> Self {
+        Routed {
+            load,
+            msg: None,
+            reply,
+        }
+    }
+
+    /// `Forward`: `msg` for the session.
+    pub(super) fn forward(load: bool, msg: SessionMsg, reply: RouteReply) -> Self {
+        Routed {
+            load,
+            msg: Some(msg),
+            reply,
+        }
+    }
+
     /// Its caller stopped waiting (timed out, or its peer is gone). A held
     /// request that nobody waits for any more is dropped, not run: that
     /// also ends the loop a session that keeps failing as it starts would
