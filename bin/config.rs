@@ -2,16 +2,18 @@
 //! optional `tether.toml`, in that order of precedence.
 //!
 //! clap handles flags and env; the file fills in whatever clap took from a
-//! default. Bad configuration is reported by the caller with exit status 64.
+//! default (`config/file.rs`). Bad configuration is reported by the caller
+//! with exit status 64.
+
+mod file;
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::parser::ValueSource;
 use clap::{ArgMatches, Args};
-use serde::Deserialize;
 
 /// `--log-format`: the host worker's, since `tether host` takes the same
 /// flag and this crate imports that one.
@@ -31,11 +33,7 @@ fn parse_listen(s: &str) -> Result<SocketAddr, String> {
         .map_err(|_| format!("{s:?} is not an address (HOST:PORT, or :PORT for 127.0.0.1)"))
 }
 
-/// `listen = ":0"` in the file means what `--listen :0` means.
-fn listen_in_file<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
-    let s = String::deserialize(d)?;
-    parse_listen(&s).map(Some).map_err(serde::de::Error::custom)
-}
+pub use file::read_profile_engines;
 
 /// `--max-connections` when not configured.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 65_536;
@@ -192,57 +190,6 @@ pub struct ServeArgs {
 pub type ProfileEngineMap =
     std::collections::HashMap<String, serde_json::Map<String, serde_json::Value>>;
 
-/// One `[profiles.NAME]` table.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileProfile {
-    engine: Option<toml::Table>,
-}
-
-/// The config file: every key optional, named like the flags.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileConfig {
-    #[serde(default, deserialize_with = "listen_in_file")]
-    listen: Option<SocketAddr>,
-    data_dir: Option<PathBuf>,
-    database_url: Option<String>,
-    heartbeat_s: Option<u64>,
-    ring_events: Option<usize>,
-    outbox_frames: Option<usize>,
-    max_frame_bytes: Option<usize>,
-    max_replay_events: Option<u64>,
-    max_resume_messages: Option<u64>,
-    max_title_bytes: Option<usize>,
-    max_list_bytes: Option<usize>,
-    synchronous: Option<Synchronous>,
-    log_format: Option<LogFormat>,
-    hosts: Option<usize>,
-    host_command: Option<String>,
-    host_heartbeat_s: Option<u64>,
-    host_restarts: Option<u32>,
-    host_restart_period_s: Option<u64>,
-    max_host_line_bytes: Option<usize>,
-    max_queued: Option<usize>,
-    turn_deadline_s: Option<u64>,
-    control_wait_s: Option<u64>,
-    compress_ceiling_s: Option<u64>,
-    late_ack_ttl_s: Option<u64>,
-    late_ack_cap: Option<usize>,
-    rate_limit_rps: Option<u32>,
-    orphan_grace_s: Option<u64>,
-    activity_stale_s: Option<u64>,
-    session_ttl_s: Option<u64>,
-    max_live_sessions: Option<usize>,
-    max_peers_per_session: Option<usize>,
-    max_connections: Option<usize>,
-    handshake_timeout_s: Option<u64>,
-    idle_timeout_s: Option<u64>,
-    allow_origin: Option<Vec<String>>,
-    token: Option<Vec<String>>,
-    profiles: Option<std::collections::HashMap<String, FileProfile>>,
-}
-
 impl ServeArgs {
     /// Applies the config file (if any) under flags and env, then checks.
     pub fn resolve(mut self, matches: &ArgMatches) -> anyhow::Result<Self> {
@@ -251,74 +198,7 @@ impl ServeArgs {
             Some(ValueSource::CommandLine) | Some(ValueSource::EnvVariable)
         );
         if let Some(path) = self.config.clone() {
-            let file = read_file(&path)?;
-            let from_default = |id: &str| {
-                !matches!(
-                    matches.value_source(id),
-                    Some(ValueSource::CommandLine) | Some(ValueSource::EnvVariable)
-                )
-            };
-            macro_rules! fill {
-                ($($field:ident),*) => {$(
-                    if let Some(v) = file.$field {
-                        if from_default(stringify!($field)) {
-                            self.$field = v;
-                        }
-                    }
-                )*};
-            }
-            fill!(
-                listen,
-                data_dir,
-                heartbeat_s,
-                ring_events,
-                outbox_frames,
-                max_frame_bytes,
-                max_replay_events,
-                max_resume_messages,
-                max_title_bytes,
-                max_list_bytes,
-                synchronous,
-                log_format,
-                hosts,
-                host_heartbeat_s,
-                host_restarts,
-                host_restart_period_s,
-                max_host_line_bytes,
-                max_queued,
-                turn_deadline_s,
-                compress_ceiling_s,
-                late_ack_ttl_s,
-                late_ack_cap,
-                rate_limit_rps,
-                orphan_grace_s,
-                activity_stale_s,
-                session_ttl_s,
-                max_live_sessions,
-                max_peers_per_session,
-                max_connections,
-                handshake_timeout_s,
-                idle_timeout_s
-            );
-            if let Some(v) = file.control_wait_s {
-                if from_default("control_wait_s") {
-                    self.control_wait_s = v;
-                    self.control_wait_explicit = true;
-                }
-            }
-            if self.database_url.is_none() {
-                self.database_url = file.database_url;
-            }
-            if self.host_command.is_none() {
-                self.host_command = file.host_command;
-            }
-            if self.allow_origin.is_empty() {
-                self.allow_origin = file.allow_origin.unwrap_or_default();
-            }
-            if self.token.is_empty() {
-                self.token = file.token.unwrap_or_default();
-            }
-            self.profile_engines = engines_of(file.profiles)?;
+            self.apply_file(file::read_file(&path)?, matches)?;
         }
         self.check()?;
         Ok(self)
@@ -381,34 +261,6 @@ impl ServeArgs {
             },
         }
     }
-}
-
-/// Re-reads only the profiles' engine configs (the SIGHUP reload).
-pub fn read_profile_engines(path: &Path) -> anyhow::Result<ProfileEngineMap> {
-    engines_of(read_file(path)?.profiles)
-}
-
-fn engines_of(
-    profiles: Option<std::collections::HashMap<String, FileProfile>>,
-) -> anyhow::Result<ProfileEngineMap> {
-    let mut out = ProfileEngineMap::new();
-    for (name, profile) in profiles.unwrap_or_default() {
-        if let Some(engine) = profile.engine {
-            match serde_json::to_value(engine)? {
-                serde_json::Value::Object(map) => {
-                    out.insert(name, map);
-                }
-                _ => bail!("[profiles.{name}.engine] must be a table"),
-            }
-        }
-    }
-    Ok(out)
-}
-
-fn read_file(path: &Path) -> anyhow::Result<FileConfig> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read config file {}", path.display()))?;
-    toml::from_str(&text).with_context(|| format!("invalid config file {}", path.display()))
 }
 
 impl ServeArgs {

@@ -23,14 +23,7 @@ const DRAIN_DEADLINE: Duration = Duration::from_secs(5);
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let db_path = args.db_path()?;
-    std::fs::create_dir_all(&args.data_dir)
-        .with_context(|| format!("cannot create data directory {}", args.data_dir.display()))?;
-    if let Some(dir) = db_path.parent() {
-        if !dir.as_os_str().is_empty() {
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("cannot create data directory {}", dir.display()))?;
-        }
-    }
+    create_dirs(&args.data_dir, &db_path)?;
     // Before anything else touches the directory or the database: a second
     // gateway must leave the first one's hosts, files and clients alone.
     let _locks = match lock_store(&args.data_dir, &db_path) {
@@ -58,7 +51,55 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             "killed compute hosts left over by a gateway that stopped hard"
         );
     }
-    let hosts = HostConfig {
+    let config = gateway_config(&args);
+    config.profile_engines.replace(args.profile_engines.clone());
+    if let Some(path) = args.config.clone() {
+        reload_on_sighup(path, config.profile_engines.clone());
+    }
+    // Checked even with `--hosts 0`: a bad `--host-command` is an error.
+    let hosts = host_config(&args)?;
+    let epoch = store.epoch.clone();
+    let mut gateway = GatewayHandle::start(GatewayArgs {
+        config,
+        hosts: (args.hosts > 0).then_some(hosts),
+        reader: store.reader,
+        handoffs: store.handoffs,
+        epoch: store.epoch,
+        writer_factory: store.writers,
+    })
+    .await
+    .context("cannot start the gateway")?;
+    debug!(%epoch, db = %db_path.display(), "store open");
+    // Consistent before it serves: the turns the last stop cut short are
+    // ended on disk before any client can read them (PROTOCOL 1.5).
+    let lifecycle = gateway.ctx().lifecycle.clone();
+    tokio::select! {
+        _ = lifecycle.wait_recovered() => {}
+        _ = gateway.stopped() => return Ok(ExitCode::FAILURE),
+    }
+    if args.stdio {
+        serve_stdio(gateway).await
+    } else {
+        serve_http(gateway, &args, &db_path, &epoch).await
+    }
+}
+
+/// The data directory, and the database's own directory if it is elsewhere.
+fn create_dirs(data_dir: &Path, db_path: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(data_dir)
+        .with_context(|| format!("cannot create data directory {}", data_dir.display()))?;
+    if let Some(dir) = db_path.parent() {
+        if !dir.as_os_str().is_empty() {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create data directory {}", dir.display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// `--hosts` and the `--host-*` flags, as the host supervisor takes them.
+fn host_config(args: &ServeArgs) -> anyhow::Result<HostConfig> {
+    Ok(HostConfig {
         slots: args.hosts,
         heartbeat: Duration::from_secs(args.host_heartbeat_s),
         restart: RestartPolicy {
@@ -72,8 +113,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         data_dir: Some(args.data_dir.clone()),
         max_line_bytes: args.max_host_line_bytes,
         ..HostConfig::new(args.host_argv()?)
-    };
-    let config = GatewayConfig {
+    })
+}
+
+/// The gateway's settings from the flags (a flat table).
+fn gateway_config(args: &ServeArgs) -> GatewayConfig {
+    GatewayConfig {
         ring_events: args.ring_events,
         outbox_frames: args.outbox_frames,
         max_frame_bytes: args.max_frame_bytes,
@@ -94,50 +139,38 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         max_peers_per_session: args.max_peers_per_session,
         idle_timeout: Duration::from_secs(args.idle_timeout_s),
         ..GatewayConfig::default()
-    };
-    config.profile_engines.replace(args.profile_engines.clone());
-    if let Some(path) = args.config.clone() {
-        reload_on_sighup(path, config.profile_engines.clone());
     }
-    let mut gateway = GatewayHandle::start(GatewayArgs {
-        config,
-        hosts: (args.hosts > 0).then_some(hosts),
-        reader: store.reader,
-        handoffs: store.handoffs,
-        epoch: store.epoch.clone(),
-        writer_factory: store.writers,
-    })
-    .await
-    .context("cannot start the gateway")?;
-    debug!(epoch = %store.epoch, db = %db_path.display(), "store open");
-    // Consistent before it serves: the turns the last stop cut short are
-    // ended on disk before any client can read them (PROTOCOL 1.5).
-    let lifecycle = gateway.ctx().lifecycle.clone();
+}
+
+/// `--stdio`: one peer on stdin/stdout until EOF or a signal.
+async fn serve_stdio(mut gateway: GatewayHandle) -> anyhow::Result<ExitCode> {
+    let ctx = gateway.ctx().clone();
+    let (drain_tx, drain_rx) = tokio::sync::watch::channel(false);
+    let serve = tether_gateway::serve_stdio(&ctx, drain_rx);
+    tokio::pin!(serve);
     tokio::select! {
-        _ = lifecycle.wait_recovered() => {}
+        r = &mut serve => r?,
         _ = gateway.stopped() => return Ok(ExitCode::FAILURE),
-    }
-
-    if args.stdio {
-        let ctx = gateway.ctx().clone();
-        let (drain_tx, drain_rx) = tokio::sync::watch::channel(false);
-        let serve = tether_gateway::serve_stdio(&ctx, drain_rx);
-        tokio::pin!(serve);
-        tokio::select! {
-            r = &mut serve => r?,
-            _ = gateway.stopped() => return Ok(ExitCode::FAILURE),
-            _ = shutdown_signal() => {
-                debug!("draining");
-                gateway.end_turns(END_TURNS_DEADLINE).await;
-                // The peer writes what it holds, then stdout is done.
-                let _ = drain_tx.send(true);
-                let _ = tokio::time::timeout(CLOSE_DEADLINE, &mut serve).await;
-            }
+        _ = shutdown_signal() => {
+            debug!("draining");
+            gateway.end_turns(END_TURNS_DEADLINE).await;
+            // The peer writes what it holds, then stdout is done.
+            let _ = drain_tx.send(true);
+            let _ = tokio::time::timeout(CLOSE_DEADLINE, &mut serve).await;
         }
-        gateway.shutdown(DRAIN_DEADLINE).await;
-        return Ok(ExitCode::SUCCESS);
     }
+    gateway.shutdown(DRAIN_DEADLINE).await;
+    Ok(ExitCode::SUCCESS)
+}
 
+/// WebSocket, HTTP + SSE and the console on `--listen` until a signal (or
+/// a core actor that could not be kept up), then the drain.
+async fn serve_http(
+    mut gateway: GatewayHandle,
+    args: &ServeArgs,
+    db_path: &Path,
+    epoch: &str,
+) -> anyhow::Result<ExitCode> {
     let listener = tether_gateway::bind(args.listen)
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let addr = listener.local_addr()?;
@@ -160,7 +193,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     println!("tether listening on http://{addr}");
     // The one line a quiet default shows while all is well (with the one
     // at the stop); actor and session detail is at debug.
-    info!(%addr, epoch = %store.epoch, db = %db_path.display(), hosts = args.hosts, "gateway started");
+    info!(%addr, %epoch, db = %db_path.display(), hosts = args.hosts, "gateway started");
 
     let escalated = tokio::select! {
         _ = shutdown_signal() => false,
