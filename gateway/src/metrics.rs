@@ -43,10 +43,21 @@ pub async fn metrics(State(app): State<AppState>) -> Response {
     resp
 }
 
-/// Every family, in the order of docs/METRICS.md.
+/// Every family, in the order of docs/METRICS.md: a flat table, in one
+/// function per section of that page.
 fn encode(m: &Metrics, hosts_up: usize, parked: Option<i64>) -> String {
     let mut t = Text::default();
+    capacity(&mut t, m, hosts_up, parked);
+    traffic(&mut t, m);
+    turns(&mut t, m);
+    host_failures(&mut t, m);
+    store(&mut t, m);
+    replays(&mut t, m);
+    t.finish()
+}
 
+/// Connections, sessions, host slots.
+fn capacity(t: &mut Text, m: &Metrics, hosts_up: usize, parked: Option<i64>) {
     let name = "tether_connections_open";
     t.family(
         name,
@@ -83,7 +94,10 @@ fn encode(m: &Metrics, hosts_up: usize, parked: Option<i64>) -> String {
         "Compute-host slots whose host said hello and takes work now.",
         m.hosts_ready.get(),
     );
+}
 
+/// Events written and frames delivered, and what the outboxes did.
+fn traffic(t: &mut Text, m: &Metrics) {
     t.single(
         "tether_events_appended_total",
         Kind::Counter,
@@ -115,7 +129,9 @@ fn encode(m: &Metrics, hosts_up: usize, parked: Option<i64>) -> String {
         "Peers closed with 1013 because what waited for them (events, replies) was over the outbox bound.",
         outbox.slow_consumer_closes,
     );
+}
 
+fn turns(t: &mut Text, m: &Metrics) {
     let name = "tether_turns_total";
     t.family(
         name,
@@ -133,7 +149,10 @@ fn encode(m: &Metrics, hosts_up: usize, parked: Option<i64>) -> String {
         "Turns that ran here, from their start (acceptance, or leaving the queue) to message.complete.",
         &m.turn_duration.snapshot(),
     );
+}
 
+/// Host restarts and rests, and control answers that came late.
+fn host_failures(t: &mut Text, m: &Metrics) {
     t.single(
         "tether_host_restarts_total",
         Kind::Counter,
@@ -164,7 +183,9 @@ fn encode(m: &Metrics, hosts_up: usize, parked: Option<i64>) -> String {
         "Late handlers evicted to stay within --late-ack-cap.",
         m.late_acks_evicted.get(),
     );
+}
 
+fn store(t: &mut Text, m: &Metrics) {
     t.histogram(
         "tether_store_commit_duration_seconds",
         "Group commits of the store writer (one transaction each).",
@@ -182,7 +203,9 @@ fn encode(m: &Metrics, hosts_up: usize, parked: Option<i64>) -> String {
         "1 unless the latest commit that touched the store failed for a storage reason.",
         u8::from(m.store_writable()),
     );
+}
 
+fn replays(t: &mut Text, m: &Metrics) {
     let name = "tether_replay_requests_total";
     t.family(
         name,
@@ -199,7 +222,6 @@ fn encode(m: &Metrics, hosts_up: usize, parked: Option<i64>) -> String {
         let n = m.replayed_events[kind as usize].get();
         t.sample(name, &[("method", kind.label())], n);
     }
-    t.finish()
 }
 
 #[cfg(test)]

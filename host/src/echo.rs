@@ -275,49 +275,12 @@ impl Script {
             }
             "/error" if args.is_empty() => Script::Error("engine error".into()),
             "/error" => Script::Error(args.into()),
-            "/tool" => {
-                let (name, json) = args.split_once(char::is_whitespace).unwrap_or((args, ""));
-                if name.is_empty() {
-                    return Err("/tool needs a NAME and JSON args".into());
-                }
-                let json = json.trim();
-                let args = if json.is_empty() {
-                    json!({})
-                } else {
-                    serde_json::from_str(json)
-                        .map_err(|e| format!("/tool {name}: the args are not JSON: {e}"))?
-                };
-                Script::Tool {
-                    name: name.into(),
-                    args,
-                    reply,
-                }
-            }
+            "/tool" => Script::tool(args, reply)?,
             "/todo" => Script::Todo {
-                items: args
-                    .split(';')
-                    .map(str::trim)
-                    .filter(|text| !text.is_empty())
-                    .enumerate()
-                    .map(|(i, text)| TodoItem {
-                        id: (i + 1).to_string(),
-                        text: text.into(),
-                        status: "pending".into(),
-                    })
-                    .collect(),
+                items: todo_items(args),
                 reply,
             },
-            "/big" => {
-                let n = args
-                    .parse::<u64>()
-                    .ok()
-                    .filter(|n| *n <= MAX_BIG)
-                    .ok_or_else(|| {
-                        format!("/big needs a number of bytes up to {MAX_BIG}, got `{args}`")
-                    })?;
-                // Bounded by MAX_BIG, so it fits any usize tether runs on.
-                Script::Big(usize::try_from(n).unwrap_or(usize::MAX))
-            }
+            "/big" => Script::big(args)?,
             "/flood" => Script::Flood {
                 flood: Flood::parse(args)?,
                 reply,
@@ -325,6 +288,51 @@ impl Script {
             _ => Script::Reply(prompt.to_owned()),
         })
     }
+
+    /// `/tool NAME JSON`.
+    fn tool(args: &str, reply: String) -> Result<Script, String> {
+        let (name, json) = args.split_once(char::is_whitespace).unwrap_or((args, ""));
+        if name.is_empty() {
+            return Err("/tool needs a NAME and JSON args".into());
+        }
+        let json = json.trim();
+        let args = if json.is_empty() {
+            json!({})
+        } else {
+            serde_json::from_str(json)
+                .map_err(|e| format!("/tool {name}: the args are not JSON: {e}"))?
+        };
+        Ok(Script::Tool {
+            name: name.into(),
+            args,
+            reply,
+        })
+    }
+
+    /// `/big BYTES`.
+    fn big(args: &str) -> Result<Script, String> {
+        let n = args
+            .parse::<u64>()
+            .ok()
+            .filter(|n| *n <= MAX_BIG)
+            .ok_or_else(|| format!("/big needs a number of bytes up to {MAX_BIG}, got `{args}`"))?;
+        // Bounded by MAX_BIG, so it fits any usize tether runs on.
+        Ok(Script::Big(usize::try_from(n).unwrap_or(usize::MAX)))
+    }
+}
+
+/// `/todo A; B; C`: pending items numbered from 1.
+fn todo_items(args: &str) -> Vec<TodoItem> {
+    args.split(';')
+        .map(str::trim)
+        .filter(|text| !text.is_empty())
+        .enumerate()
+        .map(|(i, text)| TodoItem {
+            id: (i + 1).to_string(),
+            text: text.into(),
+            status: "pending".into(),
+        })
+        .collect()
 }
 
 #[cfg(test)]

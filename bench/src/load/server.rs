@@ -31,58 +31,7 @@ impl Server {
                 _dir: None,
             });
         }
-        let exe = std::env::current_exe()?;
-        let mut dir = None;
-        let (program, args): (PathBuf, Vec<String>) = match b.target {
-            TargetKind::Tether => {
-                let d = tempfile::tempdir()?;
-                let args = vec![
-                    "serve".into(),
-                    "--listen".into(),
-                    "127.0.0.1:0".into(),
-                    "--data-dir".into(),
-                    d.path().to_string_lossy().into_owned(),
-                    "--hosts".into(),
-                    b.hosts.to_string(),
-                    // One control connection creates every session and
-                    // submits every prompt.
-                    "--rate-limit-rps".into(),
-                    "0".into(),
-                    "--max-connections".into(),
-                    (b.connections + 4096).max(65_536).to_string(),
-                ];
-                dir = Some(d);
-                (exe, args)
-            }
-            TargetKind::Limit => {
-                let bin = match &b.limit_bin {
-                    Some(p) => p.clone(),
-                    None => exe.with_file_name("tether-limit"),
-                };
-                if !bin.exists() {
-                    bail!(
-                        "{} not found: build it (cargo build --release -p tether-bench-limit), \
-                         or pass --limit-bin or --url",
-                        bin.display()
-                    );
-                }
-                (bin, vec!["--listen".into(), "127.0.0.1:0".into()])
-            }
-            TargetKind::Socketio => {
-                let dir = b
-                    .socketio_dir
-                    .clone()
-                    .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("socketio"));
-                if !dir.join("node_modules/socket.io").exists() {
-                    bail!(
-                        "{} has no node_modules: run `npm ci` there, or pass --url",
-                        dir.display()
-                    );
-                }
-                let script = dir.join("server.js").to_string_lossy().into_owned();
-                (PathBuf::from(&b.node), vec![script])
-            }
-        };
+        let (program, args, dir) = command_of(b)?;
         let mut cmd = crate::harness::pinned_command(b.server_cpu, &program);
         cmd.args(&args)
             .env("RUST_LOG", "warn")
@@ -113,6 +62,64 @@ impl Server {
             _dir: dir,
         })
     }
+}
+
+/// The program to start for `--target`, its arguments, and (for tether)
+/// the data directory it owns while it runs.
+fn command_of(b: &LoadBench) -> anyhow::Result<(PathBuf, Vec<String>, Option<tempfile::TempDir>)> {
+    let exe = std::env::current_exe()?;
+    let mut dir = None;
+    let (program, args): (PathBuf, Vec<String>) = match b.target {
+        TargetKind::Tether => {
+            let d = tempfile::tempdir()?;
+            let args = vec![
+                "serve".into(),
+                "--listen".into(),
+                "127.0.0.1:0".into(),
+                "--data-dir".into(),
+                d.path().to_string_lossy().into_owned(),
+                "--hosts".into(),
+                b.hosts.to_string(),
+                // One control connection creates every session and
+                // submits every prompt.
+                "--rate-limit-rps".into(),
+                "0".into(),
+                "--max-connections".into(),
+                (b.connections + 4096).max(65_536).to_string(),
+            ];
+            dir = Some(d);
+            (exe, args)
+        }
+        TargetKind::Limit => {
+            let bin = match &b.limit_bin {
+                Some(p) => p.clone(),
+                None => exe.with_file_name("tether-limit"),
+            };
+            if !bin.exists() {
+                bail!(
+                    "{} not found: build it (cargo build --release -p tether-bench-limit), \
+                         or pass --limit-bin or --url",
+                    bin.display()
+                );
+            }
+            (bin, vec!["--listen".into(), "127.0.0.1:0".into()])
+        }
+        TargetKind::Socketio => {
+            let dir = b
+                .socketio_dir
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("socketio"));
+            if !dir.join("node_modules/socket.io").exists() {
+                bail!(
+                    "{} has no node_modules: run `npm ci` there, or pass --url",
+                    dir.display()
+                );
+            }
+            let script = dir.join("server.js").to_string_lossy().into_owned();
+            (PathBuf::from(&b.node), vec![script])
+        }
+    };
+    Ok((program, args, dir))
 }
 
 impl Drop for Server {

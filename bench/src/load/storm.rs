@@ -90,22 +90,14 @@ pub async fn run(b: &LoadBench, url: &str, pid: Option<u32>) -> anyhow::Result<V
     sleep_until_us(sched.t0_us + b.warmup_ms * 1000).await;
     let drop_at = unix_micros();
     let before = proc::sample(pid);
-    phase_tx.send_replace(Phase::Drop);
-    for _ in 0..tasks.len() {
-        tokio::time::timeout(STALL, dropped_rx.recv())
-            .await
-            .context("clients did not drop")?
-            .context("a client ended early")?;
-    }
-    tokio::time::sleep(Duration::from_millis(b.down_ms)).await;
-    phase_tx.send_replace(Phase::Reconnect);
-    let mut backs = Vec::with_capacity(tasks.len());
-    while backs.len() < tasks.len() {
-        match tokio::time::timeout(STALL, back_rx.recv()).await {
-            Ok(Some(back)) => backs.push(back),
-            _ => bail!("{} clients did not come back", tasks.len() - backs.len()),
-        }
-    }
+    let backs = drop_and_reconnect(
+        &phase_tx,
+        &mut dropped_rx,
+        &mut back_rx,
+        tasks.len(),
+        b.down_ms,
+    )
+    .await?;
     let all_back_at = unix_micros();
     let storm = proc::sample(pid);
 
@@ -134,6 +126,34 @@ pub async fn run(b: &LoadBench, url: &str, pid: Option<u32>) -> anyhow::Result<V
     v["server_peak_rss_kib"] = json!(end.server_peak_kib);
     v["hosts_peak_rss_kib"] = json!(end.children_peak_kib);
     Ok(v)
+}
+
+/// Drops every client at once, waits `down_ms`, has every client
+/// reconnect, and waits until each is back.
+async fn drop_and_reconnect(
+    phase: &watch::Sender<Phase>,
+    dropped: &mut mpsc::UnboundedReceiver<()>,
+    back: &mut mpsc::UnboundedReceiver<Back>,
+    clients: usize,
+    down_ms: u64,
+) -> anyhow::Result<Vec<Back>> {
+    phase.send_replace(Phase::Drop);
+    for _ in 0..clients {
+        tokio::time::timeout(STALL, dropped.recv())
+            .await
+            .context("clients did not drop")?
+            .context("a client ended early")?;
+    }
+    tokio::time::sleep(Duration::from_millis(down_ms)).await;
+    phase.send_replace(Phase::Reconnect);
+    let mut backs = Vec::with_capacity(clients);
+    while backs.len() < clients {
+        match tokio::time::timeout(STALL, back.recv()).await {
+            Ok(Some(b)) => backs.push(b),
+            _ => bail!("{} clients did not come back", clients - backs.len()),
+        }
+    }
+    Ok(backs)
 }
 
 type Ctx = (
