@@ -18,7 +18,6 @@ mod agent;
 
 use std::process::ExitStatus;
 
-use futures::future::BoxFuture;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 use tether_protocol::{
@@ -26,7 +25,7 @@ use tether_protocol::{
     TurnStart,
 };
 
-use super::engine::{Cancel, CompressResult, Engine, TurnOutcome, TurnSink};
+use super::engine::{AsyncEngine, Cancel, CompressResult, TurnOutcome, TurnSink};
 use agent::{Agent, Line, Step};
 
 /// `turn.error` reason for everything that goes wrong with the agent.
@@ -43,6 +42,10 @@ impl CommandEngine {
     pub fn new(command: String) -> Self {
         Self { command }
     }
+}
+
+impl AsyncEngine for CommandEngine {
+    const NAME: &'static str = "command";
 
     async fn turn(&self, turn: TurnStart, out: &TurnSink, cancel: &Cancel) -> TurnOutcome {
         let input = json!({
@@ -129,29 +132,6 @@ impl CommandEngine {
             summary: summary.trim().to_owned(),
             removed: history.len() as u64,
         })
-    }
-}
-
-impl Engine for CommandEngine {
-    fn name(&self) -> &'static str {
-        "command"
-    }
-
-    fn run_turn(
-        &self,
-        turn: TurnStart,
-        out: TurnSink,
-        cancel: Cancel,
-    ) -> BoxFuture<'_, TurnOutcome> {
-        Box::pin(async move { self.turn(turn, &out, &cancel).await })
-    }
-
-    fn compress<'a>(
-        &'a self,
-        history: &'a [Message],
-        args: &'a Value,
-    ) -> BoxFuture<'a, Result<CompressResult, String>> {
-        Box::pin(self.summarize(history, args))
     }
 }
 

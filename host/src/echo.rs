@@ -35,11 +35,10 @@
 
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use serde_json::{json, Value};
 use tether_protocol::{Message, TodoItem, TurnStart};
 
-use super::engine::{Cancel, CompressResult, Engine, TurnOutcome, TurnSink};
+use super::engine::{AsyncEngine, Cancel, CompressResult, TurnOutcome, TurnSink};
 use super::flood::Flood;
 
 /// The largest `/big` reply.
@@ -66,7 +65,7 @@ impl EchoEngine {
         }
     }
 
-    async fn turn(
+    async fn play(
         &self,
         prompt: &str,
         config: &serde_json::Map<String, Value>,
@@ -153,38 +152,27 @@ impl EchoEngine {
     }
 }
 
-impl Engine for EchoEngine {
-    fn name(&self) -> &'static str {
-        "echo"
+impl AsyncEngine for EchoEngine {
+    const NAME: &'static str = "echo";
+
+    async fn turn(&self, turn: TurnStart, out: &TurnSink, cancel: &Cancel) -> TurnOutcome {
+        // Stopped by an interrupt, or stdout is gone (then nobody reads
+        // the outcome anyway).
+        self.play(&turn.prompt, &turn.config, out, cancel)
+            .await
+            .unwrap_or(TurnOutcome::Interrupted)
     }
 
-    fn run_turn(
+    async fn summarize(
         &self,
-        turn: TurnStart,
-        out: TurnSink,
-        cancel: Cancel,
-    ) -> BoxFuture<'_, TurnOutcome> {
-        Box::pin(async move {
-            // Stopped by an interrupt, or stdout is gone (then nobody reads
-            // the outcome anyway).
-            self.turn(&turn.prompt, &turn.config, &out, &cancel)
-                .await
-                .unwrap_or(TurnOutcome::Interrupted)
-        })
-    }
-
-    fn compress<'a>(
-        &'a self,
-        history: &'a [Message],
-        _args: &'a Value,
-    ) -> BoxFuture<'a, Result<CompressResult, String>> {
-        Box::pin(async move {
-            tokio::time::sleep(self.compress_delay).await;
-            let k = history.len();
-            Ok(CompressResult {
-                summary: format!("Summary of {k} messages."),
-                removed: k as u64,
-            })
+        history: &[Message],
+        _args: &Value,
+    ) -> Result<CompressResult, String> {
+        tokio::time::sleep(self.compress_delay).await;
+        let k = history.len();
+        Ok(CompressResult {
+            summary: format!("Summary of {k} messages."),
+            removed: k as u64,
         })
     }
 }

@@ -8,6 +8,7 @@
 //! a turn, and an interrupt works even for an engine that ignores its
 //! [`Cancel`] (the host stops polling it after a grace period).
 
+use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::future::BoxFuture;
@@ -22,7 +23,8 @@ use tokio::sync::watch;
 use super::io::{Closed, Writer};
 
 /// A compute engine. Object safe (boxed futures), so the host holds an
-/// `Arc<dyn Engine>` chosen by `--engine`.
+/// `Arc<dyn Engine>` chosen by `--engine`. Engines implement
+/// [`AsyncEngine`] and get this for free.
 pub trait Engine: Send + Sync + 'static {
     /// The name announced in `hello` (`"echo"`).
     fn name(&self) -> &'static str;
@@ -46,6 +48,52 @@ pub trait Engine: Send + Sync + 'static {
         history: &'a [Message],
         args: &'a Value,
     ) -> BoxFuture<'a, Result<CompressResult, String>>;
+}
+
+/// What an engine writes: two plain async functions. The blanket impl
+/// below turns them into the object-safe [`Engine`] the host loop holds,
+/// so no engine writes the boxing itself.
+pub trait AsyncEngine: Send + Sync + 'static {
+    /// The name announced in `hello`.
+    const NAME: &'static str;
+
+    /// [`Engine::run_turn`].
+    fn turn(
+        &self,
+        turn: TurnStart,
+        out: &TurnSink,
+        cancel: &Cancel,
+    ) -> impl Future<Output = TurnOutcome> + Send;
+
+    /// [`Engine::compress`].
+    fn summarize(
+        &self,
+        history: &[Message],
+        args: &Value,
+    ) -> impl Future<Output = Result<CompressResult, String>> + Send;
+}
+
+impl<E: AsyncEngine> Engine for E {
+    fn name(&self) -> &'static str {
+        E::NAME
+    }
+
+    fn run_turn(
+        &self,
+        turn: TurnStart,
+        out: TurnSink,
+        cancel: Cancel,
+    ) -> BoxFuture<'_, TurnOutcome> {
+        Box::pin(async move { self.turn(turn, &out, &cancel).await })
+    }
+
+    fn compress<'a>(
+        &'a self,
+        history: &'a [Message],
+        args: &'a Value,
+    ) -> BoxFuture<'a, Result<CompressResult, String>> {
+        Box::pin(self.summarize(history, args))
+    }
 }
 
 /// How an engine's turn ended.

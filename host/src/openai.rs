@@ -21,11 +21,10 @@ mod sse;
 use std::time::Duration;
 
 use clap::Args;
-use futures::future::BoxFuture;
 use serde_json::Value;
 use tether_protocol::{Message, TurnStart};
 
-use super::engine::{Cancel, CompressResult, Engine, TurnOutcome, TurnSink};
+use super::engine::{AsyncEngine, Cancel, CompressResult, TurnOutcome, TurnSink};
 use crate::HostError;
 use chunk::Chunk;
 use client::{Completion, CompletionError, ModelClient};
@@ -94,6 +93,10 @@ impl OpenAiEngine {
             model: model.clone(),
         })
     }
+}
+
+impl AsyncEngine for OpenAiEngine {
+    const NAME: &'static str = "openai";
 
     async fn turn(&self, turn: TurnStart, out: &TurnSink, cancel: &Cancel) -> TurnOutcome {
         let body = match request::turn_body(&self.model, &turn.history, &turn.prompt, &turn.config)
@@ -164,29 +167,6 @@ impl OpenAiEngine {
             summary: summary.to_owned(),
             removed: history.len() as u64,
         })
-    }
-}
-
-impl Engine for OpenAiEngine {
-    fn name(&self) -> &'static str {
-        "openai"
-    }
-
-    fn run_turn(
-        &self,
-        turn: TurnStart,
-        out: TurnSink,
-        cancel: Cancel,
-    ) -> BoxFuture<'_, TurnOutcome> {
-        Box::pin(async move { self.turn(turn, &out, &cancel).await })
-    }
-
-    fn compress<'a>(
-        &'a self,
-        history: &'a [Message],
-        args: &'a Value,
-    ) -> BoxFuture<'a, Result<CompressResult, String>> {
-        Box::pin(self.summarize(history, args))
     }
 }
 
