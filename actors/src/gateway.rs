@@ -326,30 +326,25 @@ impl GatewayState {
         // below (the supervisor sends them before it answers). Then every
         // session's events, then the writer's queue. The deadlines add up
         // to less than the 10 s a SIGTERM drain may take.
-        if let Some(hosts) = self.ctx.hosts() {
-            let _ = hosts
-                .call(
-                    |reply| HostSupervisorMsg::Shutdown { reply },
-                    Some(Duration::from_secs(4)),
-                )
-                .await;
-        }
-        if let Ok(registry) = self.ctx.registry() {
-            let _ = registry
-                .call(
-                    |reply| RegistryMsg::FlushAll { reply },
-                    Some(Duration::from_secs(3)),
-                )
-                .await;
-        }
-        if let Some(writer) = self.ctx.writer() {
-            let _ = writer
-                .call(
-                    |reply| StoreWriterMsg::Flush { reply },
-                    Some(Duration::from_secs(1)),
-                )
-                .await;
-        }
+        let hosts = self.ctx.hosts();
+        drain_step(hosts, |reply| HostSupervisorMsg::Shutdown { reply }, 4).await;
+        let registry = self.ctx.registry().ok();
+        drain_step(registry, |reply| RegistryMsg::FlushAll { reply }, 3).await;
+        let writer = self.ctx.writer();
+        drain_step(writer, |reply| StoreWriterMsg::Flush { reply }, 1).await;
+    }
+}
+
+/// One step of the drain: asks `actor`, if it is up, and waits for its
+/// answer at most `wait_s` seconds. A step that finds its actor gone or
+/// times out is over: the drain goes on to the next.
+async fn drain_step<M: ractor::Message>(
+    actor: Option<ActorRef<M>>,
+    msg: impl FnOnce(RpcReplyPort<()>) -> M,
+    wait_s: u64,
+) {
+    if let Some(actor) = actor {
+        let _ = actor.call(msg, Some(Duration::from_secs(wait_s))).await;
     }
 }
 

@@ -18,7 +18,6 @@ use super::harness::{
     start_gateway, Ws,
 };
 use super::store::cpu_label;
-use tether_gateway::AppState;
 
 #[derive(Debug, Args, Clone)]
 pub struct FanoutBench {
@@ -116,10 +115,7 @@ fn serve(
     rt.block_on(async move {
         let gw = start_gateway(tether_actors::GatewayConfig::default()).await?;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        let (_shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
-        let app = AppState::new(gw.handle.ctx().clone(), shutdown_rx);
-        tokio::spawn(tether_gateway::serve(listener, app, Default::default()));
+        let (addr, _serving) = gw.serve(listener)?;
         let _ = addr_tx.send(addr);
         let ids = ids_rx.await.context("load generator gave up")?;
         let mut actors = Vec::new();

@@ -56,6 +56,22 @@ pub struct BenchGateway {
     _dir: tempfile::TempDir,
 }
 
+impl BenchGateway {
+    /// Serves the gateway's transports on `listener` (a task on this
+    /// runtime) and returns its address. Serving stops when the returned
+    /// sender is dropped, so the caller keeps it while the scenario runs.
+    pub fn serve(
+        &self,
+        listener: tokio::net::TcpListener,
+    ) -> anyhow::Result<(std::net::SocketAddr, tokio::sync::watch::Sender<bool>)> {
+        let addr = listener.local_addr()?;
+        let (shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
+        let app = tether_gateway::AppState::new(self.handle.ctx().clone(), shutdown_rx);
+        tokio::spawn(tether_gateway::serve(listener, app, Default::default()));
+        Ok((addr, shutdown_tx))
+    }
+}
+
 pub async fn start_gateway(config: GatewayConfig) -> anyhow::Result<BenchGateway> {
     start_gateway_with_hosts(config, None).await
 }

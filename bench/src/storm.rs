@@ -30,7 +30,6 @@ use super::harness::{
 };
 use client::{Ack, Control, Phase};
 use report::{Report, Timeline};
-use tether_gateway::AppState;
 
 /// Thread name of the load generator's runtime (the gateway's CPU time is
 /// the process's minus these threads').
@@ -138,10 +137,7 @@ fn serve(
         let socket = tokio::net::TcpSocket::new_v4()?;
         socket.bind((std::net::Ipv4Addr::LOCALHOST, 0).into())?;
         let listener = socket.listen(b.backlog)?;
-        let addr = listener.local_addr()?;
-        let (_shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
-        let app = AppState::new(gw.handle.ctx().clone(), shutdown_rx);
-        tokio::spawn(tether_gateway::serve(listener, app, Default::default()));
+        let (addr, _serving) = gw.serve(listener)?;
         let _ = addr_tx.send(addr);
         let ids = ids_rx.await.context("load generator gave up")?;
         let (stop, stopped) = watch::channel(false);

@@ -21,7 +21,6 @@ use super::harness::{
     connect, on_pinned_thread, peak_rss_kib, pinned_runtime, request, start_gateway_synchronous, Ws,
 };
 use super::store::cpu_label;
-use tether_gateway::AppState;
 use tether_store::Synchronous;
 
 #[derive(Debug, Args, Clone)]
@@ -105,10 +104,7 @@ fn serve(
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        let (_tx, shutdown) = tokio::sync::watch::channel(false);
-        let app = AppState::new(gw.handle.ctx().clone(), shutdown);
-        tokio::spawn(tether_gateway::serve(listener, app, Default::default()));
+        let (addr, _serving) = gw.serve(listener)?;
         let _ = addr_tx.send(addr);
         let _ = done.await;
         gw.handle.shutdown(Duration::from_secs(5)).await;

@@ -22,7 +22,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 use tether_protocol::{
     Message, StatusUpdatePayload, TextPayload, TodoItem, ToolCompletePayload, ToolStartPayload,
-    TurnStart,
+    TurnStart, HOST_EVENT_TYPES,
 };
 
 use super::engine::{AsyncEngine, Cancel, CompressResult, TurnOutcome, TurnSink};
@@ -213,18 +213,8 @@ async fn forward(line: &Line, out: &TurnSink) -> Result<(), Forward> {
     Ok(())
 }
 
-/// The host event types an agent may print (PROTOCOL Part 2).
-const EVENT_TYPES: [&str; 6] = [
-    "message.delta",
-    "reasoning.delta",
-    "tool.start",
-    "tool.complete",
-    "todo.updated",
-    "status.update",
-];
-
 /// `(type, payload)` when `text` is a JSON object with one of
-/// [`EVENT_TYPES`]. The payload is its `payload` object if it has one, else
+/// [`HOST_EVENT_TYPES`]. The payload is its `payload` object if it has one, else
 /// the object without `type`.
 fn as_event(text: &str) -> Option<(String, Value)> {
     let text = text.trim();
@@ -235,7 +225,7 @@ fn as_event(text: &str) -> Option<(String, Value)> {
         return None;
     };
     let kind = match object.get("type") {
-        Some(Value::String(kind)) if EVENT_TYPES.contains(&kind.as_str()) => kind.clone(),
+        Some(Value::String(kind)) if HOST_EVENT_TYPES.contains(&kind.as_str()) => kind.clone(),
         _ => return None,
     };
     object.remove("type");

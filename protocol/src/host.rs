@@ -122,6 +122,19 @@ pub enum FromHost {
     Error { message: String },
 }
 
+/// The event types a host may send in an `event` frame (PROTOCOL Part 2);
+/// everything else a session emits is the gateway's own. The gateway
+/// refuses the rest, and the `command` engine recognizes these in an
+/// agent's output.
+pub const HOST_EVENT_TYPES: [&str; 6] = [
+    "message.delta",
+    "reasoning.delta",
+    "tool.start",
+    "tool.complete",
+    "todo.updated",
+    "status.update",
+];
+
 /// An event inside a host `event` frame. The type stays a string: the
 /// gateway decides which types a host may send and what to do with the rest
 /// (offsets and revisions in the payload are recomputed by the gateway).

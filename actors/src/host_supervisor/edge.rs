@@ -17,7 +17,7 @@
 //!   on it; one that named a control request fails that request. The line
 //!   itself never got past the reader ([`crate::host`]).
 
-use tether_protocol::{HostEvent, ToHost, TurnId};
+use tether_protocol::{HostEvent, ToHost, TurnId, HOST_EVENT_TYPES};
 use tracing::{info, warn};
 
 use super::{send_update, HostSupervisorState, Phase};
@@ -25,17 +25,6 @@ use crate::turn::{reasons, TurnUpdate};
 
 /// The host protocol version this gateway speaks.
 pub(super) const PROTOCOL_VERSION: u32 = 1;
-
-/// Event types a host may send (PROTOCOL Part 2); everything else a
-/// session emits is the gateway's own.
-const HOST_EVENT_TYPES: [&str; 6] = [
-    "message.delta",
-    "reasoning.delta",
-    "tool.start",
-    "tool.complete",
-    "todo.updated",
-    "status.update",
-];
 
 impl HostSupervisorState {
     /// Counts a well-formed frame the host of `slot` may not send; `Some(n)`
