@@ -21,7 +21,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{seqs, tempdir, Client, Gateway};
+use common::{seqs, submit, tempdir, turn_events, Client, Gateway};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -311,30 +311,9 @@ async fn serve_conn(
         .extend([up.abort_handle(), down.abort_handle()]);
 }
 
-async fn submit(c: &mut Client, id: &str, text: &str) -> Value {
-    c.ok("prompt.submit", json!({"session_id": id, "text": text}))
-        .await
-}
-
-/// Events of one turn, through its `message.complete`.
-async fn turn_events(c: &mut Client, turn_id: &Value) -> Vec<Value> {
-    let mut out = Vec::new();
-    loop {
-        let e = c.next_event().await;
-        if e["turn_id"] != *turn_id {
-            continue;
-        }
-        let done = e["type"] == "message.complete";
-        out.push(e);
-        if done {
-            return out;
-        }
-    }
-}
-
 async fn run_turn(c: &mut Client, id: &str, text: &str) {
     let t = submit(c, id, text).await;
-    let evs = turn_events(c, &t["turn_id"]).await;
+    let evs = turn_events(c, &t).await;
     let last = evs.last().expect("events");
     assert_eq!(last["payload"]["status"], "complete", "{last}");
 }
@@ -393,7 +372,7 @@ async fn a_browser_eventsource_gets_every_seq_exactly_once_across_a_cut_connecti
     let t = submit(&mut drv, &id, &long).await;
     let start = loop {
         let e = drv.next_event().await;
-        if e["type"] == "message.start" && e["turn_id"] == t["turn_id"] {
+        if e["type"] == "message.start" && e["turn_id"] == t.as_str() {
             break e["seq"].as_u64().unwrap();
         }
     };
@@ -407,7 +386,7 @@ async fn a_browser_eventsource_gets_every_seq_exactly_once_across_a_cut_connecti
         }
     }
     assert!(proxy.cut() >= 2, "the event stream was being forwarded");
-    let evs = turn_events(&mut drv, &t["turn_id"]).await;
+    let evs = turn_events(&mut drv, &t).await;
     assert_eq!(evs.last().unwrap()["payload"]["text"], long.as_str());
 
     // More happens while the browser is away; it must get it by replay.

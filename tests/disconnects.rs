@@ -7,7 +7,9 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::{seqs, session, tempdir, Client, Gateway};
+use common::{
+    complete, completes_of, seqs, session, submit, tempdir, turn_events, Client, Gateway,
+};
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
@@ -26,37 +28,10 @@ fn slow_host(delay_ms: u64) -> String {
 }
 
 /// Creates a session (attached) and drains its `session.created`.
-async fn submit(c: &mut Client, id: &str, text: &str) -> Value {
-    c.ok("prompt.submit", json!({"session_id": id, "text": text}))
-        .await
-}
-
-/// Collects the events of one turn, through its `message.complete`.
-async fn turn_events(c: &mut Client, turn_id: &Value) -> Vec<Value> {
-    let mut out = Vec::new();
-    loop {
-        let e = c.next_event().await;
-        if e["turn_id"] != *turn_id {
-            continue;
-        }
-        let done = e["type"] == "message.complete";
-        out.push(e);
-        if done {
-            return out;
-        }
-    }
-}
-
 /// Runs one turn to its end; returns its events.
 async fn run_turn(c: &mut Client, id: &str, text: &str) -> Vec<Value> {
     let t = submit(c, id, text).await;
-    turn_events(c, &t["turn_id"]).await
-}
-
-fn complete(events: &[Value]) -> &Value {
-    let last = events.last().expect("events");
-    assert_eq!(last["type"], "message.complete");
-    &last["payload"]
+    turn_events(c, &t).await
 }
 
 fn durable(events: &[Value]) -> Vec<Value> {
@@ -159,7 +134,7 @@ async fn when_one_of_two_peers_drops_mid_turn_the_other_streams_to_the_end() {
     while a.next_event().await["type"] != "message.delta" {}
     drop(a);
 
-    let evs = turn_events(&mut b, &t["turn_id"]).await;
+    let evs = turn_events(&mut b, &t).await;
     assert_eq!(evs[0]["type"], "message.user");
     assert_eq!(evs[1]["type"], "message.start");
     assert_eq!(complete(&evs)["status"], "complete");
@@ -298,7 +273,7 @@ async fn a_running_turn_is_not_parked_it_completes_and_then_the_session_is_parke
             break e;
         }
     };
-    assert_eq!(start["turn_id"], t["turn_id"]);
+    assert_eq!(start["turn_id"], t.as_str());
     let watermark = start["seq"].as_u64().unwrap();
     drop(a);
     drop(b);
@@ -320,7 +295,7 @@ async fn a_running_turn_is_not_parked_it_completes_and_then_the_session_is_parke
         .filter(|e| e["type"] == "message.complete")
         .collect();
     assert_eq!(completes.len(), 1, "{r}");
-    assert_eq!(completes[0]["turn_id"], t["turn_id"]);
+    assert_eq!(completes[0]["turn_id"], t.as_str());
     assert_eq!(completes[0]["payload"]["status"], "complete");
     assert_eq!(completes[0]["payload"]["text"], "hello");
     let msgs = transcript(&r["messages"]);
@@ -328,18 +303,7 @@ async fn a_running_turn_is_not_parked_it_completes_and_then_the_session_is_parke
     assert_eq!((last.1.as_str(), last.2.as_str()), ("assistant", "hello"));
     assert!(r["active_turn"].is_null());
 
-    let all = o
-        .ok(
-            "session.events.since",
-            json!({"session_id": id, "last_seen": 0}),
-        )
-        .await;
-    let n = all["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["type"] == "message.complete")
-        .count();
+    let n = completes_of(&mut o, &id).await.len();
     assert_eq!(n, 1, "exactly one message.complete");
 }
 
@@ -607,20 +571,9 @@ async fn an_orphaned_turn_silent_past_the_staleness_window_is_interrupted_then_p
 
     let mut o = gw.client().await;
     wait_parked(&mut o, &id).await;
-    let r = o
-        .ok(
-            "session.events.since",
-            json!({"session_id": id, "last_seen": 0}),
-        )
-        .await;
-    let ends: Vec<&Value> = r["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["type"] == "message.complete")
-        .collect();
-    assert_eq!(ends.len(), 1, "exactly one message.complete: {r}");
-    assert_eq!(ends[0]["turn_id"], t["turn_id"]);
+    let ends = completes_of(&mut o, &id).await;
+    assert_eq!(ends.len(), 1, "exactly one message.complete: {ends:?}");
+    assert_eq!(ends[0]["turn_id"], t.as_str());
     assert_eq!(ends[0]["payload"]["status"], "interrupted");
     // Brought back, the session takes a new turn.
     let r = o

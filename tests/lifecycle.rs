@@ -7,7 +7,7 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{submit, tempdir, turn_events, Client, Gateway};
+use common::{completes_of, submit, tempdir, turn_events, Client, Gateway};
 use serde_json::{json, Value};
 
 /// Bounds waits for something the gateway does on its own.
@@ -139,24 +139,13 @@ async fn the_first_read_after_a_hard_restart_sees_every_interrupted_turn_ended()
         let url = gw.url();
         async move {
             let mut c = Client::connect(&url).await;
-            let r = c
-                .ok(
-                    "session.events.since",
-                    json!({"session_id": id, "last_seen": 0}),
-                )
-                .await;
-            let ends: Vec<&Value> = r["events"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter(|e| e["type"] == "message.complete")
-                .collect();
+            let ends = completes_of(&mut c, id).await;
             let of = |turn: &str| {
                 ends.iter()
                     .find(|e| e["turn_id"] == turn)
                     .map(|e| e["payload"].clone())
             };
-            (of(running), of(queued), r["events"].to_string())
+            (of(running), of(queued), format!("{ends:?}"))
         }
     });
     for (running, queued, events) in futures::future::join_all(reads).await {

@@ -440,3 +440,21 @@ pub async fn session_with(c: &mut Client, params: Value) -> String {
         .expect("session_id")
         .to_string()
 }
+
+/// Every `message.complete` session `id` has on disk, oldest first (from
+/// `session.events.since` 0).
+pub async fn completes_of(c: &mut Client, id: &str) -> Vec<Value> {
+    let r = c
+        .ok(
+            "session.events.since",
+            json!({"session_id": id, "last_seen": 0}),
+        )
+        .await;
+    r["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter(|e| e["type"] == "message.complete")
+        .cloned()
+        .collect()
+}
