@@ -104,23 +104,8 @@ async fn killing_actors_at_random_loses_nothing_and_leaves_nothing_stuck() {
     // (4) No host process outlives the gateway.
     let h = Arc::into_inner(h).expect("every task is done");
     h.gw.shutdown(Duration::from_secs(10)).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let left: Vec<u32> = report
-            .host_pids
-            .iter()
-            .copied()
-            .filter(|p| chaos::alive(*p))
-            .collect();
-        if left.is_empty() {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "seed {seed}: host processes left running: {left:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let pids: Vec<u32> = report.host_pids.iter().copied().collect();
+    chaos::wait_gone(&pids, &format!("seed {seed}: host processes left running")).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -161,12 +146,5 @@ async fn a_core_actor_past_its_restart_intensity_shuts_the_gateway_down_cleanly(
     tokio::time::timeout(Duration::from_secs(20), h.gw.stopped())
         .await
         .expect("the gateway should stop after its writer exceeded its intensity");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while pids.iter().any(|p| chaos::alive(*p)) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "host processes left running: {pids:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    chaos::wait_gone(&pids, "host processes left running").await;
 }

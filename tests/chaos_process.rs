@@ -354,20 +354,6 @@ async fn kill_9_of_hosts_and_of_the_gateway_loses_nothing() {
 
     // (4) No host process outlives the gateway.
     assert_eq!(gw.terminate(), Some(0));
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let left: Vec<u32> = pids_seen
-            .iter()
-            .copied()
-            .filter(|p| chaos::alive(*p))
-            .collect();
-        if left.is_empty() {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "seed {seed}: hosts left running: {left:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let pids: Vec<u32> = pids_seen.iter().copied().collect();
+    chaos::wait_gone(&pids, &format!("seed {seed}: hosts left running")).await;
 }

@@ -474,3 +474,17 @@ pub fn alive(pid: u32) -> bool {
             .is_some_and(|state| state != "Z" && state != "X"),
     }
 }
+
+/// Waits up to 10 s for every process in `pids` to be gone; fails with
+/// `what` and the ones left.
+pub async fn wait_gone(pids: &[u32], what: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let left: Vec<u32> = pids.iter().copied().filter(|p| alive(*p)).collect();
+        if left.is_empty() {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{what}: {left:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
