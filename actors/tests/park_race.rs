@@ -28,6 +28,14 @@ struct Asker {
 }
 
 impl Asker {
+    /// Creates a session nobody is attached to; its id.
+    async fn create(&mut self, title: &str) -> String {
+        let r = self
+            .ok("session.create", json!({"title": title, "attach": false}))
+            .await;
+        r["session"]["session_id"].as_str().expect("id").to_string()
+    }
+
     async fn start(ctx: &tether_actors::Ctx) -> Asker {
         let identity = Identity {
             profile: "default".into(),
@@ -165,29 +173,29 @@ async fn worker(ctx: tether_actors::Ctx, ids: Vec<String>, me: usize, mut seed: 
     transitions
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn requests_racing_parks_are_each_answered_once_and_right() {
-    let dir = tempfile::tempdir().unwrap();
-    let gw = common::start(
-        dir.path(),
+/// A gateway whose orphans park at once and whose peers are not rate
+/// limited: every request can race a park.
+async fn start_parking_at_once(dir: &std::path::Path) -> tether_actors::GatewayHandle {
+    common::start(
+        dir,
         GatewayConfig {
             orphan_grace: Duration::ZERO,
             rate_limit_rps: 0,
             ..GatewayConfig::default()
         },
     )
-    .await;
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_racing_parks_are_each_answered_once_and_right() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start_parking_at_once(dir.path()).await;
     let ctx = gw.ctx().clone();
     let mut setup = Asker::start(&ctx).await;
     let mut ids = Vec::new();
     for i in 0..SESSIONS {
-        let r = setup
-            .ok(
-                "session.create",
-                json!({"title": format!("s{i}"), "attach": false}),
-            )
-            .await;
-        ids.push(r["session"]["session_id"].as_str().expect("id").to_string());
+        ids.push(setup.create(&format!("s{i}")).await);
     }
 
     // Whether parks really happen meanwhile: the store says `parked`.
@@ -263,25 +271,11 @@ fn assert_open_or_closed(method: &str, r: &Value) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_racing_a_close_are_answered_from_either_side_of_it() {
     let dir = tempfile::tempdir().unwrap();
-    let gw = common::start(
-        dir.path(),
-        GatewayConfig {
-            orphan_grace: Duration::ZERO,
-            rate_limit_rps: 0,
-            ..GatewayConfig::default()
-        },
-    )
-    .await;
+    let gw = start_parking_at_once(dir.path()).await;
     let ctx = gw.ctx().clone();
     let mut closer = Asker::start(&ctx).await;
     for round in 0..20 {
-        let r = closer
-            .ok(
-                "session.create",
-                json!({"title": format!("c{round}"), "attach": false}),
-            )
-            .await;
-        let id = r["session"]["session_id"].as_str().expect("id").to_string();
+        let id = closer.create(&format!("c{round}")).await;
         let askers: Vec<_> = (0..4)
             .map(|k| {
                 let ctx = ctx.clone();
