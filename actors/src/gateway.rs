@@ -38,6 +38,14 @@ pub enum Child {
     Reaper,
 }
 
+/// Every core child.
+const CHILDREN: [Child; 4] = [
+    Child::StoreWriter,
+    Child::Registry,
+    Child::HostSupervisor,
+    Child::Reaper,
+];
+
 pub enum GatewayMsg {
     /// Start (or restart) a core child.
     Start(Child),
@@ -55,23 +63,38 @@ pub struct GatewayArgs {
     pub writer_factory: WriterFactory,
 }
 
+/// The sending side of `Ctx`'s actor refs: where the root publishes the
+/// current `ActorRef` of each core child (`None` while it is down).
+pub struct Published {
+    writer: watch::Sender<Option<ActorRef<StoreWriterMsg>>>,
+    registry: watch::Sender<Option<ActorRef<RegistryMsg>>>,
+    hosts: watch::Sender<Option<ActorRef<HostSupervisorMsg>>>,
+    reaper: watch::Sender<Option<ActorRef<ReaperMsg>>>,
+}
+
+impl Published {
+    /// `child` is down: nobody may reach the old actor any more.
+    fn clear(&self, child: Child) {
+        match child {
+            Child::StoreWriter => drop(self.writer.send(None)),
+            Child::Registry => drop(self.registry.send(None)),
+            Child::HostSupervisor => drop(self.hosts.send(None)),
+            Child::Reaper => drop(self.reaper.send(None)),
+        }
+    }
+}
+
 /// What the root actor starts from; built by [`GatewayHandle::start`].
 pub struct RootArgs {
     ctx: Ctx,
-    writer_tx: watch::Sender<Option<ActorRef<StoreWriterMsg>>>,
-    registry_tx: watch::Sender<Option<ActorRef<RegistryMsg>>>,
-    hosts_tx: watch::Sender<Option<ActorRef<HostSupervisorMsg>>>,
-    reaper_tx: watch::Sender<Option<ActorRef<ReaperMsg>>>,
+    published: Published,
     host_config: Option<HostConfig>,
     factory: WriterFactory,
 }
 
 pub struct GatewayState {
     ctx: Ctx,
-    writer_tx: watch::Sender<Option<ActorRef<StoreWriterMsg>>>,
-    registry_tx: watch::Sender<Option<ActorRef<RegistryMsg>>>,
-    hosts_tx: watch::Sender<Option<ActorRef<HostSupervisorMsg>>>,
-    reaper_tx: watch::Sender<Option<ActorRef<ReaperMsg>>>,
+    published: Published,
     host_config: Option<HostConfig>,
     factory: WriterFactory,
     children: HashMap<ActorId, Child>,
@@ -94,22 +117,14 @@ impl Actor for Gateway {
         let policy = args.ctx.config.core_policy;
         let mut state = GatewayState {
             ctx: args.ctx,
-            writer_tx: args.writer_tx,
-            registry_tx: args.registry_tx,
-            hosts_tx: args.hosts_tx,
-            reaper_tx: args.reaper_tx,
+            published: args.published,
             host_config: args.host_config,
             factory: args.factory,
             children: HashMap::new(),
-            trackers: [
-                Child::StoreWriter,
-                Child::Registry,
-                Child::HostSupervisor,
-                Child::Reaper,
-            ]
-            .into_iter()
-            .map(|c| (c, RestartTracker::new(policy)))
-            .collect(),
+            trackers: CHILDREN
+                .into_iter()
+                .map(|c| (c, RestartTracker::new(policy)))
+                .collect(),
             stopping: false,
         };
         // Started here, not via messages, so the gateway is usable as soon
@@ -184,10 +199,9 @@ impl Actor for Gateway {
                 Some(Duration::from_secs(5)),
             )
             .await;
-        let _ = state.writer_tx.send(None);
-        let _ = state.registry_tx.send(None);
-        let _ = state.hosts_tx.send(None);
-        let _ = state.reaper_tx.send(None);
+        for child in CHILDREN {
+            state.published.clear(child);
+        }
         Ok(())
     }
 }
@@ -208,8 +222,9 @@ impl GatewayState {
                 };
                 let (actor, _) = Actor::spawn_linked(None, StoreWriter, args, supervisor).await?;
                 let id = actor.get_id();
-                let restarted = self.writer_tx.borrow().is_none() && !self.children.is_empty();
-                let _ = self.writer_tx.send(Some(actor));
+                let restarted =
+                    self.published.writer.borrow().is_none() && !self.children.is_empty();
+                let _ = self.published.writer.send(Some(actor));
                 if restarted {
                     // Appends that were at the old writer may be lost; every
                     // live session checks against the store and re-sends.
@@ -223,7 +238,7 @@ impl GatewayState {
                 let (actor, _) =
                     Actor::spawn_linked(None, Registry, self.ctx.clone(), supervisor).await?;
                 let id = actor.get_id();
-                let _ = self.registry_tx.send(Some(actor));
+                let _ = self.published.registry.send(Some(actor));
                 id
             }
             Child::Reaper => {
@@ -231,7 +246,7 @@ impl GatewayState {
                     Actor::spawn_linked(None, Reaper, self.ctx.clone(), supervisor).await?;
                 let id = actor.get_id();
                 let restarted = !self.children.is_empty();
-                let _ = self.reaper_tx.send(Some(actor));
+                let _ = self.published.reaper.send(Some(actor));
                 if restarted {
                     // The new reaper knows no orphan: have every live
                     // session report again.
@@ -257,7 +272,7 @@ impl GatewayState {
                     .trackers
                     .get(&Child::HostSupervisor)
                     .is_some_and(|t| t.total_restarts() > 0);
-                let _ = self.hosts_tx.send(Some(actor));
+                let _ = self.published.hosts.send(Some(actor));
                 if restarted {
                     // The old supervisor took its hosts and their turns
                     // down with it: every session ends what it ran there.
@@ -277,20 +292,7 @@ impl GatewayState {
         let Some(child) = self.children.remove(&cell.get_id()) else {
             return;
         };
-        match child {
-            Child::StoreWriter => {
-                let _ = self.writer_tx.send(None);
-            }
-            Child::Registry => {
-                let _ = self.registry_tx.send(None);
-            }
-            Child::HostSupervisor => {
-                let _ = self.hosts_tx.send(None);
-            }
-            Child::Reaper => {
-                let _ = self.reaper_tx.send(None);
-            }
-        }
+        self.published.clear(child);
         if self.stopping {
             return;
         }
@@ -379,10 +381,12 @@ impl GatewayHandle {
         };
         let root = RootArgs {
             ctx: ctx.clone(),
-            writer_tx,
-            registry_tx,
-            hosts_tx,
-            reaper_tx,
+            published: Published {
+                writer: writer_tx,
+                registry: registry_tx,
+                hosts: hosts_tx,
+                reaper: reaper_tx,
+            },
             host_config: args.hosts,
             factory: args.writer_factory,
         };
