@@ -429,7 +429,7 @@ fn read_file(path: &Path) -> anyhow::Result<FileConfig> {
 }
 
 impl ServeArgs {
-    /// DESIGN.md "Compress wait": `min(max(ceiling + 30, 120), 630)` s,
+    /// docs/ARCHITECTURE.md "Compress wait": `min(max(ceiling + 30, 120), 630)` s,
     /// shortened by an explicitly configured, lower --control-wait-s.
     pub fn compress_wait(&self) -> Duration {
         let wait = (self.compress_ceiling_s + 30).clamp(120, 630);

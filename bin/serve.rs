@@ -7,16 +7,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use tether_actors::store_writer::WriterFactory;
 use tether_actors::supervisor::RestartPolicy;
 use tether_actors::{GatewayArgs, GatewayConfig, GatewayHandle, HostConfig};
-use tether_store::{open_sqlite, open_sqlite_writer, LockError, StoreConfig, StoreLock};
+use tether_store::{LockError, StoreConfig, StoreLock};
 use tracing::{debug, info};
 
 use crate::config::ServeArgs;
 use crate::server::AppState;
 
-/// A SIGTERM drain exits within 10 s (DESIGN "Defaults"), in three steps:
+/// A SIGTERM drain exits within 10 s (docs/ARCHITECTURE.md, the drain), in three steps:
 /// end the turns and deliver their endings, close the clients, then stop
 /// the hosts and flush the store.
 const END_TURNS_DEADLINE: Duration = Duration::from_secs(3);
@@ -48,23 +47,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         synchronous: args.synchronous.into(),
         ..StoreConfig::new(db_path.clone())
     };
-    let opened = open_sqlite(&store_cfg)
+    let store = tether_store::open(&store_cfg)
         .await
         .with_context(|| format!("cannot open the store at {}", db_path.display()))?;
-    // The first writer connection was opened with the store; the factory
-    // opens a new one whenever the StoreWriter actor restarts.
-    let first = std::sync::Mutex::new(Some(opened.writer));
-    let cfg = store_cfg.clone();
-    let factory: WriterFactory = Arc::new(move || {
-        let reuse = first.lock().ok().and_then(|mut f| f.take());
-        let cfg = cfg.clone();
-        Box::pin(async move {
-            match reuse {
-                Some(w) => Ok(w),
-                None => open_sqlite_writer(&cfg).await,
-            }
-        })
-    });
     // Safe only because the lock is ours: whoever recorded these hosts is
     // dead (a live gateway would still hold the lock).
     let killed = tether_actors::host_registry::kill_leftovers(&args.data_dir);
@@ -118,14 +103,14 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let mut gateway = GatewayHandle::start(GatewayArgs {
         config,
         hosts: (args.hosts > 0).then_some(hosts),
-        reader: opened.reader,
-        handoffs: opened.handoffs,
-        epoch: opened.epoch.clone(),
-        writer_factory: factory,
+        reader: store.reader,
+        handoffs: store.handoffs,
+        epoch: store.epoch.clone(),
+        writer_factory: store.writers,
     })
     .await
     .context("cannot start the gateway")?;
-    debug!(epoch = %opened.epoch, db = %db_path.display(), "store open");
+    debug!(epoch = %store.epoch, db = %db_path.display(), "store open");
     // Consistent before it serves: the turns the last stop cut short are
     // ended on disk before any client can read them (PROTOCOL 1.5).
     let lifecycle = gateway.ctx().lifecycle.clone();
@@ -176,7 +161,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     println!("tether listening on http://{addr}");
     // The one line a quiet default shows while all is well (with the one
     // at the stop); actor and session detail is at debug.
-    info!(%addr, epoch = %opened.epoch, db = %db_path.display(), hosts = args.hosts, "gateway started");
+    info!(%addr, epoch = %store.epoch, db = %db_path.display(), hosts = args.hosts, "gateway started");
 
     let escalated = tokio::select! {
         _ = shutdown_signal() => false,

@@ -36,13 +36,12 @@ fn carries_complete(op: &WriteOp) -> bool {
 }
 
 impl StoreWrite for FullDisk {
-    fn commit<'a, 'b, 'c>(
+    fn commit<'a, 'c>(
         &'a mut self,
-        ops: &'b [WriteOp],
+        ops: Vec<WriteOp>,
     ) -> Pin<Box<dyn Future<Output = Vec<Result<(), StoreError>>> + Send + 'c>>
     where
         'a: 'c,
-        'b: 'c,
     {
         Box::pin(async move {
             let refuse: Vec<bool> = ops
@@ -55,16 +54,16 @@ impl StoreWrite for FullDisk {
                             .is_ok()
                 })
                 .collect();
-            // Every op has its own savepoint in the real writer: running
-            // the others without the refused ones is what a full disk
-            // failing only those would leave.
+            // Ops are independent in the real writer: running the others
+            // without the refused ones is what a full disk failing only
+            // those would leave.
             let passed: Vec<WriteOp> = ops
-                .iter()
+                .into_iter()
                 .zip(&refuse)
                 .filter(|(_, r)| !**r)
-                .map(|(op, _)| op.clone())
+                .map(|(op, _)| op)
                 .collect();
-            let mut results = self.inner.commit(&passed).await.into_iter();
+            let mut results = self.inner.commit(passed).await.into_iter();
             refuse
                 .iter()
                 .map(|r| {

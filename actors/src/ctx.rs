@@ -91,8 +91,9 @@ pub struct SessionGauges {
     /// Last event emitted (ms since the epoch): the reapers' notion of
     /// activity, including a running turn's host frames.
     pub last_activity_ms: AtomicI64,
-    /// The session parked itself and is stopping: a message that reaches it
-    /// now was never handled and may be retried on the next live actor.
+    /// The session parked itself and is stopping: listings count it as
+    /// parked already. (Requests never depend on it: the registry holds
+    /// them across a park, `registry/route.rs`.)
     pub parked: AtomicBool,
 }
 

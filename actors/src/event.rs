@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use tether_protocol::{
     encode_event_frame, encode_event_params, format_ts, to_raw, DeltaPayload, EventParams,
@@ -17,8 +17,9 @@ use tether_protocol::{
 };
 use tether_store::EventRow;
 
-/// The turn an event belongs to, if any.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The turn an event belongs to, if any. Also the shape of a turn in the
+/// persisted turn marker (`{"turn_id":…,"trace_id":…}`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TurnTag {
     pub turn_id: TurnId,
     pub trace_id: TraceId,

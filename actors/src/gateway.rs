@@ -444,7 +444,10 @@ impl GatewayHandle {
     }
 }
 
-/// Starts a peer actor bound to a fresh outbox.
+/// Starts a peer actor bound to a fresh outbox. Unlinked on purpose: the
+/// caller, the transport task that owns the connection, is what supervises
+/// it (it stops the peer when the socket ends), and a failed peer closes
+/// its connection so that the client reconnects (see `peer.rs`).
 pub async fn spawn_peer(
     ctx: &Ctx,
     identity: Identity,

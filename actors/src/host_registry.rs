@@ -5,7 +5,7 @@
 //! gateway killed hard can, though (a host busy in a turn may not notice its
 //! stdin closing for a while, and a host's own children never do). So the
 //! supervisor records every host that said `hello`, with the command line it
-//! had then, and the next gateway kills those groups at start
+//! had then (written by a task of its own, off the supervisor's handler), and the next gateway kills those groups at start
 //! ([`kill_leftovers`]) — but only a pid whose command line is still the
 //! recorded one: pids are recycled, and a recycled pid is someone else's
 //! process.
@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 /// The registry's file name inside the data directory.
@@ -42,17 +43,28 @@ struct RegistryFile {
 }
 
 /// The supervisor's view of the file: the hosts it started that are alive.
+///
+/// The file is written by a task of its own, never in the supervisor's
+/// handler: a slow disk must not hold up the routing of every turn. The task
+/// writes the latest snapshot only, so a burst of starts and deaths costs one
+/// write, and the file always ends up matching the supervisor's view.
 #[derive(Debug)]
 pub(crate) struct HostRegistry {
     /// `None`: no data directory, nothing is recorded.
-    path: Option<PathBuf>,
+    snapshots: Option<watch::Sender<Vec<HostRecord>>>,
     hosts: BTreeMap<u32, HostRecord>,
 }
 
 impl HostRegistry {
+    /// Must be called inside a tokio runtime when `data_dir` is given.
     pub(crate) fn new(data_dir: Option<&Path>) -> Self {
+        let snapshots = data_dir.map(|d| {
+            let (tx, rx) = watch::channel(Vec::new());
+            tokio::spawn(persist(d.join(FILE_NAME), rx));
+            tx
+        });
         Self {
-            path: data_dir.map(|d| d.join(FILE_NAME)),
+            snapshots,
             hosts: BTreeMap::new(),
         }
     }
@@ -60,29 +72,38 @@ impl HostRegistry {
     /// Records the host of `slot` (replacing any earlier one of that slot).
     /// A process that is already gone (no cmdline) is not recorded.
     pub(crate) fn record(&mut self, slot: u32, pid: u32) {
+        // procfs lives in memory: this read never waits on a disk.
         let Some(cmdline) = read_cmdline(pid) else {
             debug!(host_id = slot, pid, "host has no cmdline; not recorded");
             return;
         };
         self.hosts.insert(slot, HostRecord { slot, pid, cmdline });
-        self.save();
+        self.publish();
     }
 
     /// Forgets the host of `slot` (it died or was stopped).
     pub(crate) fn remove(&mut self, slot: u32) {
         if self.hosts.remove(&slot).is_some() {
-            self.save();
+            self.publish();
         }
     }
 
-    fn save(&self) {
-        let Some(path) = &self.path else {
-            return;
-        };
+    fn publish(&self) {
+        if let Some(tx) = &self.snapshots {
+            tx.send_replace(self.hosts.values().cloned().collect());
+        }
+    }
+}
+
+/// Writes each new snapshot of the registry, until the registry is dropped.
+async fn persist(path: PathBuf, mut rx: watch::Receiver<Vec<HostRecord>>) {
+    while rx.changed().await.is_ok() {
         let file = RegistryFile {
-            hosts: self.hosts.values().cloned().collect(),
+            hosts: rx.borrow_and_update().clone(),
         };
-        if let Err(e) = write_atomically(path, &file) {
+        let target = path.clone();
+        let written = tokio::task::spawn_blocking(move || write_atomically(&target, &file)).await;
+        if let Ok(Err(e)) | Err(e) = written.map_err(std::io::Error::other) {
             // Losing the registry only weakens the cleanup after a hard
             // crash; the gateway goes on.
             warn!(path = %path.display(), error = %e, "cannot write the host registry");
@@ -171,25 +192,34 @@ mod tests {
 
     use super::*;
 
-    fn records(dir: &Path) -> Vec<HostRecord> {
-        let text = std::fs::read(dir.join(FILE_NAME)).unwrap();
-        serde_json::from_slice::<RegistryFile>(&text).unwrap().hosts
+    /// The file once it holds `n` hosts (it is written by a task).
+    async fn records_once(dir: &Path, n: usize) -> Vec<HostRecord> {
+        for _ in 0..500 {
+            if let Ok(text) = std::fs::read(dir.join(FILE_NAME)) {
+                if let Ok(file) = serde_json::from_slice::<RegistryFile>(&text) {
+                    if file.hosts.len() == n {
+                        return file.hosts;
+                    }
+                }
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        panic!("the registry never held {n} hosts");
     }
 
-    #[test]
-    fn records_and_removes_atomically() {
+    #[tokio::test]
+    async fn records_and_removes_atomically() {
         let dir = tempfile::tempdir().unwrap();
         let mut reg = HostRegistry::new(Some(dir.path()));
         let me = std::process::id();
         reg.record(1, me);
         reg.record(0, me);
-        let hosts = records(dir.path());
-        assert_eq!(hosts.len(), 2);
+        let hosts = records_once(dir.path(), 2).await;
         assert_eq!(hosts[0].slot, 0);
         assert_eq!(hosts[0].pid, me);
         assert_eq!(Some(hosts[0].cmdline.clone()), read_cmdline(me));
         reg.remove(0);
-        assert_eq!(records(dir.path()).len(), 1);
+        assert_eq!(records_once(dir.path(), 1).await[0].slot, 1);
         assert!(!dir.path().join("hosts.json.tmp").exists());
     }
 

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tether_protocol::{now_ms, CompleteStatus};
-use tether_store::{StoreError, WriteOp};
+use tether_store::StoreError;
 
 pub use histogram::{Histogram, HistogramSnapshot, COMMIT_SECONDS, TURN_SECONDS};
 pub use outbox::OutboxMetrics;
@@ -274,27 +274,23 @@ impl Metrics {
         self.replayed_events[kind as usize].add(events as u64);
     }
 
-    /// A group commit of `ops` returned `results` after `took`.
+    /// A group commit of ops writing `events[i]` events each returned
+    /// `results` after `took`.
     pub(crate) fn committed(
         &self,
-        ops: &[WriteOp],
+        events: &[usize],
         results: &[Result<(), StoreError>],
         took: Duration,
     ) {
         self.store_commits.observe(took);
-        let mut events = 0u64;
+        let mut appended = 0u64;
         let mut storage_failed = false;
         let mut written = false;
-        for (op, result) in ops.iter().zip(results) {
+        for (n, result) in events.iter().zip(results) {
             match result {
                 Ok(()) => {
                     written = true;
-                    events += match op {
-                        WriteOp::Append { events, .. } | WriteOp::CreateSession { events, .. } => {
-                            events.len() as u64
-                        }
-                        WriteOp::Patch { .. } => 0,
-                    };
+                    appended += *n as u64;
                 }
                 // The store is fine; the job was wrong (a seq or id taken).
                 Err(StoreError::Conflict(_) | StoreError::Invalid(_)) => {}
@@ -304,7 +300,7 @@ impl Metrics {
                 }
             }
         }
-        self.events_appended.add(events);
+        self.events_appended.add(appended);
         if storage_failed {
             self.store_failed_at_ms.store(now_ms(), Ordering::Relaxed);
         } else if written {
@@ -383,11 +379,8 @@ mod tests {
     #[test]
     fn a_storage_failure_marks_the_store_unwritable_until_a_commit_works() {
         let m = Metrics::default();
-        let patch = || WriteOp::Patch {
-            session_id: tether_protocol::SessionId::from("s_1"),
-            patch: Default::default(),
-        };
-        let ops = [patch(), patch()];
+        // Two patches: no events.
+        let ops = [0, 0];
         m.committed(
             &ops,
             &[Ok(()), Err(StoreError::Full("disk".into()))],

@@ -2,13 +2,27 @@
 //!
 //! The transport hands the peer raw text frames; the peer validates them
 //! into typed requests (protocol crate), sends each to the actor that owns
-//! it (the Registry for create/resume/list, the Session for session
-//! methods) and queues the answer in its own outbox, the same ordered queue
-//! that carries the session's live frames. A reply goes only to this peer.
+//! it (the Registry for create and list; the Session for session methods,
+//! by way of the Registry, which delivers them in order with parking: see
+//! `registry/route.rs`) and queues the answer in its own outbox, the same
+//! ordered queue that carries the session's live frames. A reply goes only
+//! to this peer.
 //!
 //! Requests of one peer are answered in order; a slow session method only
 //! delays this peer. When the transport ends, the peer stops and, in
 //! `post_stop`, sends `Detach` to every session it was attached to.
+//!
+//! Who supervises a peer: its connection, not an actor. A peer is spawned
+//! unlinked (`spawn_peer`) by the transport task that owns the socket
+//! (`bin/ws.rs`, `sse.rs`, `http.rs`, `stdio.rs`); that task feeds it
+//! frames, and stops it when the socket ends or the gateway drains. A peer
+//! that fails (a panic, a kill) is not restarted: its state is its
+//! connection, which the gateway cannot rebuild. Instead its `Drop` (below)
+//! detaches it from every session and closes the connection with 1011, and
+//! the client's reconnect and resume from its watermark is the restart: the
+//! OTP "temporary child" policy, applied by the connection. A ractor
+//! supervisor would only add a place to hear of the failure, which the
+//! peer's own `Drop` already handles.
 
 mod branch;
 mod dispatch;

@@ -6,32 +6,34 @@
 //! more than one actor per session; the store I/O it needs runs on tasks
 //! that report back, so the registry's mailbox never waits on the disk.
 //!
+//! Requests for a session reach it through here (`Forward`, see `route`):
+//! the registry orders them with parking, so a request is never lost to a
+//! session that parks between the lookup and the message.
+//!
 //! The registry supervises its sessions. A session that stops for any reason
 //! leaves the map; the next request for it brings it back from the store
 //! (restart on demand), so a crashed session loses nothing that was
 //! committed.
 
-use std::collections::hash_map::Entry;
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
-use ractor::{
-    Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent,
-};
+use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use tether_protocol::{
-    CreateParams, CreateResult, RingStats, RpcError, SessionId, SessionStatus, StatsResult, Todos,
+    CreateParams, CreateResult, RpcError, SessionId, SessionStatus, StatsResult, Todos,
 };
 use tether_store::{SessionRow, StoreError};
-use tracing::{debug, info, warn};
+use tracing::{debug, warn};
 
 mod create;
+mod fleet;
 mod load;
+mod route;
 
 pub(crate) use create::number_from_one;
 
-use load::{end_interrupted_turns, load_session};
+use load::end_interrupted_turns;
+use route::Routed;
 
 use crate::ctx::{Ctx, SessionGauges};
 use crate::event::EventRecord;
@@ -46,14 +48,12 @@ pub type SessionKey = (String, SessionId);
 #[derive(Debug, Clone)]
 pub struct LiveSession {
     pub actor: ActorRef<SessionMsg>,
-    /// Read by a caller whose message went unanswered: a session that
-    /// parked in between never handled it, so it may be sent again.
-    pub gauges: Arc<SessionGauges>,
 }
 
-/// What a lookup found.
+/// What a lookup found, or where a forwarded request went.
 #[derive(Debug, Clone)]
 pub enum Resolved {
+    /// Live; for a `Forward`, this actor has the message.
     Live(LiveSession),
     /// Exists in the store but is not live (only with `load: false`).
     Stored(Box<SessionRow>),
@@ -69,10 +69,23 @@ pub enum RegistryMsg {
         attach: Option<PeerLink>,
         reply: RpcReplyPort<Result<CreatedSession, RpcError>>,
     },
-    /// Find a session; with `load`, bring a stored (parked) one live.
+    /// Find a session; with `load`, bring a stored (parked) one live. A
+    /// lookup only: a message sent to the actor it returns may meet a park
+    /// on the way (tests and benchmarks drive sessions so); requests go
+    /// through `Forward`.
     Resolve {
         key: SessionKey,
         load: bool,
+        reply: RpcReplyPort<Result<Resolved, RpcError>>,
+    },
+    /// Deliver `msg` to the session (with `load`, brought live if stored),
+    /// ordered with parking so it is never lost to one (`route`). Answers
+    /// `Live` with the actor that has the message (its own reply port then
+    /// answers), or, when nobody took it, what was found instead.
+    Forward {
+        key: SessionKey,
+        load: bool,
+        msg: SessionMsg,
         reply: RpcReplyPort<Result<Resolved, RpcError>>,
     },
     /// Peers attached to each of these live sessions (for listings).
@@ -114,10 +127,11 @@ pub enum RegistryMsg {
         gen: u64,
         reason: ParkReason,
     },
-    /// Internal: the session answered a park.
+    /// Internal: the session `actor` answered a park.
     ParkDone {
         key: SessionKey,
         gen: u64,
+        actor: ActorId,
         parked: bool,
     },
     /// `session.branch`: a new session prepared by the caller (its row and
@@ -160,25 +174,20 @@ pub struct Loaded {
 struct Live {
     actor: ActorRef<SessionMsg>,
     gauges: Arc<SessionGauges>,
-    /// Until then the session is not parked: whoever resolved it is about
-    /// to send it a message, and parking now would make that message miss.
-    leased_until: Instant,
+    /// `Some` from the moment a park is asked until the session refuses it,
+    /// or, once it parked or began to stop, until the actor has left the
+    /// map: requests wait here instead of in a mailbox that may be dropped.
+    /// At most one request per peer (a peer answers in order) and a few of
+    /// the registry's own, for the span of one park.
+    held: Option<Vec<Routed>>,
 }
-
-/// How long a resolve protects a session from the reapers. A peer sends
-/// its message right after the resolve answers; this only has to outlast
-/// that hop under load.
-const RESOLVE_LEASE: Duration = Duration::from_secs(2);
 
 pub struct RegistryState {
     ctx: Ctx,
     live: HashMap<SessionKey, Live>,
     by_actor: HashMap<ActorId, SessionKey>,
-    /// Loads in flight and the callers waiting for them.
-    loading: HashMap<SessionKey, Vec<RpcReplyPort<Result<Resolved, RpcError>>>>,
-    /// Resolves waiting for a parked session's actor to stop before it is
-    /// loaded again (never two actors for one session).
-    after_park: HashMap<SessionKey, Vec<RpcReplyPort<Result<Resolved, RpcError>>>>,
+    /// Loads in flight and the requests waiting for them, in order.
+    loading: HashMap<SessionKey, Vec<Routed>>,
     peers_by_profile: HashMap<String, u64>,
 }
 
@@ -202,7 +211,6 @@ impl Actor for Registry {
             live: HashMap::new(),
             by_actor: HashMap::new(),
             loading: HashMap::new(),
-            after_park: HashMap::new(),
             peers_by_profile: HashMap::new(),
         })
     }
@@ -232,7 +240,27 @@ impl Actor for Registry {
                 attach,
                 reply,
             } => state.created(&myself, *row, initial, attach, reply).await,
-            RegistryMsg::Resolve { key, load, reply } => state.resolve(&myself, key, load, reply),
+            RegistryMsg::Resolve { key, load, reply } => {
+                let routed = Routed {
+                    load,
+                    msg: None,
+                    reply,
+                };
+                state.route(&myself, key, routed);
+            }
+            RegistryMsg::Forward {
+                key,
+                load,
+                msg,
+                reply,
+            } => {
+                let routed = Routed {
+                    load,
+                    msg: Some(msg),
+                    reply,
+                };
+                state.route(&myself, key, routed);
+            }
             RegistryMsg::Loaded { key, result } => state.loaded(&myself, key, result).await,
             RegistryMsg::PeerCounts {
                 profile,
@@ -277,13 +305,12 @@ impl Actor for Registry {
                 state.report_live_count();
             }
             RegistryMsg::Park { key, gen, reason } => state.park(&myself, key, gen, reason),
-            RegistryMsg::ParkDone { key, gen, parked } => {
-                if !parked {
-                    if let Some(reaper) = state.ctx.reaper() {
-                        let _ = reaper.cast(ReaperMsg::ParkRefused { key, gen });
-                    }
-                }
-            }
+            RegistryMsg::ParkDone {
+                key,
+                gen,
+                actor,
+                parked,
+            } => state.park_done(key, gen, actor, parked),
         }
         Ok(())
     }
@@ -315,132 +342,18 @@ impl Actor for Registry {
         _state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         // ractor would kill the children without their post_stop otherwise.
+        // Bounded: a session's post_stop only zeroes its gauges, so one that
+        // takes longer is stuck, and the registry's own stop must not be.
         myself
             .get_cell()
-            .stop_children_and_wait(Some("registry stopping".into()), None)
+            .stop_children_and_wait(Some("registry stopping".into()), Some(CHILDREN_STOP_WAIT))
             .await;
         Ok(())
     }
 }
 
 impl RegistryState {
-    fn resolve(
-        &mut self,
-        myself: &ActorRef<RegistryMsg>,
-        key: SessionKey,
-        load: bool,
-        reply: RpcReplyPort<Result<Resolved, RpcError>>,
-    ) {
-        if let Some(live) = self.live.get_mut(&key) {
-            if live.gauges.parked() {
-                // Parked and stopping: load it again once it is gone.
-                if load {
-                    self.after_park.entry(key).or_default().push(reply);
-                } else {
-                    self.resolve_stored(key, reply);
-                }
-                return;
-            }
-            live.leased_until = Instant::now() + RESOLVE_LEASE;
-            let _ = reply.send(Ok(Resolved::Live(LiveSession {
-                actor: live.actor.clone(),
-                gauges: live.gauges.clone(),
-            })));
-            return;
-        }
-        if !load {
-            self.resolve_stored(key, reply);
-            return;
-        }
-        self.load(myself, key, vec![reply]);
-    }
-
-    /// Reads the row on a task; the caller only needs stored data.
-    fn resolve_stored(&self, key: SessionKey, reply: RpcReplyPort<Result<Resolved, RpcError>>) {
-        let reader = self.ctx.reader.clone();
-        tokio::spawn(async move {
-            let found = reader.get_session(&key.0, &key.1).await;
-            let _ = reply.send(match found {
-                Ok(Some(row)) if row.status == SessionStatus::Closed => {
-                    Ok(Resolved::Closed(Box::new(row)))
-                }
-                Ok(Some(row)) => Ok(Resolved::Stored(Box::new(row))),
-                Ok(None) => Ok(Resolved::NotFound),
-                Err(e) => Err(RpcError::new(e.code(), e.to_string())),
-            });
-        });
-    }
-
-    /// Brings a stored session live; concurrent callers share one load.
-    fn load(
-        &mut self,
-        myself: &ActorRef<RegistryMsg>,
-        key: SessionKey,
-        replies: Vec<RpcReplyPort<Result<Resolved, RpcError>>>,
-    ) {
-        match self.loading.entry(key.clone()) {
-            Entry::Occupied(mut waiting) => waiting.get_mut().extend(replies),
-            Entry::Vacant(slot) => {
-                slot.insert(replies);
-                let reader = self.ctx.reader.clone();
-                let writer = self.ctx.writer();
-                let myself = myself.clone();
-                tokio::spawn(async move {
-                    // The barrier inside queues behind a parked session's
-                    // last patch at the writer, so the row read is current.
-                    let result = load_session(reader.as_ref(), writer, &key).await;
-                    let _ = myself.cast(RegistryMsg::Loaded { key, result });
-                });
-            }
-        }
-    }
-
-    /// Asks a session to park, unless a resolve leased it just now. The
-    /// session has the last word: it refuses with a peer, a turn or a
-    /// queued prompt.
-    fn park(
-        &mut self,
-        myself: &ActorRef<RegistryMsg>,
-        key: SessionKey,
-        gen: u64,
-        reason: ParkReason,
-    ) {
-        let Some(live) = self.live.get(&key) else {
-            return;
-        };
-        if live.leased_until > Instant::now() {
-            let _ = myself.cast(RegistryMsg::ParkDone {
-                key,
-                gen,
-                parked: false,
-            });
-            return;
-        }
-        let actor = live.actor.clone();
-        let myself = myself.clone();
-        tokio::spawn(async move {
-            let parked = matches!(
-                actor
-                    .call(
-                        |reply| SessionMsg::Park { reason, reply },
-                        Some(Duration::from_secs(10))
-                    )
-                    .await,
-                Ok(ractor::rpc::CallResult::Success(true))
-            );
-            let _ = myself.cast(RegistryMsg::ParkDone { key, gen, parked });
-        });
-    }
-
-    fn gauges_of(&self, actor: &ActorRef<SessionMsg>) -> Arc<SessionGauges> {
-        self.by_actor
-            .get(&actor.get_id())
-            .and_then(|key| self.live.get(key))
-            .map(|l| l.gauges.clone())
-            .unwrap_or_default()
-    }
-
-    fn report_live_count(&self) {
+    pub(super) fn report_live_count(&self) {
         self.ctx.metrics.sessions_live.set(self.live.len() as i64);
         if let Some(reaper) = self.ctx.reaper() {
             let _ = reaper.cast(ReaperMsg::LiveCount {
@@ -455,9 +368,9 @@ impl RegistryState {
         key: SessionKey,
         result: Result<Option<Loaded>, StoreError>,
     ) {
-        let waiters = self.loading.remove(&key).unwrap_or_default();
+        let waiting = self.loading.remove(&key).unwrap_or_default();
         let answer = match result {
-            Err(e) => Err(RpcError::new(e.code(), e.to_string())),
+            Err(e) => Err(e.into()),
             Ok(None) => Ok(Resolved::NotFound),
             Ok(Some(loaded)) if loaded.row.status == SessionStatus::Closed => {
                 Ok(Resolved::Closed(Box::new(loaded.row)))
@@ -481,16 +394,25 @@ impl RegistryState {
                         });
                     }
                 }
-                self.spawn_session(myself, key, row, barrier, todos, Vec::new())
-                    .await
-                    .map(|actor| {
-                        let gauges = self.gauges_of(&actor);
-                        Resolved::Live(LiveSession { actor, gauges })
-                    })
+                let spawned = self
+                    .spawn_session(myself, key.clone(), row, barrier, todos, Vec::new())
+                    .await;
+                match (spawned, self.live.get_mut(&key)) {
+                    (Ok(_), Some(live)) => {
+                        // In the order they came, ahead of anything the
+                        // reaper may ask of the new session.
+                        for routed in waiting {
+                            live.take(routed);
+                        }
+                        return;
+                    }
+                    (Ok(_), None) => Err(RpcError::internal("the session stopped as it started")),
+                    (Err(e), _) => Err(e),
+                }
             }
         };
-        for w in waiters {
-            let _ = w.send(answer.clone());
+        for routed in waiting {
+            let _ = routed.reply.send(answer.clone());
         }
     }
 
@@ -522,131 +444,16 @@ impl RegistryState {
             Live {
                 actor: actor.clone(),
                 gauges,
-                leased_until: Instant::now() + RESOLVE_LEASE,
+                held: None,
             },
         );
         self.report_live_count();
         Ok(actor)
     }
-
-    fn forget(&mut self, myself: &ActorRef<RegistryMsg>, cell: &ActorCell, reason: &str) {
-        let Some(key) = self.by_actor.remove(&cell.get_id()) else {
-            return;
-        };
-        info!(session_id = %key.1, reason, "session left the registry");
-        if self
-            .live
-            .get(&key)
-            .is_some_and(|l| l.actor.get_id() == cell.get_id())
-        {
-            self.live.remove(&key);
-        }
-        if let Some(reaper) = self.ctx.reaper() {
-            let _ = reaper.cast(ReaperMsg::Gone { key: key.clone() });
-        }
-        self.report_live_count();
-        if let Some(waiting) = self.after_park.remove(&key) {
-            self.load(myself, key, waiting);
-        }
-    }
-
-    /// Counts from the gauges; running turns and hosts are asked for on a
-    /// task so the registry does not wait on sessions or the supervisor.
-    /// Everything but the hosts' pids and states (and the process-wide
-    /// outbox counters) is of `profile` alone.
-    fn stats(&self, profile: &str, reply: RpcReplyPort<StatsResult>) {
-        let mut ring = RingStats {
-            sessions: 0,
-            events: 0,
-            bytes: 0,
-        };
-        let mut sessions_live = 0;
-        let mut running = Vec::new();
-        for ((p, _), live) in &self.live {
-            if p != profile {
-                continue;
-            }
-            sessions_live += 1;
-            let events = live.gauges.ring_events.load(Ordering::Relaxed);
-            if events > 0 {
-                ring.sessions += 1;
-            }
-            ring.events += events;
-            ring.bytes += live.gauges.ring_bytes.load(Ordering::Relaxed);
-            if live.gauges.running() {
-                running.push(live.actor.clone());
-            }
-        }
-        let mut result = StatsResult {
-            sessions_live,
-            peers: self.peers_by_profile.get(profile).copied().unwrap_or(0),
-            ring,
-            active_turns: Vec::new(),
-            hosts: Vec::new(),
-            // Process-wide, unlike the rest: outboxes belong to no profile.
-            outbox: self.ctx.outbox_metrics.snapshot(),
-        };
-        let hosts = self.ctx.hosts();
-        tokio::spawn(async move {
-            let wait = Some(std::time::Duration::from_secs(2));
-            for actor in running {
-                if let Ok(ractor::rpc::CallResult::Success(Some(turn))) = actor
-                    .call(|reply| SessionMsg::ActiveTurn { reply }, wait)
-                    .await
-                {
-                    result.active_turns.push(turn);
-                }
-            }
-            if let Some(hosts) = hosts {
-                if let Ok(ractor::rpc::CallResult::Success(h)) = hosts
-                    .call(
-                        |reply| crate::host_supervisor::HostSupervisorMsg::Hosts { reply },
-                        wait,
-                    )
-                    .await
-                {
-                    result.hosts = h;
-                }
-            }
-            // Every profile may see that the hosts are there (pid, state,
-            // restarts), but not how busy other profiles keep them: a
-            // host's count is of the caller's turns only.
-            for host in &mut result.hosts {
-                host.active_turns = result
-                    .active_turns
-                    .iter()
-                    .filter(|t| t.host_id == host.host_id)
-                    .count() as u32;
-            }
-            let _ = reply.send(result);
-        });
-    }
-
-    fn drain_all(&self, reply: RpcReplyPort<()>) {
-        let actors: Vec<_> = self.live.values().map(|l| l.actor.clone()).collect();
-        tokio::spawn(async move {
-            // At once, not one after another: each waits for its commit,
-            // and the writer batches them together.
-            let drains = actors
-                .iter()
-                .map(|actor| actor.call(|port| SessionMsg::Drain { reply: port }, None));
-            futures::future::join_all(drains).await;
-            let _ = reply.send(());
-        });
-    }
-
-    fn flush_all(&self, reply: RpcReplyPort<()>) {
-        let actors: Vec<_> = self.live.values().map(|l| l.actor.clone()).collect();
-        tokio::spawn(async move {
-            for actor in actors {
-                let _ = actor
-                    .call(|port| SessionMsg::Flush { reply: port }, None)
-                    .await;
-            }
-            let _ = reply.send(());
-        });
-    }
 }
+
+/// How long the registry's stop waits for its sessions to stop.
+const CHILDREN_STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 fn storage_unavailable() -> RpcError {
     RpcError::new(

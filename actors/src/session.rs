@@ -5,56 +5,55 @@
 //! mailbox. Attach and detach are messages; nothing is keyed by connection.
 //!
 //! Durable events: the session assigns the next `seq`, sends the rows to the
-//! `StoreWriter` and keeps the encoded frames in `pending`. Only when the
-//! writer answers `Committed` do they enter the ring and go out to peers, in
+//! `StoreWriter` and keeps the encoded frames pending. Only when the writer
+//! answers `Committed` do they enter the ring and go out to peers, in
 //! emission order; a transient frame emitted meanwhile waits behind them.
-//! Each frame is serialized once and the same `Bytes` is pushed to every
-//! peer's outbox, which never blocks the session.
+//! Those rules are [`commit::CommitPipeline`]'s, a pure state machine that
+//! `pipeline.rs` wires to the messages below. Each frame is serialized once
+//! and the same `Bytes` is pushed to every peer's outbox, which never blocks
+//! the session.
 
 mod attach;
+mod close;
+mod commit;
 mod compress;
 mod history;
 mod marker;
 mod owed;
+mod peers;
 mod pipeline;
 mod reap;
 pub(crate) mod replay;
+mod row;
 mod turns;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
-use serde_json::value::RawValue;
 use tether_protocol::{
-    format_ts, now_ms, ActiveTurnStat, EventType, InterruptResult, Message, PeerId, ResumeParams,
-    RpcError, SessionClosedPayload, SessionId, SessionInfo, SessionStatus, SinceParams,
-    SinceResult, SubmitResult, Todos, TurnId,
+    format_ts, now_ms, ActiveTurnStat, InterruptResult, Message, PeerId, ResumeParams, RpcError,
+    SessionId, SessionInfo, SessionStatus, SinceParams, SinceResult, SubmitResult, Todos, TurnId,
 };
-use tether_store::{EventRow, SessionRow};
-use tracing::{debug, info};
+use tether_store::SessionRow;
+use tracing::debug;
 
 pub use attach::ResumeReply;
+pub use peers::{PeerLink, CLOSE_SESSION_LOST};
 
 use crate::ctx::{Ctx, SessionGauges};
 use crate::event::EventRecord;
-use crate::outbox::{FrameClass, Outbox};
 use crate::reaper::ParkReason;
 use crate::ring::{Ring, RingEntry};
 use crate::store_writer::Barrier;
 use crate::turn::{ControlOutcome, TurnUpdate};
 use compress::{Compacting, CompressReply};
 use history::Transcript;
+use peers::PeerSlot;
+use pipeline::{Commit, Waiter};
 use reap::Reported;
 use turns::Turns;
-
-/// A peer as a session sees it: an id and the outbox to push frames into.
-#[derive(Debug, Clone)]
-pub struct PeerLink {
-    pub peer_id: PeerId,
-    pub outbox: Outbox,
-}
 
 pub enum SessionMsg {
     /// `session.resume`: fix the cut point, maybe attach, answer with the replay.
@@ -141,9 +140,11 @@ pub enum SessionMsg {
     /// The gateway drains: end the running and queued turns, then answer
     /// as `Flush` does.
     Drain { reply: RpcReplyPort<()> },
-    /// From the writer: every pending event with `seq <= upto_seq` is on disk.
+    /// From the writer: every pending event with `seq <= upto_seq` is on
+    /// disk. `gen` is the append generation the append was sent under.
     Committed { gen: u64, upto_seq: u64 },
-    /// From the writer: the append starting at `from_seq` was not written.
+    /// From the writer: the append of generation `gen` starting at
+    /// `from_seq` was not written.
     AppendFailed { gen: u64, from_seq: u64, code: i64 },
     /// The StoreWriter was restarted: an append in flight may be lost.
     WriterRestarted,
@@ -176,68 +177,6 @@ pub struct SessionArgs {
     pub gauges: Arc<SessionGauges>,
 }
 
-/// An encoded event waiting for its commit (or, if transient, for the
-/// durable events before it).
-struct Pending {
-    seq: Option<u64>,
-    params: Option<Arc<RawValue>>,
-    frame: Bytes,
-    /// A transient delta's fields, for outboxes that merge deltas.
-    delta: Option<Arc<crate::event::DeltaMeta>>,
-    /// Segment message count once this event is committed.
-    message_count: u64,
-    /// The transcript message this event is, if it is one.
-    message: Option<Message>,
-    /// Emission time, kept to rebuild the store row after a writer restart.
-    ts_ms: i64,
-}
-
-/// Something to do when a seq is committed (or fails).
-enum Waiter {
-    Close(Option<RpcReplyPort<Result<(), RpcError>>>),
-    /// `prompt.submit` is answered once its `message.user` is on disk.
-    Submit {
-        reply: RpcReplyPort<Result<SubmitResult, RpcError>>,
-        result: SubmitResult,
-    },
-}
-
-struct PeerSlot {
-    outbox: Outbox,
-    /// `None` once joined; while joining, live frames are held here.
-    held: Option<Vec<(Bytes, FrameClass)>>,
-    /// Whether dropping the slot closes the peer's connection (see Drop).
-    armed: bool,
-}
-
-impl PeerSlot {
-    fn new(outbox: Outbox, held: Option<Vec<(Bytes, FrameClass)>>) -> Self {
-        Self {
-            outbox,
-            held,
-            armed: true,
-        }
-    }
-}
-
-/// A session that dies without stopping cleanly (killed, or crashed in a
-/// handler) drops its state without telling anyone; its peers would wait
-/// for events that never come. Each slot therefore closes its peer's
-/// connection when dropped, unless the session let go of it on purpose
-/// (detach, clean stop): the client reconnects and resumes from its
-/// watermark on the session brought back from the store.
-impl Drop for PeerSlot {
-    fn drop(&mut self) {
-        if self.armed && !self.outbox.is_closed() {
-            self.outbox.close(CLOSE_SESSION_LOST, "session restarted");
-        }
-    }
-}
-
-/// WebSocket close code for a peer whose session actor died (RFC 6455
-/// "internal error"); it reconnects and resumes.
-pub const CLOSE_SESSION_LOST: u16 = 1011;
-
 pub struct SessionState {
     id: SessionId,
     profile: String,
@@ -249,26 +188,10 @@ pub struct SessionState {
     created_at_ms: i64,
     updated_at_ms: i64,
     retained_from_seq: u64,
-    /// Messages in the current segment, counting only committed events.
-    committed_message_count: u64,
-    /// Messages in the current segment, counting pending events too.
-    message_count: u64,
-    committed_seq: u64,
-    next_seq: u64,
-    gen: u64,
-    pending: VecDeque<Pending>,
-    /// Rows emitted but not yet sent to the writer.
-    unsent: Vec<EventRow>,
-    /// Waiting for the new writer's barrier after a writer restart.
-    rebasing: bool,
-    /// The writer the append in flight was sent to.
-    in_flight_to: Option<ractor::ActorId>,
-    /// Whether an append of this session is at the writer now. One at a
-    /// time: what is emitted meanwhile goes out as one larger append when
-    /// it returns, so a busy session makes fewer, bigger writes.
-    append_in_flight: bool,
-    waiters: Vec<(u64, Waiter)>,
-    flush_waiters: Vec<RpcReplyPort<()>>,
+    /// Seqs, pending frames, the append in flight, its waiters.
+    commit: Commit,
+    /// The session row as the appends sent so far left it.
+    row_written: row::Written,
     ring: Ring,
     peers: HashMap<PeerId, PeerSlot>,
     /// Whether any peer was ever attached (a `close_on_disconnect` session
@@ -331,18 +254,8 @@ impl Actor for Session {
             created_at_ms: row.created_at_ms,
             updated_at_ms: row.updated_at_ms,
             retained_from_seq: row.retained_from_seq,
-            committed_message_count: row.message_count,
-            message_count: row.message_count,
-            committed_seq: barrier.latest_seq,
-            next_seq: barrier.latest_seq + 1,
-            gen: barrier.gen,
-            pending: VecDeque::new(),
-            unsent: Vec::new(),
-            append_in_flight: false,
-            rebasing: false,
-            in_flight_to: None,
-            waiters: Vec::new(),
-            flush_waiters: Vec::new(),
+            commit: Commit::new(barrier, row.message_count),
+            row_written: row::Written::default(),
             ring,
             peers: HashMap::new(),
             ever_attached: false,
@@ -367,7 +280,7 @@ impl Actor for Session {
             .gauges
             .last_activity_ms
             .store(now_ms(), std::sync::atomic::Ordering::Relaxed);
-        debug!(session_id = %state.id, latest_seq = state.committed_seq, "session live");
+        debug!(session_id = %state.id, latest_seq = state.commit.committed_seq(), "session live");
         Ok(state)
     }
 
@@ -389,44 +302,28 @@ impl Actor for Session {
         msg: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
+        let me = &myself;
         match msg {
             SessionMsg::Resume {
                 params,
                 peer,
                 reply,
             } => state.resume(params, peer, reply),
-            SessionMsg::AttachFromStart { peer } => state.attach_from_start(&myself, peer),
+            SessionMsg::AttachFromStart { peer } => state.attach_from_start(me, peer),
             SessionMsg::Joined { peer_id } => state.joined(&peer_id, Vec::new()),
             SessionMsg::Backfill { peer_id, frames } => state.backfilled(&peer_id, frames),
-            SessionMsg::Detach { peer_id, reply } => {
-                let was = state.detach(&peer_id);
-                if let Some(reply) = reply {
-                    let _ = reply.send(was);
-                }
-            }
+            SessionMsg::Detach { peer_id, reply } => state.detach_and_answer(&peer_id, reply),
             SessionMsg::Since { params, reply } => state.since(params, reply),
-            SessionMsg::Close { reason, reply } => state.close(&reason, reply),
+            SessionMsg::Close { reason, reply } => state.close(me, &reason, reply),
             SessionMsg::Info { reply } => {
                 let _ = reply.send(state.info());
             }
-            SessionMsg::Emit { events } => {
-                for rec in events {
-                    state.emit(rec);
-                }
-            }
-            SessionMsg::EmitIfOpen { events, reply } => {
-                let open = state.status != SessionStatus::Closed;
-                if open {
-                    for rec in events {
-                        state.emit(rec);
-                    }
-                }
-                let _ = reply.send(open);
-            }
-            SessionMsg::Submit { text, reply } => state.submit(&myself, text, reply),
-            SessionMsg::Interrupt { reply } => state.interrupt(&myself, reply),
-            SessionMsg::Compress { focus, reply } => state.compress(&myself, focus, reply),
-            SessionMsg::Turn { turn_id, update } => state.turn_update(&myself, turn_id, update),
+            SessionMsg::Emit { events } => state.emit_all(events),
+            SessionMsg::EmitIfOpen { events, reply } => state.emit_if_open(events, reply),
+            SessionMsg::Submit { text, reply } => state.submit(me, text, reply),
+            SessionMsg::Interrupt { reply } => state.interrupt(me, reply),
+            SessionMsg::Compress { focus, reply } => state.compress(me, focus, reply),
+            SessionMsg::Turn { turn_id, update } => state.turn_update(me, turn_id, update),
             SessionMsg::ControlLate { request_id, result } => {
                 state.control_late(request_id, result)
             }
@@ -435,49 +332,28 @@ impl Actor for Session {
                 outcome,
                 reply,
             } => state.control_done(request_id, outcome, reply),
-            SessionMsg::TurnDeadline { turn_id } => state.turn_deadline(&myself, turn_id),
-            SessionMsg::TranscriptLoaded { result } => state.transcript_loaded(&myself, result),
+            SessionMsg::TurnDeadline { turn_id } => state.turn_deadline(me, turn_id),
+            SessionMsg::TranscriptLoaded { result } => state.transcript_loaded(me, result),
             SessionMsg::ActiveTurn { reply } => {
-                let stat = state.turns.running.as_ref().map(|t| ActiveTurnStat {
-                    session_id: state.id.clone(),
-                    turn_id: t.tag.turn_id.clone(),
-                    trace_id: t.tag.trace_id.clone(),
-                    elapsed_s: state.running_for().map_or(0.0, |d| d.as_secs_f64()),
-                    host_id: t.host_id.unwrap_or(0),
-                });
-                let _ = reply.send(stat);
+                let _ = reply.send(state.active_turn_stat());
             }
-            SessionMsg::Flush { reply } => {
-                if state.pending.is_empty() && state.unsent.is_empty() {
-                    let _ = reply.send(());
-                } else {
-                    state.flush_waiters.push(reply);
-                }
-            }
-            SessionMsg::Drain { reply } => state.drain(&myself, reply),
-            SessionMsg::Committed { gen, upto_seq } => {
-                state.committed(&myself, gen, upto_seq);
-                state.store_recovered();
-            }
+            SessionMsg::Flush { reply } => state.when_settled(me, reply),
+            SessionMsg::Drain { reply } => state.drain(me, reply),
+            SessionMsg::Committed { gen, upto_seq } => state.committed(me, gen, upto_seq),
             SessionMsg::AppendFailed {
                 gen,
                 from_seq,
                 code,
-            } => {
-                if gen == state.gen {
-                    state.owe_completions(&myself, from_seq);
-                }
-                state.append_failed(gen, from_seq, code);
-            }
-            SessionMsg::RepayCompletions => state.repay_completions(&myself),
-            SessionMsg::WriterRestarted => state.writer_restarted(&myself),
-            SessionMsg::Rebased { barrier } => state.rebased(&myself, barrier),
-            SessionMsg::Park { reason, reply } => state.park(&myself, reason, reply),
+            } => state.append_failed(me, gen, from_seq, code),
+            SessionMsg::RepayCompletions => state.repay_completions(me),
+            SessionMsg::WriterRestarted => state.writer_restarted(me),
+            SessionMsg::Rebased { barrier } => state.rebased(me, barrier),
+            SessionMsg::Park { reason, reply } => state.park(me, reason, reply),
             SessionMsg::ReportToReaper => state.report_to_reaper(true),
-            SessionMsg::HostsLost => state.hosts_lost(&myself),
+            SessionMsg::HostsLost => state.hosts_lost(me),
         }
-        state.close_if_left(&myself);
-        state.send_unsent(&myself);
+        state.close_if_left(me);
+        state.send_unsent(me);
         state.publish_gauges();
         state.report_to_reaper(false);
         Ok(())
@@ -509,8 +385,8 @@ impl SessionState {
             updated_at: format_ts(self.updated_at_ms),
             parent_session_id: self.parent_session_id.clone(),
             history_version: self.history_version,
-            message_count: self.committed_message_count,
-            latest_seq: self.committed_seq,
+            message_count: self.commit.committed_message_count(),
+            latest_seq: self.commit.committed_seq(),
             peers: self.peers.len() as u32,
             close_on_disconnect: self.close_on_disconnect,
         }
@@ -522,69 +398,25 @@ impl SessionState {
         self.gauges.set_running(self.turns.running.is_some());
     }
 
+    /// Every change of `status` goes through here. It reaches the store
+    /// with the next append (see `row.rs`), or, for `Parked`, with the
+    /// park's own patch.
     fn set_status(&mut self, status: SessionStatus) {
-        self.status = status;
+        if self.status != status {
+            debug!(session_id = %self.id, from = self.status.as_str(), to = status.as_str(), "session status");
+            self.status = status;
+        }
     }
 
-    fn detach(&mut self, peer_id: &PeerId) -> bool {
-        let was = match self.peers.remove(peer_id) {
-            Some(mut slot) => {
-                slot.armed = false;
-                true
-            }
-            None => false,
-        };
-        if was {
-            debug!(session_id = %self.id, peer_id = %peer_id, peers = self.peers.len(), "peer detached");
-        }
-        was
-    }
-
-    /// PROTOCOL 1.7: a `close_on_disconnect` session whose last peer left is
-    /// closed at once, its running turn interrupted.
-    fn close_if_left(&mut self, myself: &ActorRef<SessionMsg>) {
-        if !self.peers.is_empty() {
-            self.ever_attached = true;
-            return;
-        }
-        if !(self.ever_attached && self.close_on_disconnect) || self.status == SessionStatus::Closed
-        {
-            return;
-        }
-        info!(session_id = %self.id, "last peer left a close_on_disconnect session; closing");
-        self.stop_turns(myself, None);
-        self.close("disconnect", None);
-    }
-
-    fn close(&mut self, reason: &str, reply: Option<RpcReplyPort<Result<(), RpcError>>>) {
-        if self.status == SessionStatus::Closed {
-            // Idempotent: a second close (or one racing the first) just waits
-            // for the first one's commit if it is still pending.
-            match self
-                .waiters
-                .iter()
-                .position(|(_, w)| matches!(w, Waiter::Close(_)))
-            {
-                Some(_) => self.waiters.push((self.next_seq - 1, Waiter::Close(reply))),
-                None => {
-                    if let Some(reply) = reply {
-                        let _ = reply.send(Ok(()));
-                    }
-                }
-            }
-            return;
-        }
-        self.status = SessionStatus::Closed;
-        let rec = EventRecord::new(
-            EventType::SessionClosed,
-            &SessionClosedPayload {
-                reason: reason.to_string(),
-            },
-            None,
-            now_ms(),
-        );
-        self.emit(rec);
-        self.waiters.push((self.next_seq - 1, Waiter::Close(reply)));
+    /// The running turn's stats entry, if a turn runs.
+    fn active_turn_stat(&self) -> Option<ActiveTurnStat> {
+        self.turns.running.as_ref().map(|t| ActiveTurnStat {
+            session_id: self.id.clone(),
+            turn_id: t.tag.turn_id.clone(),
+            trace_id: t.tag.trace_id.clone(),
+            elapsed_s: self.running_for().map_or(0.0, |d| d.as_secs_f64()),
+            host_id: t.host_id.unwrap_or(0),
+        })
     }
 
     fn since(&mut self, params: SinceParams, reply: RpcReplyPort<Result<SinceResult, RpcError>>) {

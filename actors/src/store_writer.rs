@@ -2,10 +2,11 @@
 //!
 //! It owns the single write connection and group-commits: the first job
 //! after idle is committed at once; jobs that arrive while a commit is in
-//! flight are gathered into the next one (one transaction, a savepoint per
-//! job so one failing job does not sink the others). The commit itself runs
-//! on a task that borrows the connection and hands it back with the results,
-//! so the actor's mailbox keeps filling the next batch meanwhile.
+//! flight are gathered into the next one, a batch the store commits with
+//! each job atomic and independent of the others ([`StoreWrite::commit`]).
+//! The commit itself runs on a task that borrows the connection and hands
+//! it back with the results, so the actor's mailbox keeps filling the next
+//! batch meanwhile.
 //!
 //! Sessions learn the outcome as `Committed { gen, upto_seq }` or
 //! `AppendFailed { gen, from_seq, code }`. After a failure the writer
@@ -13,8 +14,6 @@
 //! that rewound its seq can never leave a gap behind.
 
 use std::collections::{HashMap, VecDeque};
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
@@ -24,12 +23,9 @@ use tracing::{debug, warn};
 
 use crate::session::SessionMsg;
 
-/// Opens a fresh write connection (at start and after a restart).
-pub type WriterFactory = Arc<
-    dyn Fn() -> Pin<Box<dyn Future<Output = Result<Box<dyn StoreWrite>, StoreError>> + Send>>
-        + Send
-        + Sync,
->;
+/// Opens the writer (at start and after a restart); the store crate owns the type, since only
+/// it knows how to open one.
+pub use tether_store::WriterFactory;
 
 /// What a session learns from a barrier: its committed `latest_seq` and the
 /// generation its appends must carry from now on.
@@ -73,41 +69,20 @@ pub enum StoreWriterMsg {
 
 pub struct CommitDone {
     store: Box<dyn StoreWrite>,
-    tickets: Vec<Ticket>,
+    replies: Vec<Reply>,
     results: Vec<Result<(), StoreError>>,
     barrier: Option<Result<u64, StoreError>>,
 }
 
-/// A queued job; `StoreWriterMsg` minus the internal variants.
-enum Job {
-    Append {
-        session_id: SessionId,
-        gen: u64,
-        events: Vec<EventRow>,
-        patch: SessionPatch,
-        notify: ActorRef<SessionMsg>,
-    },
-    Create {
-        session: Box<NewSession>,
-        events: Vec<EventRow>,
-        reply: RpcReplyPort<Result<(), StoreError>>,
-    },
-    Patch {
-        session_id: SessionId,
-        patch: SessionPatch,
-        reply: Option<RpcReplyPort<Result<(), StoreError>>>,
-    },
-    Barrier {
-        session_id: SessionId,
-        reply: RpcReplyPort<Result<Barrier, StoreError>>,
-    },
-    Flush {
-        reply: RpcReplyPort<()>,
-    },
+/// A queued message, split once, when it arrives, into what it writes (moved
+/// into the store with the batch) and whom to tell how that went.
+struct Job {
+    op: Option<WriteOp>,
+    reply: Reply,
 }
 
-/// What is left of a job once its data went into a `WriteOp`: who to tell.
-enum Ticket {
+/// Whom to tell, and what they need to hear: a message minus its data.
+enum Reply {
     Append {
         session_id: SessionId,
         gen: u64,
@@ -115,78 +90,31 @@ enum Ticket {
         upto_seq: u64,
         notify: ActorRef<SessionMsg>,
     },
-    Create {
-        reply: RpcReplyPort<Result<(), StoreError>>,
-    },
-    Patch {
-        reply: Option<RpcReplyPort<Result<(), StoreError>>>,
-    },
+    Create(RpcReplyPort<Result<(), StoreError>>),
+    Patch(Option<RpcReplyPort<Result<(), StoreError>>>),
     Barrier {
         session_id: SessionId,
         reply: RpcReplyPort<Result<Barrier, StoreError>>,
     },
-    Flush {
-        reply: RpcReplyPort<()>,
-    },
+    Flush(RpcReplyPort<()>),
 }
 
 impl Job {
-    fn events(&self) -> usize {
-        match self {
-            Job::Append { events, .. } | Job::Create { events, .. } => events.len().max(1),
-            _ => 1,
+    fn write(op: WriteOp, reply: Reply) -> Self {
+        Job {
+            op: Some(op),
+            reply,
         }
     }
 
-    /// Moves the job's data into a store operation (no copy of the events).
-    fn split(self) -> (Option<WriteOp>, Ticket) {
-        match self {
-            Job::Append {
-                session_id,
-                gen,
-                events,
-                patch,
-                notify,
-            } => {
-                let from_seq = events.first().map(|e| e.seq).unwrap_or(0);
-                let upto_seq = events.last().map(|e| e.seq).unwrap_or(0);
-                (
-                    Some(WriteOp::Append {
-                        session_id: session_id.clone(),
-                        events,
-                        patch,
-                    }),
-                    Ticket::Append {
-                        session_id,
-                        gen,
-                        from_seq,
-                        upto_seq,
-                        notify,
-                    },
-                )
-            }
-            Job::Create {
-                session,
-                events,
-                reply,
-            } => (
-                Some(WriteOp::CreateSession {
-                    session: *session,
-                    events,
-                }),
-                Ticket::Create { reply },
-            ),
-            Job::Patch {
-                session_id,
-                patch,
-                reply,
-            } => (
-                Some(WriteOp::Patch { session_id, patch }),
-                Ticket::Patch { reply },
-            ),
-            Job::Barrier { session_id, reply } => (None, Ticket::Barrier { session_id, reply }),
-            Job::Flush { reply } => (None, Ticket::Flush { reply }),
-        }
+    /// What the job costs of a batch's event budget (at least 1).
+    fn events(&self) -> usize {
+        self.op.as_ref().map_or(0, |op| op.events().len()).max(1)
+    }
+
+    /// A barrier (or flush) must observe exactly the jobs before it: it ends the batch.
+    fn ends_batch(&self) -> bool {
+        matches!(self.reply, Reply::Barrier { .. } | Reply::Flush(_))
     }
 }
 
@@ -249,24 +177,29 @@ impl Actor for StoreWriter {
                 session,
                 events,
                 reply,
-            } => state.queue.push_back(Job::Create {
-                session,
-                events,
-                reply,
-            }),
+            } => state.queue.push_back(Job::write(
+                WriteOp::CreateSession {
+                    session: *session,
+                    events,
+                },
+                Reply::Create(reply),
+            )),
             StoreWriterMsg::Patch {
                 session_id,
                 patch,
                 reply,
-            } => state.queue.push_back(Job::Patch {
-                session_id,
-                patch,
-                reply,
+            } => state.queue.push_back(Job::write(
+                WriteOp::Patch { session_id, patch },
+                Reply::Patch(reply),
+            )),
+            StoreWriterMsg::Barrier { session_id, reply } => state.queue.push_back(Job {
+                op: None,
+                reply: Reply::Barrier { session_id, reply },
             }),
-            StoreWriterMsg::Barrier { session_id, reply } => {
-                state.queue.push_back(Job::Barrier { session_id, reply })
-            }
-            StoreWriterMsg::Flush { reply } => state.queue.push_back(Job::Flush { reply }),
+            StoreWriterMsg::Flush { reply } => state.queue.push_back(Job {
+                op: None,
+                reply: Reply::Flush(reply),
+            }),
             StoreWriterMsg::Done(done) => state.finish(*done),
         }
         state.start_next(&myself);
@@ -283,11 +216,11 @@ impl StoreWriterState {
         patch: SessionPatch,
         notify: ActorRef<SessionMsg>,
     ) {
+        let from_seq = events.first().map_or(0, |e| e.seq);
         let min = self.min_gen.get(&session_id).copied().unwrap_or(0);
         if gen < min {
             // A rewound session already gave up on these seqs; committing
             // them now would fork its history.
-            let from_seq = events.first().map(|e| e.seq).unwrap_or(0);
             debug!(session_id = %session_id, gen, min, "stale append rejected");
             let _ = notify.cast(SessionMsg::AppendFailed {
                 gen,
@@ -296,13 +229,20 @@ impl StoreWriterState {
             });
             return;
         }
-        self.queue.push_back(Job::Append {
-            session_id,
+        let upto_seq = events.last().map_or(0, |e| e.seq);
+        let reply = Reply::Append {
+            session_id: session_id.clone(),
             gen,
+            from_seq,
+            upto_seq,
+            notify,
+        };
+        let op = WriteOp::Append {
+            session_id,
             events,
             patch,
-            notify,
-        });
+        };
+        self.queue.push_back(Job::write(op, reply));
     }
 
     /// Starts a commit task if the connection is free and work is queued.
@@ -313,44 +253,40 @@ impl StoreWriterState {
         let Some(mut store) = self.store.take() else {
             return;
         };
-        let mut jobs = Vec::new();
+        let mut ops = Vec::new();
+        let mut replies = Vec::new();
         let mut budget = self.max_batch_events;
         while let Some(job) = self.queue.front() {
             let n = job.events();
-            if !jobs.is_empty() && n > budget {
+            if !replies.is_empty() && n > budget {
                 break;
             }
             budget = budget.saturating_sub(n);
             let Some(job) = self.queue.pop_front() else {
                 break;
             };
-            // A barrier must observe exactly the jobs before it: it ends the batch.
-            let ends = matches!(job, Job::Barrier { .. } | Job::Flush { .. });
-            jobs.push(job);
+            let ends = job.ends_batch();
+            ops.extend(job.op);
+            replies.push(job.reply);
             if ends || budget == 0 {
                 break;
             }
         }
-        let mut ops = Vec::with_capacity(jobs.len());
-        let mut tickets = Vec::with_capacity(jobs.len());
-        let mut barrier_session = None;
-        for job in jobs {
-            let (op, ticket) = job.split();
-            ops.extend(op);
-            if let Ticket::Barrier { session_id, .. } = &ticket {
-                barrier_session = Some(session_id.clone());
-            }
-            tickets.push(ticket);
-        }
+        let barrier_session = replies.iter().find_map(|r| match r {
+            Reply::Barrier { session_id, .. } => Some(session_id.clone()),
+            _ => None,
+        });
         let myself = myself.clone();
         let metrics = self.metrics.clone();
         tokio::spawn(async move {
             let results = if ops.is_empty() {
                 Vec::new()
             } else {
+                // Counted now: the batch itself moves into the store.
+                let events: Vec<usize> = ops.iter().map(|op| op.events().len()).collect();
                 let started = std::time::Instant::now();
-                let results = store.commit(&ops).await;
-                metrics.committed(&ops, &results, started.elapsed());
+                let results = store.commit(ops).await;
+                metrics.committed(&events, &results, started.elapsed());
                 results
             };
             let barrier = match barrier_session {
@@ -359,7 +295,7 @@ impl StoreWriterState {
             };
             let _ = myself.cast(StoreWriterMsg::Done(Box::new(CommitDone {
                 store,
-                tickets,
+                replies,
                 results,
                 barrier,
             })));
@@ -371,9 +307,9 @@ impl StoreWriterState {
         self.store = Some(done.store);
         let mut results = done.results.into_iter();
         let mut barrier = done.barrier;
-        for ticket in done.tickets {
-            match ticket {
-                Ticket::Append {
+        for reply in done.replies {
+            match reply {
+                Reply::Append {
                     session_id,
                     gen,
                     from_seq,
@@ -395,10 +331,10 @@ impl StoreWriterState {
                     };
                     let _ = notify.cast(msg);
                 }
-                Ticket::Create { reply } => {
+                Reply::Create(reply) => {
                     let _ = reply.send(next_result(&mut results));
                 }
-                Ticket::Patch { reply } => {
+                Reply::Patch(reply) => {
                     let result = next_result(&mut results);
                     match reply {
                         Some(reply) => {
@@ -411,7 +347,7 @@ impl StoreWriterState {
                         }
                     }
                 }
-                Ticket::Barrier { session_id, reply } => {
+                Reply::Barrier { session_id, reply } => {
                     let result = barrier.take().unwrap_or(Err(StoreError::Unavailable(
                         "barrier result missing".into(),
                     )));
@@ -423,7 +359,7 @@ impl StoreWriterState {
                     });
                     let _ = reply.send(answer);
                 }
-                Ticket::Flush { reply } => {
+                Reply::Flush(reply) => {
                     let _ = reply.send(());
                 }
             }

@@ -3,31 +3,20 @@
 //! A `Message` comes from `message.user` (user), `message.system` (system),
 //! `message.complete` (assistant), `tool.complete` (tool, the result as JSON
 //! text) and `session.compacted` (system: the summary that opens a new
-//! history segment). Deriving it keeps one source of truth: what a client
-//! replays and what a resume shows can never disagree.
+//! history segment): the types of [`EventType::is_transcript`]. Deriving it
+//! keeps one source of truth: what a client replays and what a resume shows
+//! can never disagree.
 
 use serde_json::Value;
 use tether_protocol::{format_ts, EventType, Message, MessageRole, TurnId};
 use tether_store::EventRow;
-
-/// Whether an event of this type is a transcript message.
-pub fn is_message(kind: EventType) -> bool {
-    matches!(
-        kind,
-        EventType::MessageUser
-            | EventType::MessageSystem
-            | EventType::MessageComplete
-            | EventType::ToolComplete
-            | EventType::SessionCompacted
-    )
-}
 
 /// The message count of a segment after an event of `kind` is appended.
 pub fn count_after(kind: EventType, count: u64) -> u64 {
     match kind {
         // A compaction starts a new segment whose first message is its summary.
         EventType::SessionCompacted => 1,
-        k if is_message(k) => count + 1,
+        k if k.is_transcript() => count + 1,
         _ => count,
     }
 }

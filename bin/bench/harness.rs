@@ -1,7 +1,6 @@
 //! What every scenario needs: pinned runtimes, a gateway on a temporary
 //! store, and a way to inject durable events into a session.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, Context};
@@ -10,10 +9,9 @@ use ractor::ActorRef;
 use tether_actors::event::EventRecord;
 use tether_actors::registry::{RegistryMsg, Resolved};
 use tether_actors::session::SessionMsg;
-use tether_actors::store_writer::WriterFactory;
 use tether_actors::{GatewayArgs, GatewayConfig, GatewayHandle};
 use tether_protocol::{now_ms, EventType, SessionId, TextPayload};
-use tether_store::{open_sqlite, open_sqlite_writer, StoreConfig, Synchronous};
+use tether_store::{StoreConfig, Synchronous};
 use tokio::runtime::Runtime;
 
 /// A tokio runtime whose worker threads all run on `cpu` (if it exists).
@@ -87,25 +85,14 @@ pub async fn start_gateway_synchronous(
         synchronous,
         ..StoreConfig::new(dir.path().join("tether.db"))
     };
-    let opened = open_sqlite(&cfg).await?;
-    let first = std::sync::Mutex::new(Some(opened.writer));
-    let factory: WriterFactory = Arc::new(move || {
-        let reuse = first.lock().ok().and_then(|mut f| f.take());
-        let cfg = cfg.clone();
-        Box::pin(async move {
-            match reuse {
-                Some(w) => Ok(w),
-                None => open_sqlite_writer(&cfg).await,
-            }
-        })
-    });
+    let store = tether_store::open(&cfg).await?;
     let handle = GatewayHandle::start(GatewayArgs {
         config,
         hosts,
-        reader: opened.reader,
-        handoffs: opened.handoffs,
-        epoch: opened.epoch,
-        writer_factory: factory,
+        reader: store.reader,
+        handoffs: store.handoffs,
+        epoch: store.epoch,
+        writer_factory: store.writers,
     })
     .await?;
     Ok(BenchGateway { handle, _dir: dir })

@@ -14,7 +14,7 @@ use futures::future::BoxFuture;
 use serde::Serialize;
 use serde_json::{Map, Value};
 use tether_protocol::{
-    to_raw, FromHost, HostEvent, Message, SessionId, TextPayload, TodoItem, TodoUpdatedPayload,
+    to_raw, FromHost, HostEvent, Message, SessionId, TextPayload, TodoItem, Todos,
     ToolCompletePayload, ToolStartPayload, TraceId, TurnId,
 };
 use tokio::sync::watch;
@@ -195,7 +195,7 @@ impl TurnSink {
     /// `todo.updated`: the full list. The revision sent is 1; the gateway
     /// assigns the real one.
     pub async fn todo_updated(&self, items: Vec<TodoItem>) -> Result<(), Closed> {
-        let payload = TodoUpdatedPayload { items, revision: 1 };
+        let payload = Todos { items, revision: 1 };
         self.event("todo.updated", &payload).await
     }
 

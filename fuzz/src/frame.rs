@@ -119,26 +119,8 @@ fn answer(id: &Value, error: &RpcError) -> String {
 
 /// The params object a client would send for `req` (`None`: no params).
 pub fn params_of(req: &Request) -> Option<Value> {
-    let v = match req {
-        Request::Ping | Request::EventsStats => return None,
-        Request::SessionCreate(p) => serde_json::to_value(p),
-        Request::SessionResume(p) => serde_json::to_value(p),
-        Request::SessionDetach(p) => serde_json::to_value(p),
-        Request::SessionList(p) => serde_json::to_value(p),
-        Request::SessionClose(p) => serde_json::to_value(p),
-        Request::SessionBranch(p) => serde_json::to_value(p),
-        Request::PromptSubmit(p) => serde_json::to_value(p),
-        Request::SessionInterrupt(p) => serde_json::to_value(p),
-        Request::SessionCompress(p) => serde_json::to_value(p),
-        Request::EventsSince(p) => serde_json::to_value(p),
-        Request::HandoffRequest(p) => serde_json::to_value(p),
-        Request::HandoffClaim(p) => serde_json::to_value(p),
-        Request::HandoffComplete(p) => serde_json::to_value(p),
-        Request::HandoffFail(p) => serde_json::to_value(p),
-        Request::HandoffState(p) => serde_json::to_value(p),
-    };
-    match v {
-        Ok(v) => Some(v),
+    match req.params() {
+        Ok(v) => v,
         Err(e) => panic!("params of {req:?} do not serialize: {e}"),
     }
 }

@@ -12,7 +12,6 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::ids::{PeerId, SessionId, TraceId, TurnId};
-use crate::methods::TodoItem;
 
 wire_enum! {
     /// Every event type, with its dotted wire name.
@@ -49,6 +48,22 @@ impl EventType {
                 | EventType::ReasoningDelta
                 | EventType::SessionReclaimed
                 | EventType::GatewayReady
+        )
+    }
+
+    /// Transcript events: what a resume's `messages` and a turn's history are
+    /// derived from (`message.user`, `message.system`, `message.complete`,
+    /// `tool.complete`, and `session.compacted`, whose summary opens a new
+    /// history segment). The one list: the store reads a segment by it, the
+    /// session counts and keeps messages by it, a branch copies by it.
+    pub fn is_transcript(&self) -> bool {
+        matches!(
+            self,
+            EventType::MessageUser
+                | EventType::MessageSystem
+                | EventType::MessageComplete
+                | EventType::ToolComplete
+                | EventType::SessionCompacted
         )
     }
 }
@@ -97,12 +112,8 @@ pub struct ToolCompletePayload {
     pub is_error: bool,
 }
 
-/// `todo.updated`: a full snapshot; `revision` is assigned by the gateway.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TodoUpdatedPayload {
-    pub items: Vec<TodoItem>,
-    pub revision: u64,
-}
+// `todo.updated`'s payload is `Todos` (methods/results.rs): the snapshot a
+// resume reports, so it has one type.
 
 wire_enum! {
     /// How a turn ended.

@@ -475,25 +475,7 @@ fn request() -> impl Strategy<Value = Request> {
 
 /// The params object a client would send for `req` (`None`: no params).
 fn params_of(req: &Request) -> Option<Value> {
-    let v = match req {
-        Request::Ping | Request::EventsStats => return None,
-        Request::SessionCreate(p) => serde_json::to_value(p),
-        Request::SessionResume(p) => serde_json::to_value(p),
-        Request::SessionDetach(p) => serde_json::to_value(p),
-        Request::SessionList(p) => serde_json::to_value(p),
-        Request::SessionClose(p) => serde_json::to_value(p),
-        Request::SessionBranch(p) => serde_json::to_value(p),
-        Request::PromptSubmit(p) => serde_json::to_value(p),
-        Request::SessionInterrupt(p) => serde_json::to_value(p),
-        Request::SessionCompress(p) => serde_json::to_value(p),
-        Request::EventsSince(p) => serde_json::to_value(p),
-        Request::HandoffRequest(p) => serde_json::to_value(p),
-        Request::HandoffClaim(p) => serde_json::to_value(p),
-        Request::HandoffComplete(p) => serde_json::to_value(p),
-        Request::HandoffFail(p) => serde_json::to_value(p),
-        Request::HandoffState(p) => serde_json::to_value(p),
-    };
-    Some(v.expect("params serialize"))
+    req.params().expect("params serialize")
 }
 
 /// A request id as a client may send it (`None`: a notification).

@@ -15,12 +15,27 @@ use crate::{EventRow, HandoffStore, SessionRow, StoreError, WriteOp};
 /// serialized by its mailbox, and the type system keeps a second task from sharing it.
 #[async_trait]
 pub trait StoreWrite: Send {
-    /// Runs `ops` in ONE transaction, each op inside its own savepoint so one failing op does not
-    /// sink the others. Returns one result per op, in the same order.
+    /// Commits a batch of ops and returns one result per op, in the same order. The batch is
+    /// moved in: an implementation that runs it elsewhere (the SQLite writer's thread) takes it
+    /// along without copying a byte of it.
     ///
-    /// If the COMMIT itself fails nothing is written: every op that had succeeded gets the
-    /// commit's error (an op that had already failed keeps its own error).
-    async fn commit(&mut self, ops: &[WriteOp]) -> Vec<Result<(), StoreError>>;
+    /// What a caller may rely on:
+    ///
+    /// - **Each op is atomic**: it is wholly written or not at all.
+    /// - **Ops are independent**: an op that fails (refused by its checks, or by a write error of
+    ///   its own, e.g. disk full) leaves no trace and does not fail the others.
+    /// - **Ops run in batch order**: an op sees what the earlier ones of the batch wrote (two
+    ///   Appends of one session, an Append after its session's CreateSession).
+    /// - **`Ok` means committed**, as durably as the store's [`Synchronous`](crate::Synchronous)
+    ///   says. If a COMMIT fails, every op it held gets that error and none of them is written.
+    /// - **Dropping the future** loses the results, not the atomicity: each op is still written
+    ///   wholly or not at all.
+    ///
+    /// How ops share transactions is the implementation's business, but a batch should cost about
+    /// one durable commit, not one per op: that is what the StoreWriter's group commit is for.
+    /// (The SQLite writer runs a batch as one transaction and takes a savepoint per op only when
+    /// an op could fail half-way; see `sqlite/writer.rs`.)
+    async fn commit(&mut self, ops: Vec<WriteOp>) -> Vec<Result<(), StoreError>>;
 
     /// Latest committed seq of a session as seen by the writer connection (0 if the session or
     /// its events do not exist). Used as a barrier by the writer actor: it reflects every commit
@@ -81,8 +96,8 @@ pub trait StoreRead: Send + Sync {
     ) -> Result<Vec<EventRow>, StoreError>;
 
     /// The transcript events of the current history segment: the latest `session.compacted`
-    /// event (if any) and every later event whose type is one of `message.user`,
-    /// `message.system`, `message.complete`, `tool.complete`, `session.compacted`; ascending seq.
+    /// event (if any) and every later event whose type is a transcript type
+    /// ([`EventType::is_transcript`](tether_protocol::EventType::is_transcript)); ascending seq.
     async fn segment_events(&self, session_id: &SessionId) -> Result<Vec<EventRow>, StoreError>;
 
     /// The latest `todo.updated` event of a session, if any.
@@ -107,6 +122,8 @@ pub trait StoreRead: Send + Sync {
 }
 
 /// An opened store: the one writer, the shared reader, the handoff queue, and the store's epoch.
+/// What [`open_sqlite`](crate::open_sqlite) returns; a gateway uses [`open`](crate::open), which
+/// hands the writer out through a [`WriterFactory`](crate::WriterFactory).
 pub struct Opened {
     /// The single writer; hand it to the StoreWriter actor.
     pub writer: Box<dyn StoreWrite>,
@@ -125,15 +142,3 @@ impl std::fmt::Debug for Opened {
             .finish_non_exhaustive()
     }
 }
-
-/// The event types that make up a transcript (DESIGN.md "Store").
-pub const TRANSCRIPT_KINDS: [&str; 5] = [
-    "message.user",
-    "message.system",
-    "message.complete",
-    "tool.complete",
-    "session.compacted",
-];
-
-/// The event type that starts a new history segment.
-pub const COMPACTED_KIND: &str = "session.compacted";

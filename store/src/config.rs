@@ -33,7 +33,7 @@ pub struct StoreConfig {
 }
 
 impl StoreConfig {
-    /// The defaults of DESIGN.md for a database at `db_path`: synchronous FULL, 5 s busy
+    /// The defaults (docs/ARCHITECTURE.md) for a database at `db_path`: synchronous FULL, 5 s busy
     /// timeout, 4 read connections.
     pub fn new(db_path: impl Into<PathBuf>) -> Self {
         StoreConfig {

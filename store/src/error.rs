@@ -5,7 +5,7 @@
 //! carry a human-readable message (already stripped of anything dialect-specific beyond the
 //! database's own text) and are `Clone` because one failed COMMIT fails every op of its batch.
 
-use tether_protocol::codes;
+use tether_protocol::{codes, RpcError};
 
 /// What went wrong in the store. See [`StoreError::code`] for the wire mapping.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -43,6 +43,15 @@ impl StoreError {
     }
 }
 
+/// How a store failure is answered on the wire: its code (see [`StoreError::code`]) and its
+/// message. The one conversion every request path uses, so a failed read or write reads the
+/// same whichever method hit it.
+impl From<StoreError> for RpcError {
+    fn from(e: StoreError) -> Self {
+        RpcError::new(e.code(), e.to_string())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -54,5 +63,13 @@ mod tests {
         assert_eq!(StoreError::Conflict("x".into()).code(), 5071);
         assert_eq!(StoreError::Invalid("x".into()).code(), 5071);
         assert_eq!(StoreError::Unavailable("x".into()).code(), 5072);
+    }
+
+    #[test]
+    fn a_store_error_answers_with_its_code_and_message() {
+        let e = RpcError::from(StoreError::Full("disk".into()));
+        assert_eq!(e.code, 5070);
+        assert_eq!(e.message, "storage full: disk");
+        assert!(e.data.is_none());
     }
 }

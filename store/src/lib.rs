@@ -3,15 +3,16 @@
 //! The store knows nothing of actors. It offers two halves:
 //!
 //! - [`StoreWrite`]: the one writer connection, owned by the StoreWriter actor, which
-//!   group-commits batches of [`WriteOp`]s: one transaction per batch, each op atomic and
-//!   independent of the others.
+//!   group-commits batches of [`WriteOp`]s: each op atomic and independent of the others, a batch
+//!   costing about one durable commit.
 //! - [`StoreRead`]: reads over a small pool, shared by every task that needs them.
 //!
 //! Beside them, [`HandoffStore`]: the handoff work queue, whose transitions are single-statement
 //! compare-and-sets on a connection of their own (why: `sqlite/handoffs.rs`).
 //!
 //! The traits are dialect-neutral: SQLite ([`open_sqlite`]) is the embedded default, PostgreSQL
-//! ([`open_postgres`]) sits behind the same traits. SQL lives only in `sqlite/` and `postgres/`.
+//! ([`open_postgres`]) sits behind the same traits. A gateway opens its store with [`open`], the
+//! one place that picks the backend. SQL lives only in `sqlite/` and `postgres/`.
 //!
 //! Errors are [`StoreError`]s whose [`code`](StoreError::code) is the wire code (5070/5071/5072).
 #![forbid(unsafe_code)]
@@ -25,12 +26,13 @@ mod error;
 mod handoff;
 mod lock;
 mod model;
+mod open;
 mod open_error;
 mod postgres;
 mod rules;
 mod sqlite;
 
-pub use api::{Opened, StoreRead, StoreWrite, COMPACTED_KIND, TRANSCRIPT_KINDS};
+pub use api::{Opened, StoreRead, StoreWrite};
 pub use config::{PostgresConfig, StoreConfig, Synchronous};
 pub use cursor::list_cursor_after;
 pub use error::StoreError;
@@ -40,6 +42,7 @@ pub use handoff::{
 };
 pub use lock::{LockError, StoreLock, LOCK_FILE};
 pub use model::{EventRow, NewSession, SessionPatch, SessionRow, WriteOp};
+pub use open::{open, Store, WriterFactory};
 pub use open_error::{mask_url, OpenError};
 pub use postgres::{open_postgres, open_postgres_writer};
 pub use sqlite::{open_sqlite, open_sqlite_writer};

@@ -112,7 +112,7 @@ impl SessionPatch {
 }
 
 /// One unit of work for [`StoreWrite::commit`](crate::StoreWrite::commit). Each op is atomic on
-/// its own: it is either wholly written or not at all.
+/// its own (wholly written or not at all) and independent of the others in its batch.
 #[derive(Debug, Clone, PartialEq)]
 pub enum WriteOp {
     /// Create a session row and its first events (`session.created` + seed messages), all or
@@ -141,4 +141,14 @@ pub enum WriteOp {
         /// Row changes.
         patch: SessionPatch,
     },
+}
+
+impl WriteOp {
+    /// The events the op writes (none for a patch).
+    pub fn events(&self) -> &[EventRow] {
+        match self {
+            WriteOp::CreateSession { events, .. } | WriteOp::Append { events, .. } => events,
+            WriteOp::Patch { .. } => &[],
+        }
+    }
 }

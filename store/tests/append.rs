@@ -134,7 +134,7 @@ async fn a_bad_op_fails_alone(b: Backend) {
     };
     let results = store
         .writer
-        .commit(&[
+        .commit(vec![
             append("s_a", 2, 2, 2),
             gap_inside,
             append("s_b", 3, 1, 1), // gap after latest_seq 1
@@ -218,7 +218,7 @@ async fn an_append_with_no_events_only_patches(b: Backend) {
 
 async fn an_empty_batch_is_fine(b: Backend) {
     let (_db, mut store) = common::fresh(b).await;
-    assert!(store.writer.commit(&[]).await.is_empty());
+    assert!(store.writer.commit(vec![]).await.is_empty());
 }
 
 async fn a_cancelled_commit_leaves_the_writer_usable(b: Backend) {
@@ -229,7 +229,7 @@ async fn a_cancelled_commit_leaves_the_writer_usable(b: Backend) {
         .collect();
     // Drop the commit future at its first suspension point, half-way through whatever it did.
     {
-        let fut = store.writer.commit(&big);
+        let fut = store.writer.commit(big);
         let _ = tokio::time::timeout(std::time::Duration::from_micros(1), fut).await;
     }
     // Either the whole batch made it or none of it; either way the writer goes on.

@@ -35,7 +35,7 @@ async fn a_seeded_create_that_does_not_fit_leaves_nothing() {
     let mut events = vec![common::ev(1, "session.created")];
     events.extend(fat_events(2, 300));
     let results = writer
-        .commit(&[WriteOp::CreateSession {
+        .commit(vec![WriteOp::CreateSession {
             session: new_session("s_big", "default", 1),
             events,
         }])
@@ -83,7 +83,7 @@ async fn a_full_append_fails_alone_and_the_rest_of_the_batch_commits() {
         patch: Default::default(),
     };
     let results = writer
-        .commit(&[append("s_a", 2, 1, 1), fat, append("s_a", 3, 1, 2)])
+        .commit(vec![append("s_a", 2, 1, 1), fat, append("s_a", 3, 1, 2)])
         .await;
     assert_eq!(results[0], Ok(()));
     assert_full(&results[1]);
@@ -115,7 +115,10 @@ async fn a_full_append_fails_alone_and_the_rest_of_the_batch_commits() {
 
     // The full writer keeps working for what fits, and the seq it refused is still free.
     assert_eq!(writer.latest_seq(&sid("s_b")).await.unwrap(), 1);
-    assert_eq!(writer.commit(&[append("s_b", 2, 1, 1)]).await, vec![Ok(())]);
+    assert_eq!(
+        writer.commit(vec![append("s_b", 2, 1, 1)]).await,
+        vec![Ok(())]
+    );
 }
 
 /// A single-row statement that hits SQLITE_FULL makes SQLite roll back the whole transaction, not
@@ -150,7 +153,7 @@ async fn when_sqlite_drops_the_whole_transaction_the_good_ops_still_commit() {
         },
     };
     let results = writer
-        .commit(&[
+        .commit(vec![
             append("s_a", 2, 1, 1),
             fat_event,
             fat_title,

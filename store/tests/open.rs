@@ -64,7 +64,7 @@ async fn a_restarted_writer_continues_where_the_old_one_stopped(b: Backend) {
     drop(writer);
     let mut writer = db.writer().await;
     assert_eq!(writer.latest_seq(&common::sid("s_1")).await.unwrap(), 2);
-    let results = writer.commit(&[common::append("s_1", 3, 2, 3)]).await;
+    let results = writer.commit(vec![common::append("s_1", 3, 2, 3)]).await;
     assert_eq!(results, vec![Ok(())]);
     let events = reader
         .events_since(&common::sid("s_1"), 0, 100)
@@ -89,7 +89,7 @@ async fn a_new_writer_takes_over_from_one_that_was_abandoned(b: Backend) {
     common::commit_ok(&mut opened, &[common::append("s_1", 2, 1, 1)]).await;
     // What the old writer believes comes next is taken already; on PostgreSQL the new writer
     // also holds the database's lock, so the old one cannot even try.
-    let late = old.commit(&[common::append("s_1", 2, 1, 2)]).await;
+    let late = old.commit(vec![common::append("s_1", 2, 1, 2)]).await;
     if db.is_postgres() {
         assert!(
             matches!(late[0], Err(StoreError::Unavailable(_))),
@@ -155,7 +155,7 @@ async fn postgres_writer_alone_creates_nothing() {
     let cfg = PostgresConfig::new(db.url.clone());
     let mut writer = open_postgres_writer(&cfg).await.expect("a writer");
     let results = writer
-        .commit(&[common::create("s_1", "default", 1, 0)])
+        .commit(vec![common::create("s_1", "default", 1, 0)])
         .await;
     assert!(results[0].is_err(), "no tables yet: {results:?}");
     drop(writer);

@@ -130,14 +130,14 @@ where
 async fn fast_slow_and_single_op_commits_agree(b: Backend) {
     // Appends and patches only: the fast path.
     let fast = with(&b, async |store: &mut Opened, ops: Vec<WriteOp>| {
-        store.writer.commit(&ops).await
+        store.writer.commit(ops).await
     })
     .await;
     // A create in the batch sends it down the savepoint path.
     let slow = with(&b, async |store: &mut Opened, ops: Vec<WriteOp>| {
         let mut batch = vec![create("s_c", "default", 3, 0)];
         batch.extend(ops);
-        let mut results = store.writer.commit(&batch).await;
+        let mut results = store.writer.commit(batch).await;
         assert_eq!(results.remove(0), Ok(()));
         results
     })
@@ -146,7 +146,7 @@ async fn fast_slow_and_single_op_commits_agree(b: Backend) {
     let single = with(&b, async |store: &mut Opened, ops: Vec<WriteOp>| {
         let mut results = Vec::new();
         for op in ops {
-            results.extend(store.writer.commit(std::slice::from_ref(&op)).await);
+            results.extend(store.writer.commit(vec![op]).await);
         }
         results
     })

@@ -80,7 +80,7 @@ async fn created_session_is_visible_in_its_profile_only(b: Backend) {
 async fn a_duplicate_session_id_is_a_conflict_and_changes_nothing(b: Backend) {
     let (_db, mut store) = common::fresh(b).await;
     common::commit_ok(&mut store, &[create("s_1", "alice", 1, 1)]).await;
-    let results = store.writer.commit(&[create("s_1", "bob", 2, 5)]).await;
+    let results = store.writer.commit(vec![create("s_1", "bob", 2, 5)]).await;
     assert!(
         matches!(results[0], Err(StoreError::Conflict(_))),
         "{results:?}"
@@ -109,7 +109,7 @@ async fn seed_events_must_start_at_one_and_be_contiguous(b: Backend) {
         session: new_session("s_2", "default", 1),
         events: vec![ev(1, "session.created"), ev(3, "message.user")],
     };
-    let results = store.writer.commit(&[bad_start, gap]).await;
+    let results = store.writer.commit(vec![bad_start, gap]).await;
     assert!(
         matches!(results[0], Err(StoreError::Invalid(_))),
         "{results:?}"
@@ -207,7 +207,7 @@ async fn patching_an_unknown_session_fails(b: Backend) {
     let (_db, mut store) = common::fresh(b).await;
     let results = store
         .writer
-        .commit(&[WriteOp::Patch {
+        .commit(vec![WriteOp::Patch {
             session_id: sid("s_404"),
             patch: SessionPatch {
                 title: Some("x".into()),

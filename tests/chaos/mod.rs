@@ -15,11 +15,10 @@ use std::time::Duration;
 
 use ractor::ActorRef;
 use serde_json::{json, Value};
-use tether_actors::store_writer::WriterFactory;
 use tether_actors::supervisor::{AfterIntensity, Backoff, RestartPolicy, Strategy};
 use tether_actors::{GatewayArgs, GatewayConfig, GatewayHandle, HostConfig, PeerMsg};
 use tether_protocol::SessionId;
-use tether_store::{open_sqlite, open_sqlite_writer, StoreConfig, StoreRead};
+use tether_store::{StoreConfig, StoreRead};
 
 use client::{CallError, Conn};
 
@@ -96,12 +95,8 @@ pub struct Harness {
 pub async fn start(slots: usize, delay_ms: u64, core_policy: Option<RestartPolicy>) -> Harness {
     let dir = tempfile::tempdir().expect("tempdir");
     let cfg = StoreConfig::new(dir.path().join("tether.db"));
-    let opened = open_sqlite(&cfg).await.expect("open store");
-    let reader = opened.reader.clone();
-    let factory: WriterFactory = Arc::new(move || {
-        let cfg = cfg.clone();
-        Box::pin(async move { open_sqlite_writer(&cfg).await })
-    });
+    let store = tether_store::open(&cfg).await.expect("open store");
+    let reader = store.reader.clone();
     let mut hosts = HostConfig::new(vec![
         env!("CARGO_BIN_EXE_tether").to_string(),
         "host".into(),
@@ -123,10 +118,10 @@ pub async fn start(slots: usize, delay_ms: u64, core_policy: Option<RestartPolic
     let gw = GatewayHandle::start(GatewayArgs {
         config,
         hosts: Some(hosts),
-        reader: opened.reader,
-        handoffs: opened.handoffs,
-        epoch: opened.epoch,
-        writer_factory: factory,
+        reader: store.reader,
+        handoffs: store.handoffs,
+        epoch: store.epoch,
+        writer_factory: store.writers,
     })
     .await
     .expect("start gateway");

@@ -22,11 +22,11 @@ use tether_protocol::{
 };
 use tether_store::{EventRow, NewSession};
 
-use super::dispatch::ask;
+use super::dispatch::{ask, Reached};
 use super::PeerState;
 use crate::event::EventRecord;
 use crate::registry::number_from_one;
-use crate::registry::{CreatedSession, RegistryMsg, Resolved};
+use crate::registry::{CreatedSession, RegistryMsg};
 use crate::session::SessionMsg;
 
 mod cut;
@@ -48,33 +48,36 @@ impl PeerState {
         if let Some(title) = &p.title {
             crate::title::check(title, max_title)?;
         }
-        let (profile, found) = self
-            .resolve(p.profile.as_deref(), &p.session_id, false)
+        let profile = self
+            .scope(p.profile.as_deref())
+            .ok_or_else(RpcError::session_not_found)?;
+        let found = self
+            .ask_session(
+                Some(&profile),
+                &p.session_id,
+                false,
+                self.timeout(),
+                |reply| SessionMsg::Info { reply },
+            )
             .await?;
         // The parent's committed head: a live session may hold events not
         // yet on disk, and a branch copies only what is.
         let (parent, latest) = match found {
-            Resolved::Live(live) => {
-                let info = ask(
-                    &live.actor,
-                    |reply| SessionMsg::Info { reply },
-                    self.ctx.config.call_timeout,
-                )
-                .await?;
+            Reached::Live { answer, .. } => {
+                let info = answer?;
                 let row = self
                     .ctx
                     .reader
                     .get_session(&profile, &p.session_id)
-                    .await
-                    .map_err(store_err)?
+                    .await?
                     .ok_or_else(RpcError::session_not_found)?;
                 (row, info.latest_seq)
             }
-            Resolved::Stored(row) | Resolved::Closed(row) => {
+            Reached::Stored(row) | Reached::Closed(row) => {
                 let latest = row.latest_seq;
                 (*row, latest)
             }
-            Resolved::NotFound => return Err(RpcError::session_not_found()),
+            Reached::NotFound => return Err(RpcError::session_not_found()),
         };
         let upto = match p.upto_seq {
             None => latest,
@@ -90,12 +93,7 @@ impl PeerState {
         let title = match p.title {
             Some(t) => t,
             None => {
-                let taken = self
-                    .ctx
-                    .reader
-                    .branch_titles(&profile, &parent.id)
-                    .await
-                    .map_err(store_err)?;
+                let taken = self.ctx.reader.branch_titles(&profile, &parent.id).await?;
                 next_branch_title(&parent.title, &taken, max_title)
             }
         };
@@ -155,12 +153,7 @@ impl PeerState {
         let mut rows = Vec::new();
         let mut after = 0;
         while after < upto {
-            let page = self
-                .ctx
-                .reader
-                .events_since(session, after, PAGE)
-                .await
-                .map_err(store_err)?;
+            let page = self.ctx.reader.events_since(session, after, PAGE).await?;
             let Some(last) = page.last().map(|r| r.seq) else {
                 break;
             };
@@ -179,15 +172,14 @@ impl PeerState {
                 continue;
             };
             let mut rec = match kind {
-                EventType::MessageUser
-                | EventType::MessageSystem
-                | EventType::MessageComplete
-                | EventType::ToolComplete => EventRecord::from_row(row).ok_or_else(|| {
-                    RpcError::new(
-                        tether_protocol::codes::STORAGE_UNAVAILABLE,
-                        "a stored event is unreadable",
-                    )
-                })?,
+                k if k.is_transcript() && k != EventType::SessionCompacted => {
+                    EventRecord::from_row(row).ok_or_else(|| {
+                        RpcError::new(
+                            tether_protocol::codes::STORAGE_UNAVAILABLE,
+                            "a stored event is unreadable",
+                        )
+                    })?
+                }
                 EventType::SessionCompacted => {
                     let summary = serde_json::from_str::<serde_json::Value>(&row.payload)
                         .ok()
@@ -244,10 +236,6 @@ fn next_branch_title(parent: &str, taken: &[String], max: usize) -> String {
     let title = format!("{}{suffix}", crate::title::prefix_within(parent, room));
     // A bound shorter than the suffix itself: shorten the whole.
     crate::title::prefix_within(&title, max).to_owned()
-}
-
-fn store_err(e: tether_store::StoreError) -> RpcError {
-    RpcError::new(e.code(), e.to_string())
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ use tether_protocol::{
     to_raw, CloseParams, CloseResult, CreateParams, DetachParams, DetachResult, ListParams,
     ListResult, PingResult, Request, ResumeParams, RpcError, SessionId, SinceParams,
 };
+use tether_store::SessionRow;
 
 use super::list_page::{sessions_within, Page};
 use super::{AfterReply, PeerState};
@@ -32,12 +33,48 @@ where
 {
     match actor.call(build, Some(timeout)).await {
         Ok(CallResult::Success(v)) => Ok(v),
-        Ok(CallResult::Timeout) => Err(RpcError::internal(
-            "the owning actor did not answer in time",
-        )),
-        Ok(CallResult::SenderError) | Err(_) => Err(RpcError::internal(
-            "the owning actor stopped while handling the request",
-        )),
+        Ok(CallResult::Timeout) => Err(late()),
+        Ok(CallResult::SenderError) | Err(_) => Err(stopped()),
+    }
+}
+
+fn late() -> RpcError {
+    RpcError::internal("the owning actor did not answer in time")
+}
+
+fn stopped() -> RpcError {
+    RpcError::internal("the owning actor stopped while handling the request")
+}
+
+/// Where a request for a session went (`PeerState::ask_session`).
+pub(super) enum Reached<T> {
+    /// The live session took it: its actor, and its answer (or why none
+    /// came: it did not answer in time, or it stopped while handling it).
+    Live {
+        actor: ActorRef<SessionMsg>,
+        answer: Result<T, RpcError>,
+    },
+    /// Nobody took it: the session is not live (only without `load`),
+    /// closed, or not there.
+    Stored(Box<SessionRow>),
+    Closed(Box<SessionRow>),
+    NotFound,
+}
+
+impl<T> Reached<T> {
+    /// The live session's actor and answer; 4002 for a closed session, 4001
+    /// for one that is not there (or not live, without `load`).
+    pub(super) fn into_live(self) -> Result<(ActorRef<SessionMsg>, Result<T, RpcError>), RpcError> {
+        match self {
+            Reached::Live { actor, answer } => Ok((actor, answer)),
+            Reached::Closed(_) => Err(RpcError::session_closed()),
+            Reached::Stored(_) | Reached::NotFound => Err(RpcError::session_not_found()),
+        }
+    }
+
+    /// The live session's answer, or the error `into_live` gives.
+    pub(super) fn answer(self) -> Result<T, RpcError> {
+        self.into_live().and_then(|(_, answer)| answer)
     }
 }
 
@@ -66,10 +103,7 @@ impl PeerState {
                         p.profile.as_deref(),
                         &p.session_id,
                         self.timeout(),
-                        |reply| SessionMsg::Submit {
-                            text: text.clone(),
-                            reply,
-                        },
+                        |reply| SessionMsg::Submit { text, reply },
                     )
                     .await??;
                 ok(&result)
@@ -91,10 +125,7 @@ impl PeerState {
                 let wait = self.ctx.config.compress_wait + self.timeout();
                 let result = self
                     .ask_live(p.profile.as_deref(), &p.session_id, wait, |reply| {
-                        SessionMsg::Compress {
-                            focus: focus.clone(),
-                            reply,
-                        }
+                        SessionMsg::Compress { focus, reply }
                     })
                     .await??;
                 ok(&result)
@@ -158,9 +189,57 @@ impl PeerState {
         Ok((profile, found))
     }
 
-    /// Brings a session live and asks it. A session that parked between
-    /// the lookup and the message never handled the message (it stops
-    /// between messages), so it is looked up again and asked once more.
+    /// Sends a request to a session and waits (within `timeout`) for its
+    /// answer. The registry delivers it (`registry/route.rs`), so a session
+    /// that parks meanwhile never loses it: there is no retry here, and none
+    /// is needed anywhere else. With `load`, a stored session is brought
+    /// live for it; without, one that is not live is `Stored`.
+    pub(super) async fn ask_session<T, F>(
+        &self,
+        profile: Option<&str>,
+        session_id: &SessionId,
+        load: bool,
+        timeout: Duration,
+        build: F,
+    ) -> Result<Reached<T>, RpcError>
+    where
+        T: Send + 'static,
+        F: FnOnce(RpcReplyPort<T>) -> SessionMsg,
+    {
+        let Some(profile) = self.scope(profile) else {
+            return Err(RpcError::session_not_found());
+        };
+        let registry = self.ctx.registry()?;
+        let (tx, answered) = tokio::sync::oneshot::channel();
+        let msg = build(tx.into());
+        let key = (profile, session_id.clone());
+        let routed = ask(
+            &registry,
+            |reply| RegistryMsg::Forward {
+                key,
+                load,
+                msg,
+                reply,
+            },
+            self.timeout(),
+        )
+        .await??;
+        Ok(match routed {
+            Resolved::Live(live) => Reached::Live {
+                actor: live.actor,
+                answer: match tokio::time::timeout(timeout, answered).await {
+                    Ok(Ok(v)) => Ok(v),
+                    Ok(Err(_)) => Err(stopped()),
+                    Err(_) => Err(late()),
+                },
+            },
+            Resolved::Stored(row) => Reached::Stored(row),
+            Resolved::Closed(row) => Reached::Closed(row),
+            Resolved::NotFound => Reached::NotFound,
+        })
+    }
+
+    /// Brings a session live and asks it.
     async fn ask_live<T, F>(
         &self,
         profile: Option<&str>,
@@ -170,24 +249,11 @@ impl PeerState {
     ) -> Result<T, RpcError>
     where
         T: Send + 'static,
-        F: Fn(RpcReplyPort<T>) -> SessionMsg,
+        F: FnOnce(RpcReplyPort<T>) -> SessionMsg,
     {
-        let mut attempts = 0;
-        loop {
-            attempts += 1;
-            let live = match self.resolve(profile, session_id, true).await?.1 {
-                Resolved::Live(live) => live,
-                Resolved::Closed(_) => return Err(RpcError::session_closed()),
-                Resolved::Stored(_) | Resolved::NotFound => {
-                    return Err(RpcError::session_not_found())
-                }
-            };
-            let answer = ask(&live.actor, &build, timeout).await;
-            if answer.is_err() && live.gauges.parked() && attempts < 3 {
-                continue;
-            }
-            return answer;
-        }
+        self.ask_session(profile, session_id, true, timeout, build)
+            .await?
+            .answer()
     }
 
     async fn create(&mut self, p: CreateParams) -> Result<Box<RawValue>, RpcError> {
@@ -225,37 +291,18 @@ impl PeerState {
         };
         let attach = p.attach && self.identity.can_attach;
         let peer = attach.then(|| self.link());
+        // Scoped already: `key.0` is the profile to ask in.
         let key = (profile, p.session_id.clone());
-        let mut attempts = 0;
-        let (actor, reply) = loop {
-            attempts += 1;
-            let live = match self
-                .resolve(p.profile.as_deref(), &p.session_id, true)
-                .await?
-                .1
-            {
-                Resolved::Live(live) => live,
-                Resolved::Closed(_) => return Err(RpcError::session_closed()),
-                Resolved::Stored(_) | Resolved::NotFound => {
-                    return Err(RpcError::session_not_found())
-                }
-            };
-            let reply = ask(
-                &live.actor,
-                |reply| SessionMsg::Resume {
-                    params: p.clone(),
-                    peer: peer.clone(),
+        let reached = self
+            .ask_session(Some(&key.0), &key.1, true, self.timeout(), |reply| {
+                SessionMsg::Resume {
+                    params: p,
+                    peer,
                     reply,
-                },
-                self.timeout(),
-            )
-            .await;
-            // Parked between the lookup and the message: never handled.
-            if reply.is_err() && live.gauges.parked() && attempts < 3 {
-                continue;
-            }
-            break (live.actor, reply);
-        };
+                }
+            })
+            .await?;
+        let (actor, reply) = reached.into_live()?;
         match reply {
             Ok(Ok(r)) => {
                 if let Some(events) = &r.result.events {
@@ -326,7 +373,7 @@ impl PeerState {
                 tether_store::StoreError::Invalid(detail) => {
                     RpcError::invalid_params("cursor", detail)
                 }
-                e => RpcError::new(e.code(), e.to_string()),
+                e => e.into(),
             })?;
         let registry = self.ctx.registry()?;
         let ids = rows.iter().map(|r| r.id.clone()).collect();
@@ -383,62 +430,42 @@ impl PeerState {
     }
 
     async fn since(&mut self, p: SinceParams) -> Result<Box<RawValue>, RpcError> {
-        let mut found = self
-            .resolve(p.profile.as_deref(), &p.session_id, false)
-            .await?
-            .1;
-        // A live session that stops (closed, parked) between the lookup
-        // and the message never answers; its events are all on disk by
-        // then, so the second lookup reads them from the store.
-        for _ in 0..3 {
-            let row = match found {
-                Resolved::Live(live) => {
-                    let params = p.clone();
-                    match ask(
-                        &live.actor,
-                        |reply| SessionMsg::Since { params, reply },
-                        self.timeout(),
-                    )
-                    .await
-                    {
-                        Ok(result) => {
-                            let result = result?;
-                            self.ctx
-                                .metrics
-                                .replayed(ReplayKind::Since, result.events.len());
-                            return ok(&result);
-                        }
-                        Err(e) if live.actor.get_status() < ractor::ActorStatus::Stopping => {
-                            return Err(e)
-                        }
-                        Err(_) => {
-                            // Let the registry see the stop first.
-                            tokio::time::sleep(Duration::from_millis(20)).await;
-                            found = self
-                                .resolve(p.profile.as_deref(), &p.session_id, false)
-                                .await?
-                                .1;
-                            continue;
-                        }
-                    }
-                }
-                Resolved::Stored(row) | Resolved::Closed(row) => row,
-                Resolved::NotFound => return Err(RpcError::session_not_found()),
-            };
-            let result = since_from_store(
-                self.ctx.reader.as_ref(),
-                &row.id,
-                row.latest_seq,
-                row.retained_from_seq,
-                &self.ctx.epoch,
-                &p,
+        // A read: a session that is not live (or parks meanwhile: its
+        // events are all on disk by then) is read from the store, without
+        // being brought live.
+        let params = p.clone();
+        let reached = self
+            .ask_session(
+                p.profile.as_deref(),
+                &p.session_id,
+                false,
+                self.timeout(),
+                |reply| SessionMsg::Since { params, reply },
             )
             .await?;
-            self.ctx
-                .metrics
-                .replayed(ReplayKind::Since, result.events.len());
-            return ok(&result);
-        }
-        Err(RpcError::internal("the session kept restarting"))
+        let row = match reached {
+            Reached::Live { answer, .. } => {
+                let result = answer??;
+                self.ctx
+                    .metrics
+                    .replayed(ReplayKind::Since, result.events.len());
+                return ok(&result);
+            }
+            Reached::Stored(row) | Reached::Closed(row) => row,
+            Reached::NotFound => return Err(RpcError::session_not_found()),
+        };
+        let result = since_from_store(
+            self.ctx.reader.as_ref(),
+            &row.id,
+            row.latest_seq,
+            row.retained_from_seq,
+            &self.ctx.epoch,
+            &p,
+        )
+        .await?;
+        self.ctx
+            .metrics
+            .replayed(ReplayKind::Since, result.events.len());
+        ok(&result)
     }
 }

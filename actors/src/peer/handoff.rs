@@ -10,7 +10,6 @@
 //! transition stands and the failure is logged. A session closed meanwhile gets none (nothing
 //! follows `session.closed`). `handoff.state` reads the row, which is the truth.
 
-use ractor::ActorRef;
 use serde_json::value::RawValue;
 use tether_protocol::{
     now_ms, to_raw, ClaimedHandoff, EventType, HandoffClaimParams, HandoffClaimResult,
@@ -18,10 +17,10 @@ use tether_protocol::{
     HandoffInfo, HandoffRequestParams, HandoffRequestResult, HandoffState, HandoffStateParams,
     HandoffStateResult, RpcError, SessionId, SessionStatus, StatusUpdatePayload,
 };
-use tether_store::{CompleteOutcome, FailOutcome, RequestOutcome, StoreError};
+use tether_store::{CompleteOutcome, FailOutcome, RequestOutcome};
 use tracing::warn;
 
-use super::dispatch::ask;
+use super::dispatch::Reached;
 use super::PeerState;
 use crate::event::EventRecord;
 use crate::registry::Resolved;
@@ -30,10 +29,6 @@ use crate::session::SessionMsg;
 /// The `status.update` kind that announces handoff transitions (PROTOCOL's list of kinds has
 /// none for them; docs/PROTOCOL.md Part 4).
 pub(crate) const HANDOFF_STATUS_KIND: &str = "handoff";
-
-fn store_err(e: StoreError) -> RpcError {
-    RpcError::new(e.code(), e.to_string())
-}
 
 /// 4090 for a handoff id the peer cannot see: unknown, or another profile's (the two are
 /// indistinguishable, as for sessions).
@@ -46,15 +41,14 @@ impl PeerState {
         &mut self,
         p: HandoffRequestParams,
     ) -> Result<Box<RawValue>, RpcError> {
-        let (profile, actor) = self
+        let profile = self
             .open_session(p.profile.as_deref(), &p.session_id)
             .await?;
         let row = match self
             .ctx
             .handoffs
             .request(&profile, &p.session_id, &p.target)
-            .await
-            .map_err(store_err)?
+            .await?
         {
             RequestOutcome::Requested(row) => row,
             RequestOutcome::InFlight(active) => {
@@ -76,7 +70,7 @@ impl PeerState {
             // Closed after the check above.
             RequestOutcome::SessionClosed => return Err(RpcError::session_closed()),
         };
-        self.announce_to(&actor, &row.session_id, row.state).await;
+        self.announce(&profile, &row.session_id, row.state).await;
         Ok(to_raw(&HandoffRequestResult {
             handoff_id: row.id,
             state: row.state,
@@ -91,12 +85,7 @@ impl PeerState {
         let Some(profile) = self.scope(p.profile.as_deref()) else {
             return Ok(to_raw(&HandoffClaimResult { handoff: None }));
         };
-        let claimed = self
-            .ctx
-            .handoffs
-            .claim(&profile, &p.target)
-            .await
-            .map_err(store_err)?;
+        let claimed = self.ctx.handoffs.claim(&profile, &p.target).await?;
         let handoff = match claimed {
             Some(row) => {
                 self.announce(&profile, &row.session_id, row.state).await;
@@ -119,13 +108,7 @@ impl PeerState {
         let Some(profile) = self.scope(p.profile.as_deref()) else {
             return Err(no_such_handoff(&p.handoff_id));
         };
-        match self
-            .ctx
-            .handoffs
-            .complete(&profile, &p.handoff_id)
-            .await
-            .map_err(store_err)?
-        {
+        match self.ctx.handoffs.complete(&profile, &p.handoff_id).await? {
             CompleteOutcome::Completed(row) => {
                 self.announce(&profile, &row.session_id, row.state).await;
                 Ok(to_raw(&HandoffCompleteResult { state: row.state }))
@@ -149,8 +132,7 @@ impl PeerState {
             .ctx
             .handoffs
             .fail(&profile, &p.handoff_id, &p.error, p.only_if_pending)
-            .await
-            .map_err(store_err)?
+            .await?
         {
             FailOutcome::Failed(row) => {
                 self.announce(&profile, &row.session_id, row.state).await;
@@ -178,12 +160,7 @@ impl PeerState {
         if matches!(found, Resolved::NotFound) {
             return Err(RpcError::session_not_found());
         }
-        let latest = self
-            .ctx
-            .handoffs
-            .latest(&profile, &p.session_id)
-            .await
-            .map_err(store_err)?;
+        let latest = self.ctx.handoffs.latest(&profile, &p.session_id).await?;
         Ok(to_raw(&HandoffStateResult {
             handoff: latest.map(|row| HandoffInfo {
                 handoff_id: row.id,
@@ -195,86 +172,34 @@ impl PeerState {
         }))
     }
 
-    /// The live actor of an open session of the profile, brought live if needed: 4001 when the
-    /// peer cannot see it, 4002 when it is closed or a close has been decided (the session
-    /// itself knows that before its row does).
+    /// The profile of an open session, brought live if needed: 4001 when the peer cannot see
+    /// it, 4002 when it is closed or a close has been decided (the session itself knows that
+    /// before its row does).
     async fn open_session(
         &self,
         requested: Option<&str>,
         session_id: &SessionId,
-    ) -> Result<(String, ActorRef<SessionMsg>), RpcError> {
-        let mut attempts = 0;
-        loop {
-            attempts += 1;
-            let (profile, found) = self.resolve(requested, session_id, true).await?;
-            let live = match found {
-                Resolved::Live(live) => live,
-                Resolved::Closed(_) => return Err(RpcError::session_closed()),
-                Resolved::Stored(_) | Resolved::NotFound => {
-                    return Err(RpcError::session_not_found())
-                }
-            };
-            match ask(
-                &live.actor,
-                |reply| SessionMsg::Info { reply },
-                self.timeout(),
-            )
-            .await
-            {
-                Ok(info) if info.status == SessionStatus::Closed => {
-                    return Err(RpcError::session_closed())
-                }
-                Ok(_) => return Ok((profile, live.actor)),
-                // Parked between the lookup and the message: never handled; look again.
-                Err(_) if live.gauges.parked() && attempts < 3 => continue,
-                Err(e) => {
-                    // A session stops by itself once its close is committed: the row says so.
-                    return match self.ctx.reader.get_session(&profile, session_id).await {
-                        Ok(Some(row)) if row.status == SessionStatus::Closed => {
-                            Err(RpcError::session_closed())
-                        }
-                        _ => Err(e),
-                    };
-                }
-            }
+    ) -> Result<String, RpcError> {
+        let profile = self
+            .scope(requested)
+            .ok_or_else(RpcError::session_not_found)?;
+        let info = self
+            .ask_session(Some(&profile), session_id, true, self.timeout(), |reply| {
+                SessionMsg::Info { reply }
+            })
+            .await?
+            .answer()?;
+        if info.status == SessionStatus::Closed {
+            return Err(RpcError::session_closed());
         }
+        Ok(profile)
     }
 
-    /// Announces a transition on its session, bringing the session live. A session that was
-    /// closed (or deleted) since gets no announcement: nobody can attach to it any more.
+    /// Announces a transition on its session, bringing the session live, and waits until the
+    /// durable `status.update` is committed and fanned out. A session that was closed (or
+    /// deleted) since gets no announcement: nobody can attach to it any more. Failures are
+    /// logged; the transition stands.
     async fn announce(&self, profile: &str, session_id: &SessionId, state: HandoffState) {
-        let mut attempts = 0;
-        loop {
-            attempts += 1;
-            let live = match self.resolve(Some(profile), session_id, true).await {
-                Ok((_, Resolved::Live(live))) => live,
-                Ok(_) => return,
-                Err(e) => {
-                    return warn!(
-                        session_id = session_id.as_str(),
-                        %state,
-                        error = %e,
-                        "handoff transition committed but not announced"
-                    )
-                }
-            };
-            match self.announce_to(&live.actor, session_id, state).await {
-                // Parked between the lookup and the message: the emit was never handled, so
-                // sending it to the session brought back cannot duplicate it.
-                Announced::NotHandled if live.gauges.parked() && attempts < 3 => continue,
-                _ => return,
-            }
-        }
-    }
-
-    /// Emits the durable `status.update` and waits until it is committed and fanned out.
-    /// Failures are logged here; the caller only learns whether a retry is safe.
-    async fn announce_to(
-        &self,
-        actor: &ActorRef<SessionMsg>,
-        session_id: &SessionId,
-        state: HandoffState,
-    ) -> Announced {
         let event = EventRecord::new(
             EventType::StatusUpdate,
             &StatusUpdatePayload {
@@ -284,41 +209,45 @@ impl PeerState {
             None,
             now_ms(),
         );
-        let emitted = ask(
-            actor,
-            |reply| SessionMsg::EmitIfOpen {
-                events: vec![event],
-                reply,
-            },
-            self.timeout(),
-        )
-        .await;
-        let outcome = match emitted {
-            // Closed meanwhile: nothing may follow `session.closed`, and nobody can attach.
-            Ok(false) => return Announced::Done,
-            // The Flush queues behind the emit, so it answers once the event is on disk.
-            Ok(true) => match ask(actor, |reply| SessionMsg::Flush { reply }, self.timeout()).await
-            {
-                Ok(()) => return Announced::Done,
-                Err(_) => Announced::Unconfirmed,
-            },
-            Err(_) => Announced::NotHandled,
+        let emitted = self
+            .ask_session(Some(profile), session_id, true, self.timeout(), |reply| {
+                SessionMsg::EmitIfOpen {
+                    events: vec![event],
+                    reply,
+                }
+            })
+            .await;
+        let confirmed = match emitted {
+            Ok(Reached::Live {
+                answer: Ok(true), ..
+            }) => {
+                // The Flush queues behind the emit, so it answers once the event is on disk. A
+                // session that parked or closed since has every event on disk.
+                let flushed = self
+                    .ask_session(Some(profile), session_id, false, self.timeout(), |reply| {
+                        SessionMsg::Flush { reply }
+                    })
+                    .await;
+                match flushed {
+                    Ok(Reached::Live { answer, .. }) => answer,
+                    Ok(_) => Ok(()),
+                    Err(e) => Err(e),
+                }
+            }
+            // Closed meanwhile (nothing may follow `session.closed`), or gone.
+            Ok(Reached::Live {
+                answer: Ok(false), ..
+            })
+            | Ok(Reached::Closed(_) | Reached::Stored(_) | Reached::NotFound) => Ok(()),
+            Ok(Reached::Live { answer: Err(e), .. }) | Err(e) => Err(e),
         };
-        warn!(
-            session_id = session_id.as_str(),
-            %state,
-            "handoff transition committed but its status.update was not confirmed"
-        );
-        outcome
+        if let Err(e) = confirmed {
+            warn!(
+                session_id = session_id.as_str(),
+                %state,
+                error = %e,
+                "handoff transition committed but its status.update was not confirmed"
+            );
+        }
     }
-}
-
-/// How an announcement went.
-enum Announced {
-    /// Written (or rightly skipped: the session is closed).
-    Done,
-    /// Emitted, but its commit was not confirmed in time.
-    Unconfirmed,
-    /// The session never handled the emit.
-    NotHandled,
 }

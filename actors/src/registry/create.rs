@@ -133,6 +133,11 @@ impl RegistryState {
         let rows = initial.iter().map(EventRecord::to_row).collect();
         let myself = myself.clone();
         tokio::spawn(async move {
+            // No bound: the writer answers a Create when its transaction
+            // has ended (or drops the port if it dies), and only it knows
+            // whether the session exists; a timeout here could report as
+            // failed a session that is then committed. The caller's wait on
+            // the registry is bounded on its own (`call_timeout`).
             let committed = writer
                 .call(
                     |port| StoreWriterMsg::Create {
@@ -153,7 +158,7 @@ impl RegistryState {
                     });
                 }
                 Ok(ractor::rpc::CallResult::Success(Err(e))) => {
-                    let _ = reply.send(Err(RpcError::new(e.code(), e.to_string())));
+                    let _ = reply.send(Err(e.into()));
                 }
                 _ => {
                     let _ = reply.send(Err(storage_unavailable()));

@@ -15,10 +15,16 @@ use crate::session::SessionMsg;
 use crate::store_writer::{Barrier, StoreWriterMsg};
 
 /// Reads a session row and, through the writer, its committed latest seq.
+/// The writer's answer is awaited at most `wait`: the registry's `loading`
+/// entry lasts as long as this, so a writer that never answers (a hung
+/// disk) must not keep it, and every later request for the session, for
+/// ever; past the bound the waiters get 5072 and the next request loads
+/// afresh.
 pub(super) async fn load_session(
     reader: &dyn tether_store::StoreRead,
     writer: Option<ActorRef<StoreWriterMsg>>,
     key: &SessionKey,
+    wait: Duration,
 ) -> Result<Option<Loaded>, StoreError> {
     let Some(first) = reader.get_session(&key.0, &key.1).await? else {
         return Ok(None);
@@ -44,11 +50,16 @@ pub(super) async fn load_session(
                 session_id: key.1.clone(),
                 reply: port,
             },
-            None,
+            Some(wait),
         )
         .await;
     let barrier = match barrier {
         Ok(ractor::rpc::CallResult::Success(result)) => result?,
+        Ok(ractor::rpc::CallResult::Timeout) => {
+            return Err(StoreError::Unavailable(
+                "store writer did not answer in time".into(),
+            ))
+        }
         _ => {
             return Err(StoreError::Unavailable(
                 "store writer did not answer".into(),
@@ -124,23 +135,23 @@ const RECOVER_DEADLINE: Duration = Duration::from_secs(30);
 async fn recover_one(registry: &ActorRef<RegistryMsg>, key: SessionKey) -> bool {
     let session_id = key.1.clone();
     debug!(session_id = %session_id, profile = %key.0, "session had turns running at the last stop");
+    // The calls inside take no bound of their own: the whole is bounded by
+    // `RECOVER_DEADLINE` below.
     let work = async {
-        let resolved = registry
+        let (tx, flushed) = tokio::sync::oneshot::channel();
+        let forwarded = registry
             .call(
-                |reply| RegistryMsg::Resolve {
+                |reply| RegistryMsg::Forward {
                     key,
                     load: true,
+                    msg: SessionMsg::Flush { reply: tx.into() },
                     reply,
                 },
                 None,
             )
             .await;
-        match resolved {
-            Ok(ractor::rpc::CallResult::Success(Ok(Resolved::Live(live)))) => live
-                .actor
-                .call(|reply| SessionMsg::Flush { reply }, None)
-                .await
-                .is_ok(),
+        match forwarded {
+            Ok(ractor::rpc::CallResult::Success(Ok(Resolved::Live(_)))) => flushed.await.is_ok(),
             // Closed or gone since: nothing of it is running.
             Ok(ractor::rpc::CallResult::Success(Ok(_))) => true,
             _ => false,

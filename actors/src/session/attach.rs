@@ -16,8 +16,9 @@ use ractor::{ActorRef, RpcReplyPort};
 use serde_json::value::RawValue;
 use tether_protocol::{PeerId, ResumeParams, ResumeResult, RpcError, SessionStatus};
 
+use super::peers::PeerSlot;
 use super::replay::read_range;
-use super::{PeerLink, PeerSlot, SessionMsg, SessionState};
+use super::{PeerLink, SessionMsg, SessionState};
 use crate::event::frame_of;
 use crate::outbox::{FrameClass, Pushed};
 use crate::ring::Coverage;
@@ -45,29 +46,11 @@ impl SessionState {
         peer: Option<PeerLink>,
         reply: RpcReplyPort<Result<ResumeReply, RpcError>>,
     ) {
-        if self.status == SessionStatus::Closed {
-            let _ = reply.send(Err(RpcError::session_closed()));
+        if let Err(e) = self.check_resume(&params, peer.as_ref()) {
+            let _ = reply.send(Err(e));
             return;
         }
-        let limit = self.ctx.config.max_resume_messages;
-        if !params.omit_messages && self.committed_message_count > limit {
-            let _ = reply.send(Err(RpcError::resume_too_large(
-                self.committed_message_count,
-                limit,
-            )));
-            return;
-        }
-        let max_peers = self.ctx.config.max_peers_per_session;
-        if let Some(p) = peer.as_ref().filter(|_| params.attach) {
-            if self.peers.len() >= max_peers && !self.peers.contains_key(&p.peer_id) {
-                let _ = reply.send(Err(RpcError::session_busy(format!(
-                    "the session has {} peers attached (--max-peers-per-session)",
-                    self.peers.len()
-                ))));
-                return;
-            }
-        }
-        let h = self.committed_seq;
+        let h = self.commit.committed_seq();
         let joining = match peer {
             Some(peer) if params.attach => {
                 self.attach_slot(peer.peer_id, PeerSlot::new(peer.outbox, Some(Vec::new())));
@@ -75,22 +58,7 @@ impl SessionState {
             }
             _ => false,
         };
-        let replay = match params.last_seen {
-            None => Replay::None,
-            Some(after) if h.saturating_sub(after) > self.ctx.config.max_replay_events => {
-                Replay::Resync
-            }
-            Some(after) => match self.ring.coverage(after, h) {
-                Coverage::Full => Replay::Ready(
-                    self.ring
-                        .range(after, h, usize::MAX)
-                        .into_iter()
-                        .map(|e| e.params)
-                        .collect(),
-                ),
-                Coverage::Partial => Replay::Store { after },
-            },
-        };
+        let replay = self.replay_of(params.last_seen, h);
         let truncated = params
             .last_seen
             .map(|after| after.saturating_add(1) < self.retained_from_seq);
@@ -105,7 +73,6 @@ impl SessionState {
             truncated,
             resync: params.last_seen.map(|_| false),
         };
-        let needs_store = !params.omit_messages || matches!(replay, Replay::Store { .. });
         let store_after = match replay {
             Replay::None => None,
             Replay::Resync => {
@@ -119,45 +86,90 @@ impl SessionState {
             }
             Replay::Store { after } => Some(after),
         };
-        if !needs_store {
-            let _ = reply.send(Ok(ResumeReply { result, joining }));
+        let answer = ResumeReply { result, joining };
+        if params.omit_messages && store_after.is_none() {
+            let _ = reply.send(Ok(answer));
             return;
         }
+        self.resume_from_store(answer, !params.omit_messages, store_after, reply);
+    }
+
+    /// Why a resume is refused, if it is.
+    fn check_resume(&self, params: &ResumeParams, peer: Option<&PeerLink>) -> Result<(), RpcError> {
+        if self.status == SessionStatus::Closed {
+            return Err(RpcError::session_closed());
+        }
+        let limit = self.ctx.config.max_resume_messages;
+        let messages = self.commit.committed_message_count();
+        if !params.omit_messages && messages > limit {
+            return Err(RpcError::resume_too_large(messages, limit));
+        }
+        let max_peers = self.ctx.config.max_peers_per_session;
+        if let Some(p) = peer.filter(|_| params.attach) {
+            if self.peers.len() >= max_peers && !self.peers.contains_key(&p.peer_id) {
+                return Err(RpcError::session_busy(format!(
+                    "the session has {} peers attached (--max-peers-per-session)",
+                    self.peers.len()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Where the replay `(after, h]` comes from.
+    fn replay_of(&self, last_seen: Option<u64>, h: u64) -> Replay {
+        match last_seen {
+            None => Replay::None,
+            Some(after) if h.saturating_sub(after) > self.ctx.config.max_replay_events => {
+                Replay::Resync
+            }
+            Some(after) => match self.ring.coverage(after, h) {
+                Coverage::Full => Replay::Ready(
+                    self.ring
+                        .range(after, h, usize::MAX)
+                        .into_iter()
+                        .map(|e| e.params)
+                        .collect(),
+                ),
+                Coverage::Partial => Replay::Store { after },
+            },
+        }
+    }
+
+    /// Completes the answer on a task, from the store: the segment's
+    /// messages (cut at the answer's `latest_seq`) and the replay after
+    /// `store_after`, so that the session keeps serving meanwhile.
+    fn resume_from_store(
+        &self,
+        mut answer: ResumeReply,
+        with_messages: bool,
+        store_after: Option<u64>,
+        reply: RpcReplyPort<Result<ResumeReply, RpcError>>,
+    ) {
         let reader = self.ctx.reader.clone();
         let id = self.id.clone();
-        let with_messages = !params.omit_messages;
+        let h = answer.result.latest_seq;
         tokio::spawn(async move {
-            let answer = async {
+            let filled = async {
                 if with_messages {
-                    let rows = reader
-                        .segment_events(&id)
-                        .await
-                        .map_err(|e| RpcError::new(e.code(), e.to_string()))?;
+                    let rows = reader.segment_events(&id).await?;
                     let rows: Vec<_> = rows.into_iter().filter(|r| r.seq <= h).collect();
-                    result.messages = Some(messages_from_rows(&rows));
+                    answer.result.messages = Some(messages_from_rows(&rows));
                 }
                 if let Some(after) = store_after {
                     let (events, _) = read_range(reader.as_ref(), &id, after, h, u32::MAX).await?;
-                    result.events = Some(events);
+                    answer.result.events = Some(events);
                 }
-                Ok(ResumeReply { result, joining })
+                Ok(answer)
             }
             .await;
-            let _ = reply.send(answer);
+            let _ = reply.send(filled);
         });
-    }
-
-    /// Adds (or replaces, for a peer that resumes again) a peer's slot. The
-    /// replaced slot is let go on purpose: it must not close the peer.
-    fn attach_slot(&mut self, peer_id: PeerId, slot: PeerSlot) {
-        if let Some(mut old) = self.peers.insert(peer_id, slot) {
-            old.armed = false;
-        }
     }
 
     /// A peer that must see every event from seq 1 (it created the session).
     pub(super) fn attach_from_start(&mut self, myself: &ActorRef<SessionMsg>, peer: PeerLink) {
-        let h = self.committed_seq;
+        let h = self.commit.committed_seq();
         if self.ring.coverage(0, h) == Coverage::Full {
             for e in self.ring.range(0, h, usize::MAX) {
                 if peer.outbox.push(frame_of(&e.params), FrameClass::Durable) == Pushed::Closed {

@@ -11,7 +11,7 @@ use tether_protocol::{EventType, Message, RpcError};
 use tether_store::EventRow;
 
 use super::{SessionMsg, SessionState};
-use crate::transcript::{is_message, message_from_row, messages_from_rows};
+use crate::transcript::{message_from_row, messages_from_rows};
 
 #[derive(Debug, Default)]
 pub(crate) enum Transcript {
@@ -28,15 +28,16 @@ pub(crate) enum Transcript {
     Ready(Vec<Message>),
 }
 
-impl SessionState {
-    /// Keeps the in-memory transcript current with an emitted event.
-    pub(super) fn note_message(&mut self, row: &EventRow, kind: EventType) -> Option<Message> {
-        if !is_message(kind) {
+impl Transcript {
+    /// Keeps the in-memory transcript current with an emitted event; the
+    /// message it is, if it is one.
+    pub(super) fn note(&mut self, row: &EventRow, kind: EventType) -> Option<Message> {
+        if !kind.is_transcript() {
             return None;
         }
         let message = message_from_row(row)?;
         let compaction = kind == EventType::SessionCompacted;
-        match &mut self.transcript {
+        match self {
             Transcript::NotLoaded => {}
             Transcript::Loading { buffer, reset, .. } => {
                 if compaction {
@@ -54,7 +55,9 @@ impl SessionState {
         }
         Some(message)
     }
+}
 
+impl SessionState {
     /// Messages with `seq < before`, if the transcript is in memory.
     pub(super) fn history_before(&self, before: u64) -> Option<Vec<Message>> {
         match &self.transcript {
@@ -76,11 +79,11 @@ impl SessionState {
         }
         // Committed events are in the store; the ones still pending are
         // taken from memory so nothing falls between the two.
-        let upto = self.committed_seq;
+        let upto = self.commit.committed_seq();
         let buffer = self
-            .pending
-            .iter()
-            .filter_map(|p| p.message.clone())
+            .commit
+            .pending_durable()
+            .filter_map(|d| d.message.clone())
             .collect();
         self.transcript = Transcript::Loading {
             buffer,
@@ -97,7 +100,7 @@ impl SessionState {
                     let rows: Vec<_> = rows.into_iter().filter(|r| r.seq <= upto).collect();
                     messages_from_rows(&rows)
                 })
-                .map_err(|e| RpcError::new(e.code(), e.to_string()));
+                .map_err(RpcError::from);
             let _ = myself.cast(SessionMsg::TranscriptLoaded { result });
         });
     }

@@ -4,9 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tether_protocol::{
-    CompleteStatus, EventType, MessageCompletePayload, SessionStatus, TraceId, TurnId,
-};
+use tether_protocol::{CompleteStatus, EventType, MessageCompletePayload, SessionStatus};
 use tracing::{info, warn};
 
 use super::turns::Turns;
@@ -18,31 +16,9 @@ use crate::turn::reasons;
 /// What is persisted as the session's turn marker.
 #[derive(Debug, Default, Serialize, Deserialize, PartialEq)]
 pub(crate) struct TurnMarker {
-    pub running: Option<MarkedTurn>,
+    pub running: Option<TurnTag>,
     #[serde(default)]
-    pub queued: Vec<MarkedTurn>,
-}
-
-#[derive(Debug, Serialize, Deserialize, PartialEq)]
-pub(crate) struct MarkedTurn {
-    pub turn_id: TurnId,
-    pub trace_id: TraceId,
-}
-
-impl MarkedTurn {
-    fn of(tag: &TurnTag) -> Self {
-        Self {
-            turn_id: tag.turn_id.clone(),
-            trace_id: tag.trace_id.clone(),
-        }
-    }
-
-    fn tag(&self) -> TurnTag {
-        TurnTag {
-            turn_id: self.turn_id.clone(),
-            trace_id: self.trace_id.clone(),
-        }
-    }
+    pub queued: Vec<TurnTag>,
 }
 
 impl Turns {
@@ -51,8 +27,8 @@ impl Turns {
             return None;
         }
         let marker = TurnMarker {
-            running: self.running.as_ref().map(|r| MarkedTurn::of(&r.tag)),
-            queued: self.queue.iter().map(|q| MarkedTurn::of(&q.tag)).collect(),
+            running: self.running.as_ref().map(|r| r.tag.clone()),
+            queued: self.queue.iter().map(|q| q.tag.clone()).collect(),
         };
         serde_json::to_value(marker).ok()
     }
@@ -71,8 +47,7 @@ impl SessionState {
                 return warn!(session_id = %self.id, error = %e, "unreadable turn marker ignored")
             }
         };
-        if let Some(running) = marker.running {
-            let tag = running.tag();
+        if let Some(tag) = marker.running {
             if let Some(hosts) = self.ctx.hosts() {
                 // In case the host still runs it (the session actor restarted).
                 let _ = hosts.cast(HostSupervisorMsg::Abandon {
@@ -96,26 +71,49 @@ impl SessionState {
                 Some(tag),
             );
         }
-        for q in marker.queued {
-            let dequeued = Some(reasons::DEQUEUED);
-            self.ctx
-                .metrics
-                .turn_ended(CompleteStatus::Interrupted, dequeued, None);
-            self.emit_durable(
-                EventType::MessageComplete,
-                &MessageCompletePayload {
-                    text: String::new(),
-                    status: CompleteStatus::Interrupted,
-                    failure_reason: Some(reasons::DEQUEUED.into()),
-                    recoverable: None,
-                    usage: None,
-                },
-                Some(q.tag()),
-            );
+        for tag in marker.queued {
+            self.complete_dequeued(tag);
         }
         self.turns.marker_dirty = true;
         if self.status == SessionStatus::Running {
             self.set_status(SessionStatus::Idle);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tether_protocol::{TraceId, TurnId};
+
+    /// A marker as earlier gateways wrote it (one running turn, one queued).
+    const ON_DISK: &str = r#"{"running":{"turn_id":"t_1","trace_id":"tr_1"},"queued":[{"turn_id":"t_2","trace_id":"tr_2"}]}"#;
+
+    fn tag(turn: &str, trace: &str) -> TurnTag {
+        TurnTag {
+            turn_id: TurnId::from(turn),
+            trace_id: TraceId::from(trace),
+        }
+    }
+
+    #[test]
+    fn a_stored_marker_still_loads_and_is_written_the_same_way() {
+        let marker: TurnMarker = serde_json::from_str(ON_DISK).expect("loads");
+        assert_eq!(
+            marker,
+            TurnMarker {
+                running: Some(tag("t_1", "tr_1")),
+                queued: vec![tag("t_2", "tr_2")],
+            }
+        );
+        let written = serde_json::to_value(&marker).expect("encodes");
+        let stored: Value = serde_json::from_str(ON_DISK).expect("json");
+        assert_eq!(written, stored);
+    }
+
+    #[test]
+    fn a_marker_without_queued_turns_loads() {
+        let marker: TurnMarker = serde_json::from_str(r#"{"running":null}"#).expect("loads");
+        assert_eq!(marker, TurnMarker::default());
     }
 }

@@ -24,6 +24,7 @@ use serde_json::value::RawValue;
 use tether_protocol::{now_ms, EventType, TraceId, TurnId};
 use tracing::{info, warn};
 
+use super::pipeline::DurableFrame;
 use super::{SessionMsg, SessionState};
 use crate::event::{EventRecord, TurnTag};
 
@@ -69,16 +70,16 @@ struct Params {
 }
 
 impl SessionState {
-    /// Called with the pending events an append failure is about to drop
-    /// (every durable one from `from_seq` on): keeps the completions of
-    /// accepted turns, and schedules their retry.
-    pub(super) fn owe_completions(&mut self, myself: &ActorRef<SessionMsg>, from_seq: u64) {
-        let dropped: Vec<Params> = self
-            .pending
+    /// Called with the durable events an append failure dropped: keeps
+    /// the completions of accepted turns, and schedules their retry.
+    pub(super) fn owe_completions(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        dropped: &[(u64, DurableFrame)],
+    ) {
+        let dropped: Vec<Params> = dropped
             .iter()
-            .filter(|p| p.seq.is_some_and(|s| s >= from_seq))
-            .filter_map(|p| p.params.as_ref())
-            .filter_map(|raw| serde_json::from_str::<Params>(raw.get()).ok())
+            .filter_map(|(_, d)| serde_json::from_str::<Params>(d.params.get()).ok())
             .collect();
         // Turns whose prompt was in the failed append were never accepted.
         let refused: HashSet<&str> = dropped

@@ -1,23 +1,63 @@
-//! The durable-event pipeline of a session: assign a seq, append through
-//! the StoreWriter (one append in flight, the rest coalesced), and only on
-//! `Committed` move events into the ring and out to every peer, in
-//! emission order. A failed append rewinds the seq under a new `gen`.
+//! The session's side of the durable-event pipeline: encode what it emits,
+//! and wire [`CommitPipeline`] (the rules, in `commit.rs`) to the
+//! StoreWriter, the ring, the peers and the waiters. Each function here
+//! does what the pipeline's answer says: send this append, fan out these
+//! frames, answer these waiters.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
-use ractor::ActorRef;
+use ractor::{ActorRef, RpcReplyPort};
 use serde::Serialize;
-use tether_protocol::{now_ms, EventType, RpcError, SessionStatus};
-use tether_store::{EventRow, SessionPatch};
+use serde_json::value::RawValue;
+use tether_protocol::{now_ms, EventType, Message, RpcError, SessionStatus, SubmitResult};
+use tether_store::EventRow;
 use tracing::{debug, info, warn};
 
-use super::{Pending, SessionMsg, SessionState, Waiter};
+use super::commit::{CommitPipeline, Frame, Rebase, Released};
+use super::{SessionMsg, SessionState};
 use crate::event::{frame_of, DeltaMeta, EventRecord, TurnTag};
-use crate::outbox::{FrameClass, Pushed};
+use crate::outbox::FrameClass;
 use crate::ring::RingEntry;
-use crate::store_writer::StoreWriterMsg;
+use crate::store_writer::{Barrier, StoreWriterMsg};
 use crate::transcript;
+
+/// The session's commit pipeline.
+pub(super) type Commit = CommitPipeline<DurableFrame, TransientFrame, Waiter>;
+
+/// A durable event, encoded, waiting for its commit.
+#[derive(Debug)]
+pub(super) struct DurableFrame {
+    pub params: Arc<RawValue>,
+    pub frame: Bytes,
+    /// The transcript message this event is, if it is one.
+    pub message: Option<Message>,
+    /// Emission time, kept to rebuild the store row after a writer restart.
+    pub ts_ms: i64,
+}
+
+/// A transient event, encoded, waiting for the durable events before it.
+#[derive(Debug)]
+pub(super) struct TransientFrame {
+    pub frame: Bytes,
+    /// A delta's fields, for outboxes that merge deltas.
+    pub delta: Option<Arc<DeltaMeta>>,
+}
+
+/// Something to answer when a seq is committed (or fails), or when
+/// nothing is pending any more.
+#[derive(Debug)]
+pub(super) enum Waiter {
+    Close(Option<RpcReplyPort<Result<(), RpcError>>>),
+    /// `prompt.submit` is answered once its `message.user` is on disk.
+    Submit {
+        reply: RpcReplyPort<Result<SubmitResult, RpcError>>,
+        result: SubmitResult,
+    },
+    /// `Flush` and `Drain`: every event emitted before is committed and
+    /// fanned out (or dropped by a failure).
+    Settled(RpcReplyPort<()>),
+}
 
 impl SessionState {
     /// Emits a durable event and returns its seq.
@@ -27,7 +67,7 @@ impl SessionState {
         payload: &P,
         turn: Option<TurnTag>,
     ) -> u64 {
-        let seq = self.next_seq;
+        let seq = self.commit.next_seq();
         self.emit(EventRecord::new(kind, payload, turn, now_ms()));
         seq
     }
@@ -52,243 +92,217 @@ impl SessionState {
             .store(now, std::sync::atomic::Ordering::Relaxed);
         if !rec.kind.is_durable() {
             let params = rec.params_of(&self.id);
-            let frame = frame_of(&params);
-            // Deltas carry what a pressured outbox needs to merge them.
-            let delta = rec.delta_meta(&self.id).map(Arc::new);
-            if self.pending.is_empty() {
-                self.fan_out(&frame, transient_class(delta));
-            } else {
-                self.pending.push_back(Pending {
-                    seq: None,
-                    params: None,
-                    frame,
-                    delta,
-                    message_count: self.message_count,
-                    message: None,
-                    ts_ms: rec.ts_ms,
-                });
+            let frame = TransientFrame {
+                frame: frame_of(&params),
+                // Deltas carry what a pressured outbox needs to merge them.
+                delta: rec.delta_meta(&self.id).map(Arc::new),
+            };
+            if let Some(t) = self.commit.emit_transient(frame) {
+                self.fan_out(&t.frame, transient_class(t.delta));
             }
             return;
         }
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        rec.seq = Some(seq);
-        self.message_count = transcript::count_after(rec.kind, self.message_count);
-        let params = rec.params_of(&self.id);
-        let frame = frame_of(&params);
-        let row = rec.to_row();
-        let message = self.note_message(&row, rec.kind);
-        self.unsent.push(row);
-        self.pending.push_back(Pending {
-            seq: Some(seq),
-            params: Some(params),
-            frame,
-            delta: None,
-            message_count: self.message_count,
-            message,
-            ts_ms: rec.ts_ms,
+        let message_count = transcript::count_after(rec.kind, self.commit.message_count());
+        let (id, notes) = (&self.id, &mut self.transcript);
+        self.commit.emit_durable(message_count, |seq| {
+            rec.seq = Some(seq);
+            let params = rec.params_of(id);
+            let row = rec.to_row();
+            let message = notes.note(&row, rec.kind);
+            let frame = frame_of(&params);
+            let ts_ms = rec.ts_ms;
+            let durable = DurableFrame {
+                params,
+                frame,
+                message,
+                ts_ms,
+            };
+            (row, durable)
         });
+    }
+
+    /// `Emit`: events from a benchmark driving the fan-out.
+    pub(super) fn emit_all(&mut self, events: Vec<EventRecord>) {
+        for rec in events {
+            self.emit(rec);
+        }
+    }
+
+    /// `EmitIfOpen`: nothing may follow `session.closed`.
+    pub(super) fn emit_if_open(&mut self, events: Vec<EventRecord>, reply: RpcReplyPort<bool>) {
+        let open = self.status != SessionStatus::Closed;
+        if open {
+            self.emit_all(events);
+        }
+        let _ = reply.send(open);
     }
 
     /// Sends the rows emitted by this message to the writer as one append.
     ///
     /// While the writer is restarting (none published, or the published
-    /// one already dead) the rows stay in `unsent`: the root announces the
+    /// one already dead) the rows stay unsent: the root announces the
     /// new writer (`WriterRestarted`) and this runs again after that
     /// message. Failing them instead would drop events that the session
     /// already counts as emitted, a turn's `message.complete` among them.
     pub(super) fn send_unsent(&mut self, myself: &ActorRef<SessionMsg>) {
-        if self.unsent.is_empty() || self.append_in_flight {
+        if !self.commit.has_append() {
             return;
         }
         let Some(writer) = self.ctx.writer() else {
             debug!(session_id = %self.id, "store writer restarting; append held");
             return;
         };
-        let events = std::mem::take(&mut self.unsent);
-        let turn_marker = self.turns.marker_dirty.then(|| self.turns.marker());
-        let patch = SessionPatch {
-            status: Some(self.status),
-            message_count: Some(self.message_count),
-            history_version: Some(self.history_version),
-            turn_marker,
-            updated_at_ms: Some(self.updated_at_ms),
-            ..SessionPatch::default()
+        let Some(append) = self.commit.take_append(writer.get_id()) else {
+            return;
         };
+        let turn_marker = self.turns.marker_dirty.then(|| self.turns.marker());
+        let patch = self.row_patch(turn_marker);
         let sent = writer.cast(StoreWriterMsg::Append {
             session_id: self.id.clone(),
-            gen: self.gen,
-            events,
+            gen: append.append_gen,
+            events: append.rows,
             patch,
             notify: myself.clone(),
         });
         match sent {
-            Ok(()) => {
-                self.turns.marker_dirty = false;
-                self.append_in_flight = true;
-                self.in_flight_to = Some(writer.get_id());
-            }
+            Ok(()) => self.turns.marker_dirty = false,
             Err(ractor::MessagingErr::SendErr(StoreWriterMsg::Append { events, .. })) => {
                 debug!(session_id = %self.id, "store writer gone; append held");
-                self.unsent = events;
+                self.commit.append_not_sent(events);
+                self.row_written.forget();
             }
             Err(_) => {
-                // Not reachable for a local actor; keep the rows regardless.
+                // Not reachable for a local actor; rebuild the rows regardless.
+                self.commit.append_lost(row_of);
+                self.row_written.forget();
             }
         }
     }
 
-    /// Moves committed events into the ring and out to the peers, in order.
+    /// `Committed`: moves committed events into the ring and out to the
+    /// peers, in order, and answers their waiters.
     pub(super) fn committed(&mut self, myself: &ActorRef<SessionMsg>, gen: u64, upto_seq: u64) {
-        if gen != self.gen {
+        let released = self.commit.committed(gen, upto_seq);
+        self.release(myself, released);
+        self.store_recovered();
+    }
+
+    /// `AppendFailed`: what was not written is dropped (the completions of
+    /// accepted turns among it are owed), its waiters get the error, and
+    /// the turns whose prompt was among it are forgotten.
+    pub(super) fn append_failed(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        gen: u64,
+        from_seq: u64,
+        code: i64,
+    ) {
+        let Some(dropped) = self.commit.append_failed(gen, from_seq) else {
             return;
+        };
+        self.row_written.forget();
+        self.owe_completions(myself, &dropped.events);
+        warn!(session_id = %self.id, from_seq, code, "durable events not written; rewinding");
+        for waiter in dropped.failed {
+            self.fail(waiter, code);
         }
-        self.append_in_flight = false;
-        while let Some(front) = self.pending.front() {
-            match front.seq {
-                Some(seq) if seq > upto_seq => break,
-                _ => {}
-            }
-            let Some(p) = self.pending.pop_front() else {
-                break;
-            };
-            match (p.seq, p.params) {
-                (Some(seq), Some(params)) => {
-                    self.committed_seq = seq;
-                    self.committed_message_count = p.message_count;
-                    self.ring.push(RingEntry { seq, params });
-                    self.fan_out(&p.frame, FrameClass::Durable);
+        self.forget_unwritten_turns(from_seq);
+        for waiter in dropped.settled {
+            self.answer(myself, waiter);
+        }
+    }
+
+    /// Answers `waiter` once `seq` is on disk (at once if it is).
+    pub(super) fn wait_for(&mut self, myself: &ActorRef<SessionMsg>, seq: u64, waiter: Waiter) {
+        if let Some(waiter) = self.commit.wait_for(seq, waiter) {
+            self.answer(myself, waiter);
+        }
+    }
+
+    /// `Flush`: answers once every event emitted so far is committed and
+    /// fanned out.
+    pub(super) fn when_settled(&mut self, myself: &ActorRef<SessionMsg>, reply: RpcReplyPort<()>) {
+        if let Some(waiter) = self.commit.wait_settled(Waiter::Settled(reply)) {
+            self.answer(myself, waiter);
+        }
+    }
+
+    /// Fans out what a commit released, in order, then answers its waiters.
+    fn release(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        released: Released<DurableFrame, TransientFrame, Waiter>,
+    ) {
+        for frame in released.frames {
+            match frame {
+                Frame::Durable { seq, item } => {
+                    self.ring.push(RingEntry {
+                        seq,
+                        params: item.params,
+                    });
+                    self.fan_out(&item.frame, FrameClass::Durable);
                 }
-                _ => self.fan_out(&p.frame, transient_class(p.delta)),
+                Frame::Transient(t) => self.fan_out(&t.frame, transient_class(t.delta)),
             }
         }
-        self.resolve_waiters(myself);
-        if self.pending.is_empty() {
-            for w in self.flush_waiters.drain(..) {
-                let _ = w.send(());
+        for waiter in released.answered {
+            self.answer(myself, waiter);
+        }
+    }
+
+    /// What a waiter is told once its event is on disk.
+    fn answer(&mut self, myself: &ActorRef<SessionMsg>, waiter: Waiter) {
+        match waiter {
+            Waiter::Close(reply) => {
+                info!(session_id = %self.id, "session closed");
+                if let Some(reply) = reply {
+                    let _ = reply.send(Ok(()));
+                }
+                // Drain, not stop: what is already in the mailbox is
+                // answered (4002, or read), and what comes later is
+                // refused at the send, so the registry holds it for
+                // the stopped session instead of it being dropped.
+                let _ = myself.drain();
+            }
+            Waiter::Submit { reply, result } => {
+                let _ = reply.send(Ok(result));
+            }
+            Waiter::Settled(reply) => {
+                let _ = reply.send(());
             }
         }
     }
 
-    /// Drops what was not written, rewinds the seq and moves to a new gen so
-    /// that no later append of the old gen can land after the gap.
-    pub(super) fn append_failed(&mut self, gen: u64, from_seq: u64, code: i64) {
-        if gen != self.gen {
-            return;
-        }
-        self.append_in_flight = false;
-        warn!(session_id = %self.id, from_seq, code, "durable events not written; rewinding");
-        // Transients emitted after the failed events go with them.
-        if let Some(i) = self
-            .pending
-            .iter()
-            .position(|p| p.seq.is_some_and(|s| s >= from_seq))
-        {
-            self.pending.truncate(i);
-        }
-        self.unsent.retain(|r| r.seq < from_seq);
-        self.next_seq = from_seq;
-        self.gen += 1;
-        self.message_count = self
-            .pending
-            .back()
-            .map(|p| p.message_count)
-            .unwrap_or(self.committed_message_count);
-        let failed: Vec<_> = {
-            let (failed, keep) = std::mem::take(&mut self.waiters)
-                .into_iter()
-                .partition(|(seq, _)| *seq >= from_seq);
-            self.waiters = keep;
-            failed
-        };
-        for (_, waiter) in failed {
-            let err = RpcError::new(code, storage_message(code));
-            match waiter {
-                Waiter::Close(reply) => {
-                    self.status = SessionStatus::Idle;
-                    if let Some(reply) = reply {
-                        let _ = reply.send(Err(err));
-                    }
-                }
-                Waiter::Submit { reply, .. } => {
+    /// What a waiter is told when its event was not written.
+    fn fail(&mut self, waiter: Waiter, code: i64) {
+        let err = RpcError::new(code, storage_message(code));
+        match waiter {
+            Waiter::Close(reply) => {
+                self.set_status(SessionStatus::Idle);
+                if let Some(reply) = reply {
                     let _ = reply.send(Err(err));
                 }
             }
-        }
-        self.forget_unwritten_turns(from_seq);
-        if self.pending.is_empty() {
-            for w in self.flush_waiters.drain(..) {
-                let _ = w.send(());
+            Waiter::Submit { reply, .. } => {
+                let _ = reply.send(Err(err));
+            }
+            Waiter::Settled(reply) => {
+                let _ = reply.send(());
             }
         }
-    }
-
-    pub(super) fn resolve_waiters(&mut self, myself: &ActorRef<SessionMsg>) {
-        let committed = self.committed_seq;
-        let (done, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.waiters)
-            .into_iter()
-            .partition(|(seq, _)| *seq <= committed);
-        self.waiters = keep;
-        for (_, waiter) in done {
-            match waiter {
-                Waiter::Close(reply) => {
-                    info!(session_id = %self.id, "session closed");
-                    if let Some(reply) = reply {
-                        let _ = reply.send(Ok(()));
-                    }
-                    myself.stop(Some("closed".into()));
-                }
-                Waiter::Submit { reply, result } => {
-                    let _ = reply.send(Ok(result));
-                }
-            }
-        }
-    }
-
-    /// Pushes a frame to every peer; a joining peer's frames are held until
-    /// its resume reply is queued.
-    pub(super) fn fan_out(&mut self, frame: &Bytes, class: FrameClass) {
-        let limit = self.ctx.config.outbox_frames;
-        let mut gone = Vec::new();
-        for (peer_id, slot) in self.peers.iter_mut() {
-            match &mut slot.held {
-                Some(held) => {
-                    if held.len() >= limit && class == FrameClass::Durable {
-                        slot.outbox
-                            .close(crate::outbox::CLOSE_SLOW_CONSUMER, "slow consumer");
-                        gone.push(peer_id.clone());
-                    } else if held.len() < limit {
-                        held.push((frame.clone(), class.clone()));
-                    }
-                }
-                None => {
-                    if slot.outbox.push(frame.clone(), class.clone()) == Pushed::Closed {
-                        gone.push(peer_id.clone());
-                    }
-                }
-            }
-        }
-        for peer_id in gone {
-            debug!(session_id = %self.id, peer_id = %peer_id, "peer gone during fan-out");
-            self.detach(&peer_id);
-        }
-    }
-
-    /// Whether an append is in flight at a writer that is no longer the
-    /// current one (its answer will never come).
-    fn in_flight_at_old_writer(&self) -> bool {
-        self.append_in_flight && self.in_flight_to != self.ctx.writer().map(|w| w.get_id())
     }
 
     /// The writer was restarted. If an append of ours was at the old one it
     /// may or may not have been committed: ask the new writer (a barrier)
     /// before sending anything else.
     pub(super) fn writer_restarted(&mut self, myself: &ActorRef<SessionMsg>) {
-        if !self.in_flight_at_old_writer() || self.rebasing {
+        let writer = self.ctx.writer();
+        if !self
+            .commit
+            .writer_restarted(writer.as_ref().map(|w| w.get_id()))
+        {
             return;
         }
-        self.rebasing = true;
-        let writer = self.ctx.writer();
         let id = self.id.clone();
         let me = myself.clone();
         tokio::spawn(async move {
@@ -313,22 +327,16 @@ impl SessionState {
         });
     }
 
-    /// What is on disk is committed; the rest of `pending` is sent again
-    /// under the new writer's gen, so nothing emitted is lost or doubled.
-    pub(super) fn rebased(
-        &mut self,
-        myself: &ActorRef<SessionMsg>,
-        barrier: Result<crate::store_writer::Barrier, i64>,
-    ) {
-        self.rebasing = false;
-        if !self.in_flight_at_old_writer() {
+    /// What is on disk is committed; the rest of the pending events is sent
+    /// again under the new writer's gen, so nothing emitted is lost or doubled.
+    pub(super) fn rebased(&mut self, myself: &ActorRef<SessionMsg>, barrier: Result<Barrier, i64>) {
+        let current = self.ctx.writer().map(|w| w.get_id());
+        let latest_seq = barrier.as_ref().map_or(0, |b| b.latest_seq);
+        match self.commit.rebased(current, barrier, row_of) {
             // Answered meanwhile (by the old writer before it died), or the
             // append in flight went to the new writer: nothing to rebase.
-            return;
-        }
-        let barrier = match barrier {
-            Ok(b) => b,
-            Err(code) => {
+            Rebase::Unneeded => {}
+            Rebase::Retry { code } => {
                 // What the old writer committed is unknown, so nothing may
                 // be dropped or renumbered: ask again shortly.
                 warn!(session_id = %self.id, code, "barrier after a writer restart failed; retrying");
@@ -337,28 +345,20 @@ impl SessionState {
                     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
                     let _ = me.cast(SessionMsg::WriterRestarted);
                 });
-                return;
             }
-        };
-        let gen = self.gen;
-        self.committed(myself, gen, barrier.latest_seq);
-        self.gen = barrier.gen;
-        let first_unsent = self.unsent.first().map_or(u64::MAX, |r| r.seq);
-        let mut rows: Vec<_> = self
-            .pending
-            .iter()
-            .filter(|p| p.seq.is_some_and(|s| s < first_unsent))
-            .filter_map(|p| {
-                p.params
-                    .as_deref()
-                    .and_then(|params| row_from_params(params, p.ts_ms))
-            })
-            .collect();
-        info!(session_id = %self.id, latest_seq = barrier.latest_seq, resent = rows.len(), "rebased after a writer restart");
-        rows.append(&mut self.unsent);
-        self.unsent = rows;
-        self.turns.marker_dirty = true;
+            Rebase::Rebased { released, resent } => {
+                self.release(myself, released);
+                info!(session_id = %self.id, latest_seq, resent, "rebased after a writer restart");
+                self.row_written.forget();
+                self.turns.marker_dirty = true;
+            }
+        }
     }
+}
+
+/// The store row of a pending durable event, rebuilt from its params.
+fn row_of(durable: &DurableFrame) -> Option<EventRow> {
+    row_from_params(&durable.params, durable.ts_ms)
 }
 
 /// Rebuilds the store row of an event from its encoded params.

@@ -98,11 +98,7 @@ impl SessionState {
             let _ = reply.send(false);
             return;
         }
-        let settled = self.pending.is_empty()
-            && self.unsent.is_empty()
-            && !self.append_in_flight
-            && !self.rebasing;
-        if self.busy() || !settled {
+        if self.busy() || !self.commit.is_quiet() {
             let _ = reply.send(false);
             return;
         }
@@ -112,7 +108,7 @@ impl SessionState {
         };
         // Everything is committed; only the status is left to write. The
         // writer is FIFO, so the next load's barrier comes after this patch.
-        self.status = SessionStatus::Parked;
+        self.set_status(SessionStatus::Parked);
         let _ = writer.cast(StoreWriterMsg::Patch {
             session_id: self.id.clone(),
             patch: SessionPatch {
@@ -124,7 +120,7 @@ impl SessionState {
         self.gauges
             .parked
             .store(true, std::sync::atomic::Ordering::Release);
-        info!(session_id = %self.id, reason = reason.as_str(), latest_seq = self.committed_seq, "session parked");
+        info!(session_id = %self.id, reason = reason.as_str(), latest_seq = self.commit.committed_seq(), "session parked");
         let _ = reply.send(true);
         myself.stop(Some("parked".into()));
     }

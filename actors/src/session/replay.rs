@@ -29,10 +29,7 @@ pub(crate) async fn read_range(
         return Ok((Vec::new(), false));
     }
     let want = limit.min((upto - after).min(u32::MAX as u64) as u32);
-    let rows = reader
-        .events_since(session_id, after, want)
-        .await
-        .map_err(|e| RpcError::new(e.code(), e.to_string()))?;
+    let rows = reader.events_since(session_id, after, want).await?;
     let mut events = Vec::with_capacity(rows.len());
     let mut last = after;
     for row in rows.iter().filter(|r| r.seq <= upto) {
@@ -79,7 +76,7 @@ pub(super) fn since(
     params: SinceParams,
     reply: RpcReplyPort<Result<SinceResult, RpcError>>,
 ) {
-    let h = state.committed_seq;
+    let h = state.commit.committed_seq();
     let after = params.last_seen;
     if state.ring.coverage(after, h) == Coverage::Full {
         let entries = state.ring.range(after, h, params.limit as usize);

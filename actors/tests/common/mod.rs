@@ -2,33 +2,26 @@
 //! compute hosts) and a live session to drive.
 #![allow(dead_code)]
 
-use std::sync::Arc;
-
 use ractor::rpc::CallResult;
 use ractor::ActorRef;
 use tether_actors::event::EventRecord;
 use tether_actors::registry::{RegistryMsg, Resolved};
 use tether_actors::session::SessionMsg;
-use tether_actors::store_writer::WriterFactory;
 use tether_actors::{GatewayArgs, GatewayConfig, GatewayHandle};
 use tether_protocol::{now_ms, CreateParams, EventType, SessionId, TextPayload};
-use tether_store::{open_sqlite, open_sqlite_writer, StoreConfig};
+use tether_store::StoreConfig;
 
 /// A gateway on `dir/tether.db`; a restarted writer opens a new connection.
 pub async fn start(dir: &std::path::Path, config: GatewayConfig) -> GatewayHandle {
     let cfg = StoreConfig::new(dir.join("tether.db"));
-    let opened = open_sqlite(&cfg).await.expect("open store");
-    let factory: WriterFactory = Arc::new(move || {
-        let cfg = cfg.clone();
-        Box::pin(async move { open_sqlite_writer(&cfg).await })
-    });
+    let store = tether_store::open(&cfg).await.expect("open store");
     GatewayHandle::start(GatewayArgs {
         config,
         hosts: None,
-        reader: opened.reader,
-        handoffs: opened.handoffs,
-        epoch: opened.epoch,
-        writer_factory: factory,
+        reader: store.reader,
+        handoffs: store.handoffs,
+        epoch: store.epoch,
+        writer_factory: store.writers,
     })
     .await
     .expect("start gateway")

@@ -46,6 +46,31 @@ fn event_type_names_and_durability() {
 }
 
 #[test]
+fn the_transcript_types() {
+    let mut transcript: Vec<&str> = EventType::ALL
+        .iter()
+        .filter(|t| t.is_transcript())
+        .map(EventType::as_str)
+        .collect();
+    transcript.sort_unstable();
+    assert_eq!(
+        transcript,
+        [
+            "message.complete",
+            "message.system",
+            "message.user",
+            "session.compacted",
+            "tool.complete",
+        ]
+    );
+    // Every transcript event is durable: a resume rebuilds messages from the store.
+    assert!(EventType::ALL
+        .iter()
+        .filter(|t| t.is_transcript())
+        .all(EventType::is_durable));
+}
+
+#[test]
 fn payloads_round_trip() {
     round_trip(
         &SessionCreatedPayload {
@@ -90,8 +115,8 @@ fn payloads_round_trip() {
         json!({"tool_id":"1","name":"grep","result":[1,2],"is_error":false}),
     );
     round_trip(
-        &TodoUpdatedPayload {
-            items: vec![TodoItem {
+        &crate::Todos {
+            items: vec![crate::TodoItem {
                 id: "a".into(),
                 text: "A".into(),
                 status: "pending".into(),

@@ -5,6 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::Params;
 use crate::ids::{HandoffId, SessionId};
 
 wire_enum! {
@@ -26,6 +27,8 @@ pub struct HandoffRequestParams {
     pub target: String,
 }
 
+impl Params for HandoffRequestParams {}
+
 /// `handoff.claim`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HandoffClaimParams {
@@ -34,6 +37,8 @@ pub struct HandoffClaimParams {
     pub target: String,
 }
 
+impl Params for HandoffClaimParams {}
+
 /// `handoff.complete`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HandoffCompleteParams {
@@ -41,6 +46,8 @@ pub struct HandoffCompleteParams {
     pub profile: Option<String>,
     pub handoff_id: HandoffId,
 }
+
+impl Params for HandoffCompleteParams {}
 
 /// `handoff.fail`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -54,6 +61,8 @@ pub struct HandoffFailParams {
     pub only_if_pending: bool,
 }
 
+impl Params for HandoffFailParams {}
+
 /// `handoff.state`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HandoffStateParams {
@@ -61,6 +70,8 @@ pub struct HandoffStateParams {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<String>,
 }
+
+impl Params for HandoffStateParams {}
 
 /// `handoff.request`'s result (state is `pending`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

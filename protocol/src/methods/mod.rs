@@ -5,6 +5,14 @@
 //! Validation happens here, once, so the actors only ever see well-formed
 //! requests, and every peer (WebSocket, stdio, HTTP) reports a bad field the
 //! same way: `data.field` holds its path, e.g. `messages[1].role`.
+//!
+//! Every method is one row of the table below (`methods!`), which generates
+//! [`METHODS`], [`Request`], [`Request::method`], [`Request::params`] and the
+//! decoder, so a name cannot be listed without being decodable (or the other
+//! way round). Adding a method: a row here, its params type (implementing
+//! `Params`) and result type beside the others in this directory, and its arm
+//! in the actors' dispatcher (`actors/src/peer/dispatch.rs`), which the
+//! compiler then asks for; then docs/PROTOCOL.md and a test.
 
 mod de;
 mod handoff;
@@ -21,49 +29,88 @@ use serde::de::{DeserializeOwned, Deserializer};
 use serde_json::Value;
 
 use crate::error::RpcError;
-use crate::ids::{HandoffId, SessionId};
 
-/// Every method name, in the order of PROTOCOL 1.4.
-pub const METHODS: &[&str] = &[
-    "gateway.ping",
-    "session.create",
-    "session.resume",
-    "session.detach",
-    "session.list",
-    "session.close",
-    "session.branch",
-    "prompt.submit",
-    "session.interrupt",
-    "session.compress",
-    "session.events.since",
-    "session.events.stats",
-    "handoff.request",
-    "handoff.claim",
-    "handoff.complete",
-    "handoff.fail",
-    "handoff.state",
-];
+/// The params of a method: decoded by serde, then checked for what serde
+/// cannot express (a range). Most have nothing to check.
+pub(crate) trait Params: DeserializeOwned {
+    /// Checks the decoded params; an error is a -32602 naming the field.
+    fn validate(&self) -> Result<(), RpcError> {
+        Ok(())
+    }
+}
 
-/// A validated client request.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Request {
-    Ping,
-    SessionCreate(CreateParams),
-    SessionResume(ResumeParams),
-    SessionDetach(DetachParams),
-    SessionList(ListParams),
-    SessionClose(CloseParams),
-    SessionBranch(BranchParams),
-    PromptSubmit(SubmitParams),
-    SessionInterrupt(InterruptParams),
-    SessionCompress(CompressParams),
-    EventsSince(SinceParams),
-    EventsStats,
-    HandoffRequest(HandoffRequestParams),
-    HandoffClaim(HandoffClaimParams),
-    HandoffComplete(HandoffCompleteParams),
-    HandoffFail(HandoffFailParams),
-    HandoffState(HandoffStateParams),
+/// Generates everything that lists the methods from one table of rows
+/// `"wire.name" => Variant` (no params: whatever object is sent is ignored)
+/// or `"wire.name" => Variant(ParamsType)`, in the order of PROTOCOL 1.4.
+macro_rules! methods {
+    (@decode $d:ident $variant:ident) => {
+        Request::$variant
+    };
+    (@decode $d:ident $variant:ident $params:ty) => {
+        Request::$variant(decode::<$params, _>($d)?)
+    };
+    ($( $(#[$meta:meta])* $wire:literal => $variant:ident $( ($params:ty) )? ),+ $(,)?) => {
+        /// Every method name, in the order of PROTOCOL 1.4.
+        pub const METHODS: &[&str] = &[ $( $wire ),+ ];
+
+        /// A validated client request.
+        #[derive(Debug, Clone, PartialEq)]
+        pub enum Request {
+            $( $(#[$meta])* $variant $( ($params) )? ),+
+        }
+
+        impl Request {
+            /// The wire name of the method.
+            pub fn method(&self) -> &'static str {
+                match self {
+                    $( Request::$variant { .. } => $wire ),+
+                }
+            }
+
+            /// The params object as a client sends it; `None` for a method
+            /// that takes none.
+            pub fn params(&self) -> Result<Option<Value>, serde_json::Error> {
+                // The catch-all is for the methods without params; it would
+                // be unreachable only if every method took some.
+                #[allow(unreachable_patterns)]
+                match self {
+                    $( $( Request::$variant(p) => serde_json::to_value::<&$params>(p).map(Some), )? )+
+                    _ => Ok(None),
+                }
+            }
+        }
+
+        /// Decodes the params of a known `method` from any JSON deserializer.
+        fn build<'de, D>(method: &str, d: D) -> Result<Request, RpcError>
+        where
+            D: Deserializer<'de, Error = serde_json::Error>,
+        {
+            Ok(match method {
+                $( $wire => methods!(@decode d $variant $($params)?), )+
+                other => return Err(RpcError::method_not_found(other)),
+            })
+        }
+    };
+}
+
+methods! {
+    "gateway.ping" => Ping,
+    "session.create" => SessionCreate(CreateParams),
+    "session.resume" => SessionResume(ResumeParams),
+    "session.detach" => SessionDetach(DetachParams),
+    "session.list" => SessionList(ListParams),
+    "session.close" => SessionClose(CloseParams),
+    "session.branch" => SessionBranch(BranchParams),
+    "prompt.submit" => PromptSubmit(SubmitParams),
+    "session.interrupt" => SessionInterrupt(InterruptParams),
+    "session.compress" => SessionCompress(CompressParams),
+    "session.events.since" => EventsSince(SinceParams),
+    "session.events.stats" => EventsStats,
+    "handoff.request" => HandoffRequest(HandoffRequestParams),
+    "handoff.claim" => HandoffClaim(HandoffClaimParams),
+    "handoff.complete" => HandoffComplete(HandoffCompleteParams),
+    "handoff.fail" => HandoffFail(HandoffFailParams),
+    "handoff.state" => HandoffState(HandoffStateParams),
 }
 
 impl Request {
@@ -102,77 +149,6 @@ impl Request {
         let mut d = serde_json::Deserializer::from_str(params);
         build(method, &mut d)
     }
-
-    /// The wire name of the method.
-    pub fn method(&self) -> &'static str {
-        match self {
-            Request::Ping => "gateway.ping",
-            Request::SessionCreate(_) => "session.create",
-            Request::SessionResume(_) => "session.resume",
-            Request::SessionDetach(_) => "session.detach",
-            Request::SessionList(_) => "session.list",
-            Request::SessionClose(_) => "session.close",
-            Request::SessionBranch(_) => "session.branch",
-            Request::PromptSubmit(_) => "prompt.submit",
-            Request::SessionInterrupt(_) => "session.interrupt",
-            Request::SessionCompress(_) => "session.compress",
-            Request::EventsSince(_) => "session.events.since",
-            Request::EventsStats => "session.events.stats",
-            Request::HandoffRequest(_) => "handoff.request",
-            Request::HandoffClaim(_) => "handoff.claim",
-            Request::HandoffComplete(_) => "handoff.complete",
-            Request::HandoffFail(_) => "handoff.fail",
-            Request::HandoffState(_) => "handoff.state",
-        }
-    }
-
-    /// The `profile` param, for the methods that take one.
-    pub fn profile(&self) -> Option<&str> {
-        match self {
-            Request::Ping | Request::EventsStats => None,
-            Request::SessionCreate(p) => p.profile.as_deref(),
-            Request::SessionResume(p) => p.profile.as_deref(),
-            Request::SessionDetach(p) => p.profile.as_deref(),
-            Request::SessionList(p) => p.profile.as_deref(),
-            Request::SessionClose(p) => p.profile.as_deref(),
-            Request::SessionBranch(p) => p.profile.as_deref(),
-            Request::PromptSubmit(p) => p.profile.as_deref(),
-            Request::SessionInterrupt(p) => p.profile.as_deref(),
-            Request::SessionCompress(p) => p.profile.as_deref(),
-            Request::EventsSince(p) => p.profile.as_deref(),
-            Request::HandoffRequest(p) => p.profile.as_deref(),
-            Request::HandoffClaim(p) => p.profile.as_deref(),
-            Request::HandoffComplete(p) => p.profile.as_deref(),
-            Request::HandoffFail(p) => p.profile.as_deref(),
-            Request::HandoffState(p) => p.profile.as_deref(),
-        }
-    }
-
-    /// The session the request names, if any (routing key for the actors).
-    pub fn session_id(&self) -> Option<&SessionId> {
-        match self {
-            Request::SessionResume(p) => Some(&p.session_id),
-            Request::SessionDetach(p) => Some(&p.session_id),
-            Request::SessionClose(p) => Some(&p.session_id),
-            Request::SessionBranch(p) => Some(&p.session_id),
-            Request::PromptSubmit(p) => Some(&p.session_id),
-            Request::SessionInterrupt(p) => Some(&p.session_id),
-            Request::SessionCompress(p) => Some(&p.session_id),
-            Request::EventsSince(p) => Some(&p.session_id),
-            Request::HandoffRequest(p) => Some(&p.session_id),
-            Request::HandoffState(p) => Some(&p.session_id),
-            _ => None,
-        }
-    }
-
-    /// The handoff the request names, if any.
-    pub fn handoff_id(&self) -> Option<&HandoffId> {
-        match self {
-            Request::HandoffComplete(p) => Some(&p.handoff_id),
-            Request::HandoffFail(p) => Some(&p.handoff_id),
-            _ => None,
-        }
-    }
 }
 
 /// Whether `method` is one of [`METHODS`].
@@ -184,55 +160,22 @@ fn params_not_object() -> RpcError {
     RpcError::invalid_params("params", "params must be an object")
 }
 
-/// Decodes the params of a known `method` from any JSON deserializer.
-fn build<'de, D>(method: &str, d: D) -> Result<Request, RpcError>
-where
-    D: Deserializer<'de, Error = serde_json::Error>,
-{
-    Ok(match method {
-        // These take no params; whatever object was sent is ignored.
-        "gateway.ping" => Request::Ping,
-        "session.events.stats" => Request::EventsStats,
-        "session.create" => Request::SessionCreate(decode(d)?),
-        "session.resume" => Request::SessionResume(decode(d)?),
-        "session.detach" => Request::SessionDetach(decode(d)?),
-        "session.list" => {
-            let p: ListParams = decode(d)?;
-            p.validate()?;
-            Request::SessionList(p)
-        }
-        "session.close" => Request::SessionClose(decode(d)?),
-        "session.branch" => Request::SessionBranch(decode(d)?),
-        "prompt.submit" => Request::PromptSubmit(decode(d)?),
-        "session.interrupt" => Request::SessionInterrupt(decode(d)?),
-        "session.compress" => Request::SessionCompress(decode(d)?),
-        "session.events.since" => {
-            let p: SinceParams = decode(d)?;
-            p.validate()?;
-            Request::EventsSince(p)
-        }
-        "handoff.request" => Request::HandoffRequest(decode(d)?),
-        "handoff.claim" => Request::HandoffClaim(decode(d)?),
-        "handoff.complete" => Request::HandoffComplete(decode(d)?),
-        "handoff.fail" => Request::HandoffFail(decode(d)?),
-        "handoff.state" => Request::HandoffState(decode(d)?),
-        other => return Err(RpcError::method_not_found(other)),
-    })
-}
-
-/// Deserializes `T`, tracking the path so an error names its field.
+/// Deserializes `T`, tracking the path so an error names its field, then
+/// validates it.
 fn decode<'de, T, D>(d: D) -> Result<T, RpcError>
 where
-    T: DeserializeOwned,
+    T: Params,
     D: Deserializer<'de, Error = serde_json::Error>,
 {
-    serde_path_to_error::deserialize(d).map_err(|e| {
+    let params: T = serde_path_to_error::deserialize(d).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
         let detail = without_position(&inner);
         let field = field_name(&path, &detail);
         RpcError::invalid_params(&field, detail)
-    })
+    })?;
+    params.validate()?;
+    Ok(params)
 }
 
 /// serde_json's message without its " at line L column C" suffix (the

@@ -98,7 +98,9 @@ pub struct TodoItem {
     pub status: String,
 }
 
-/// The latest todo snapshot of a session.
+/// A session's todo list as a full snapshot: the payload of `todo.updated`
+/// and a resume's `todos` (the latest one). `revision` is assigned by the
+/// gateway, one more per update.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Todos {
     pub items: Vec<TodoItem>,

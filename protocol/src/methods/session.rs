@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::de;
+use super::{de, Params};
 use crate::error::RpcError;
 use crate::ids::SessionId;
 
@@ -33,6 +33,8 @@ pub struct CreateParams {
     #[serde(default, deserialize_with = "de::null_default")]
     pub follow_profile_config: bool,
 }
+
+impl Params for CreateParams {}
 
 impl Default for CreateParams {
     fn default() -> Self {
@@ -80,6 +82,8 @@ pub struct ResumeParams {
     pub attach: bool,
 }
 
+impl Params for ResumeParams {}
+
 /// `session.detach`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DetachParams {
@@ -87,6 +91,8 @@ pub struct DetachParams {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<String>,
 }
+
+impl Params for DetachParams {}
 
 /// `session.close`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -96,6 +102,8 @@ pub struct CloseParams {
     pub profile: Option<String>,
 }
 
+impl Params for CloseParams {}
+
 /// `session.interrupt`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InterruptParams {
@@ -103,6 +111,8 @@ pub struct InterruptParams {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<String>,
 }
+
+impl Params for InterruptParams {}
 
 /// `session.list`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -130,8 +140,8 @@ impl Default for ListParams {
     }
 }
 
-impl ListParams {
-    pub(crate) fn validate(&self) -> Result<(), RpcError> {
+impl Params for ListParams {
+    fn validate(&self) -> Result<(), RpcError> {
         check_range("limit", self.limit, de::LIST_LIMIT_MAX)
     }
 }
@@ -149,6 +159,8 @@ pub struct BranchParams {
     pub title: Option<String>,
 }
 
+impl Params for BranchParams {}
+
 /// `prompt.submit`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SubmitParams {
@@ -157,6 +169,8 @@ pub struct SubmitParams {
     pub profile: Option<String>,
     pub text: String,
 }
+
+impl Params for SubmitParams {}
 
 /// `session.compress`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -168,6 +182,8 @@ pub struct CompressParams {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub focus: Option<String>,
 }
+
+impl Params for CompressParams {}
 
 /// `session.events.since`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -182,8 +198,8 @@ pub struct SinceParams {
     pub limit: u32,
 }
 
-impl SinceParams {
-    pub(crate) fn validate(&self) -> Result<(), RpcError> {
+impl Params for SinceParams {
+    fn validate(&self) -> Result<(), RpcError> {
         check_range("limit", self.limit, de::SINCE_LIMIT_MAX)
     }
 }

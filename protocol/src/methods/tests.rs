@@ -27,19 +27,19 @@ fn position_is_stripped_from_messages() {
 }
 
 #[test]
-fn routing_accessors() {
+fn params_are_what_a_client_sends() {
     let r = Request::from_parts("prompt.submit", json!({"session_id":"s_1","text":"x"})).unwrap();
-    assert_eq!(r.session_id().map(SessionId::as_str), Some("s_1"));
-    assert_eq!(r.handoff_id(), None);
-    assert_eq!(r.profile(), None);
-    let r = Request::from_parts("handoff.fail", json!({"handoff_id":"h_1","error":"e"})).unwrap();
-    assert_eq!(r.handoff_id().map(HandoffId::as_str), Some("h_1"));
-    assert_eq!(r.session_id(), None);
-    let r = Request::from_parts("session.create", json!({"profile":"p"})).unwrap();
-    assert_eq!(r.session_id(), None);
-    assert_eq!(r.profile(), Some("p"));
-    assert_eq!(Request::Ping.profile(), None);
+    assert_eq!(r.method(), "prompt.submit");
+    assert_eq!(
+        r.params().unwrap(),
+        Some(json!({"session_id":"s_1","text":"x"}))
+    );
+    // Methods without params send none, whatever object came in.
+    let r = Request::from_parts("gateway.ping", json!({"x": 1})).unwrap();
+    assert_eq!(r, Request::Ping);
+    assert_eq!(r.params().unwrap(), None);
     assert_eq!(Request::EventsStats.method(), "session.events.stats");
+    assert_eq!(Request::EventsStats.params().unwrap(), None);
 }
 
 #[test]

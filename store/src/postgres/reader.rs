@@ -11,10 +11,10 @@ use futures::TryStreamExt;
 use sqlx::postgres::PgPool;
 use sqlx::Row;
 
-use tether_protocol::{SessionId, SessionStatus};
+use tether_protocol::{EventType, SessionId, SessionStatus};
 
 use crate::cursor::{list_cursor_after, ListCursor};
-use crate::{EventRow, SessionRow, StoreError, StoreRead, COMPACTED_KIND, TRANSCRIPT_KINDS};
+use crate::{EventRow, SessionRow, StoreError, StoreRead};
 
 use super::errors::map_sqlx;
 use super::rows::{event_from_row, get, session_from_row, EVENT_COLUMNS, SESSION_COLUMNS};
@@ -38,8 +38,9 @@ struct Sql {
 
 impl Sql {
     fn new() -> Self {
-        let kinds = TRANSCRIPT_KINDS
+        let kinds = EventType::ALL
             .iter()
+            .filter(|k| k.is_transcript())
             .map(|k| format!("'{k}'"))
             .collect::<Vec<_>>()
             .join(", ");
@@ -68,12 +69,14 @@ impl Sql {
             segment: format!(
                 "SELECT {EVENT_COLUMNS} FROM events WHERE session_id = $1 \
                  AND seq >= COALESCE((SELECT MAX(seq) FROM events \
-                     WHERE session_id = $1 AND type = '{COMPACTED_KIND}'), 0) \
-                 AND type IN ({kinds}) ORDER BY seq"
+                     WHERE session_id = $1 AND type = '{compacted}'), 0) \
+                 AND type IN ({kinds}) ORDER BY seq",
+                compacted = EventType::SessionCompacted
             ),
             latest_todos: format!(
                 "SELECT {EVENT_COLUMNS} FROM events \
-                 WHERE session_id = $1 AND type = 'todo.updated' ORDER BY seq DESC LIMIT 1"
+                 WHERE session_id = $1 AND type = '{todos}' ORDER BY seq DESC LIMIT 1",
+                todos = EventType::TodoUpdated,
             ),
         }
     }

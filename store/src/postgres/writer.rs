@@ -507,17 +507,14 @@ fn task_gone() -> StoreError {
 
 #[async_trait]
 impl StoreWrite for PgWriter {
-    async fn commit(&mut self, ops: &[WriteOp]) -> Vec<OpResult> {
-        if ops.is_empty() {
+    async fn commit(&mut self, ops: Vec<WriteOp>) -> Vec<OpResult> {
+        let n = ops.len();
+        if n == 0 {
             return Vec::new();
         }
         let (reply, answer) = oneshot::channel();
-        let n = ops.len();
-        let command = Command::Commit {
-            ops: ops.to_vec(),
-            reply,
-        };
-        self.send(command, answer)
+        // The batch moves to the task as it is: no copy of its events.
+        self.send(Command::Commit { ops, reply }, answer)
             .await
             .unwrap_or_else(|| vec![Err(task_gone()); n])
     }

@@ -1,10 +1,10 @@
 //! The SQL of each [`WriteOp`] on its own, run by the writer thread (`writer.rs`, which decides
 //! how ops share a transaction and when each gets a savepoint).
 //!
-//! Shape (DESIGN.md "Durable event"): an Append is one `UPDATE sessions` that both moves
-//! `latest_seq` and checks it (so no separate read is needed), then one prepared INSERT per
-//! event. The statements are prepared once and kept in the connection's cache: with no round
-//! trip between statements (the connection lives on the thread that runs them), a row per
+//! Shape (docs/ARCHITECTURE.md, the path of a durable event): an Append is one `UPDATE sessions`
+//! that both moves `latest_seq` and checks it (so no separate read is needed), then one prepared
+//! INSERT per event. The statements are prepared once and kept in the connection's cache: with no
+//! round trip between statements (the connection lives on the thread that runs them), a row per
 //! statement is as cheap as any multi-row form.
 
 use rusqlite::{params, Connection, OptionalExtension};

@@ -11,9 +11,9 @@ use sqlx::Row;
 use futures::TryStreamExt;
 
 use crate::cursor::{list_cursor_after, ListCursor};
-use tether_protocol::{SessionId, SessionStatus};
+use tether_protocol::{EventType, SessionId, SessionStatus};
 
-use crate::{EventRow, SessionRow, StoreError, StoreRead, COMPACTED_KIND, TRANSCRIPT_KINDS};
+use crate::{EventRow, SessionRow, StoreError, StoreRead};
 
 use super::errors::{map_sqlx, Doing};
 use super::rows::{event_from_row, session_from_row, EVENT_COLUMNS, SESSION_COLUMNS};
@@ -39,8 +39,9 @@ struct Sql {
 
 impl Sql {
     fn new() -> Self {
-        let kinds = TRANSCRIPT_KINDS
+        let kinds = EventType::ALL
             .iter()
+            .filter(|k| k.is_transcript())
             .map(|k| format!("'{k}'"))
             .collect::<Vec<_>>()
             .join(", ");
@@ -71,12 +72,14 @@ impl Sql {
             segment: format!(
                 "SELECT {EVENT_COLUMNS} FROM events WHERE session_id = ?1 \
                  AND seq >= COALESCE((SELECT MAX(seq) FROM events INDEXED BY events_compactions \
-                     WHERE session_id = ?1 AND type = '{COMPACTED_KIND}'), 0) \
-                 AND type IN ({kinds}) ORDER BY seq"
+                     WHERE session_id = ?1 AND type = '{compacted}'), 0) \
+                 AND type IN ({kinds}) ORDER BY seq",
+                compacted = EventType::SessionCompacted,
             ),
             latest_todos: format!(
                 "SELECT {EVENT_COLUMNS} FROM events INDEXED BY events_todos \
-                 WHERE session_id = ?1 AND type = 'todo.updated' ORDER BY seq DESC LIMIT 1"
+                 WHERE session_id = ?1 AND type = '{todos}' ORDER BY seq DESC LIMIT 1",
+                todos = EventType::TodoUpdated,
             ),
         }
     }

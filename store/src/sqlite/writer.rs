@@ -363,21 +363,17 @@ fn thread_gone() -> StoreError {
 
 #[async_trait]
 impl StoreWrite for SqliteWriter {
-    async fn commit(&mut self, ops: &[WriteOp]) -> Vec<OpResult> {
-        if ops.is_empty() {
+    async fn commit(&mut self, ops: Vec<WriteOp>) -> Vec<OpResult> {
+        let n = ops.len();
+        if n == 0 {
             return Vec::new();
         }
         let (reply, answer) = oneshot::channel();
-        let command = Command::Commit {
-            ops: ops.to_vec(),
-            reply,
-        };
-        if !self.send(command) {
-            return vec![Err(thread_gone()); ops.len()];
+        // The batch moves to the thread as it is: no copy of its events.
+        if !self.send(Command::Commit { ops, reply }) {
+            return vec![Err(thread_gone()); n];
         }
-        answer
-            .await
-            .unwrap_or_else(|_| vec![Err(thread_gone()); ops.len()])
+        answer.await.unwrap_or_else(|_| vec![Err(thread_gone()); n])
     }
 
     async fn latest_seq(&mut self, session_id: &SessionId) -> Result<u64, StoreError> {

@@ -205,7 +205,7 @@ pub fn append(id: &str, first: u64, n: u64, count: u64) -> WriteOp {
 
 /// Commits `ops` and asserts every one succeeded.
 pub async fn commit_ok(opened: &mut Opened, ops: &[WriteOp]) {
-    let results = opened.writer.commit(ops).await;
+    let results = opened.writer.commit(ops.to_vec()).await;
     assert_eq!(results.len(), ops.len());
     for (i, r) in results.iter().enumerate() {
         assert!(r.is_ok(), "op {i} failed: {r:?}");

@@ -1,0 +1,118 @@
+//! The session's peers: their outboxes, the frames held for a joining
+//! peer, and the fan-out that pushes one shared frame to all of them.
+
+use bytes::Bytes;
+use ractor::RpcReplyPort;
+use tether_protocol::PeerId;
+use tracing::debug;
+
+use super::SessionState;
+use crate::outbox::{FrameClass, Outbox, Pushed};
+
+/// A peer as a session sees it: an id and the outbox to push frames into.
+#[derive(Debug, Clone)]
+pub struct PeerLink {
+    pub peer_id: PeerId,
+    pub outbox: Outbox,
+}
+
+pub(super) struct PeerSlot {
+    pub outbox: Outbox,
+    /// `None` once joined; while joining, live frames are held here.
+    pub held: Option<Vec<(Bytes, FrameClass)>>,
+    /// Whether dropping the slot closes the peer's connection (see Drop).
+    pub armed: bool,
+}
+
+impl PeerSlot {
+    pub fn new(outbox: Outbox, held: Option<Vec<(Bytes, FrameClass)>>) -> Self {
+        Self {
+            outbox,
+            held,
+            armed: true,
+        }
+    }
+}
+
+/// A session that dies without stopping cleanly (killed, or crashed in a
+/// handler) drops its state without telling anyone; its peers would wait
+/// for events that never come. Each slot therefore closes its peer's
+/// connection when dropped, unless the session let go of it on purpose
+/// (detach, clean stop): the client reconnects and resumes from its
+/// watermark on the session brought back from the store.
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        if self.armed && !self.outbox.is_closed() {
+            self.outbox.close(CLOSE_SESSION_LOST, "session restarted");
+        }
+    }
+}
+
+/// WebSocket close code for a peer whose session actor died (RFC 6455
+/// "internal error"); it reconnects and resumes.
+pub const CLOSE_SESSION_LOST: u16 = 1011;
+
+impl SessionState {
+    /// Adds (or replaces, for a peer that resumes again) a peer's slot. The
+    /// replaced slot is let go on purpose: it must not close the peer.
+    pub(super) fn attach_slot(&mut self, peer_id: PeerId, slot: PeerSlot) {
+        if let Some(mut old) = self.peers.insert(peer_id, slot) {
+            old.armed = false;
+        }
+    }
+
+    /// The peer leaves; whether it was attached.
+    pub(super) fn detach(&mut self, peer_id: &PeerId) -> bool {
+        let was = match self.peers.remove(peer_id) {
+            Some(mut slot) => {
+                slot.armed = false;
+                true
+            }
+            None => false,
+        };
+        if was {
+            debug!(session_id = %self.id, peer_id = %peer_id, peers = self.peers.len(), "peer detached");
+        }
+        was
+    }
+
+    pub(super) fn detach_and_answer(
+        &mut self,
+        peer_id: &PeerId,
+        reply: Option<RpcReplyPort<bool>>,
+    ) {
+        let was = self.detach(peer_id);
+        if let Some(reply) = reply {
+            let _ = reply.send(was);
+        }
+    }
+
+    /// Pushes a frame to every peer; a joining peer's frames are held until
+    /// its resume reply is queued.
+    pub(super) fn fan_out(&mut self, frame: &Bytes, class: FrameClass) {
+        let limit = self.ctx.config.outbox_frames;
+        let mut gone = Vec::new();
+        for (peer_id, slot) in self.peers.iter_mut() {
+            match &mut slot.held {
+                Some(held) => {
+                    if held.len() >= limit && class == FrameClass::Durable {
+                        slot.outbox
+                            .close(crate::outbox::CLOSE_SLOW_CONSUMER, "slow consumer");
+                        gone.push(peer_id.clone());
+                    } else if held.len() < limit {
+                        held.push((frame.clone(), class.clone()));
+                    }
+                }
+                None => {
+                    if slot.outbox.push(frame.clone(), class.clone()) == Pushed::Closed {
+                        gone.push(peer_id.clone());
+                    }
+                }
+            }
+        }
+        for peer_id in gone {
+            debug!(session_id = %self.id, peer_id = %peer_id, "peer gone during fan-out");
+            self.detach(&peer_id);
+        }
+    }
+}
