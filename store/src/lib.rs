@@ -42,7 +42,7 @@ pub use handoff::{
 };
 pub use lock::{LockError, StoreLock, LOCK_FILE};
 pub use model::{EventRow, NewSession, SessionPatch, SessionRow, WriteOp};
-pub use open::{open, Store, WriterFactory};
+pub use open::{open, Backend, Store, WriterFactory};
 pub use open_error::{mask_url, OpenError};
 pub use postgres::{open_postgres, open_postgres_writer};
 pub use sqlite::{open_sqlite, open_sqlite_writer};

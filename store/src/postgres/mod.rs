@@ -114,10 +114,11 @@ async fn connect_retrying(settings: &Settings, writer_id: u64) -> Result<PgConne
         match settings.connect_writer(writer_id, 1).await {
             Ok(conn) => return Ok(conn),
             Err(ConnectError::Unreachable(cause))
-                if started.elapsed() + backoff < settings.connect_timeout =>
+                if started.elapsed() < settings.connect_timeout =>
             {
                 tracing::warn!(url = %settings.url, %cause, "database not reachable yet; retrying");
-                tokio::time::sleep(backoff).await;
+                let left = settings.connect_timeout.saturating_sub(started.elapsed());
+                tokio::time::sleep(backoff.min(left)).await;
                 backoff = (backoff * 2).min(OPEN_BACKOFF_MAX);
             }
             Err(e) => return Err(e.into_open_error(&settings.url, started.elapsed())),
