@@ -379,7 +379,7 @@ impl ServeArgs {
         if self.handshake_timeout_s == 0 || self.idle_timeout_s == 0 {
             bail!("--handshake-timeout-s and --idle-timeout-s must be at least 1");
         }
-        let tokens = crate::auth::Tokens::parse(&self.token)?;
+        let tokens = tether_gateway::Tokens::parse(&self.token)?;
         if !self.listen.ip().is_loopback() && !self.stdio && tokens.is_empty() {
             bail!(
                 "refusing to listen on non-loopback address {} without tokens (add --token PROFILE:TOKEN)",

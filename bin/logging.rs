@@ -12,6 +12,16 @@ use crate::config::LogFormat;
 /// and sessions at work.
 const QUIET: &str = "warn,tether::serve=info";
 
+/// `tether host --log-format`: the same two formats.
+impl From<tether_host::LogFormat> for LogFormat {
+    fn from(format: tether_host::LogFormat) -> Self {
+        match format {
+            tether_host::LogFormat::Text => Self::Text,
+            tether_host::LogFormat::Json => Self::Json,
+        }
+    }
+}
+
 pub fn init(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(QUIET));
     // Colour codes only for a person at a terminal, never into a pipe or a file.

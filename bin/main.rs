@@ -1,28 +1,17 @@
 //! The `tether` binary: a thin layer over the actor system.
 #![forbid(unsafe_code)]
 
-mod auth;
-mod bench;
-mod client;
-mod client_rate;
 mod config;
-mod console;
 mod fdlimit;
-mod host;
-mod http;
-mod listen;
 mod logging;
-mod metrics;
-mod origin;
 mod serve;
-mod server;
-mod sse;
-mod stdio;
-mod ws;
 
 use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use tether_bench as bench;
+use tether_host as host;
+use tether_terminal as client;
 
 /// mimalloc instead of glibc's malloc: every event allocates its frame,
 /// params and row, and `perf` of the turn path put a third of the
@@ -108,7 +97,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Client(cmd) => client::main(cmd),
         Command::Host(args) => {
-            logging::init(args.log_format);
+            logging::init(args.log_format.into());
             let runtime = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()
@@ -119,7 +108,11 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            match runtime.block_on(host::run(args)) {
+            // anyhow for its `{:#}`: the error with its sources.
+            match runtime
+                .block_on(host::run(args))
+                .map_err(anyhow::Error::from)
+            {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!(error = format!("{e:#}"), "tether host stopped");

@@ -12,7 +12,7 @@ use tether_store::{LockError, StoreLock};
 use tracing::{debug, info};
 
 use crate::config::ServeArgs;
-use crate::server::AppState;
+use tether_gateway::AppState;
 
 /// A SIGTERM drain exits within 10 s (docs/ARCHITECTURE.md, the drain), in three steps:
 /// end the turns and deliver their endings, close the clients, then stop
@@ -125,7 +125,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if args.stdio {
         let ctx = gateway.ctx().clone();
         let (drain_tx, drain_rx) = tokio::sync::watch::channel(false);
-        let serve = crate::stdio::serve_stdio(&ctx, drain_rx);
+        let serve = tether_gateway::serve_stdio(&ctx, drain_rx);
         tokio::pin!(serve);
         tokio::select! {
             r = &mut serve => r?,
@@ -142,23 +142,23 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
 
-    let listener = crate::listen::bind(args.listen)
+    let listener = tether_gateway::bind(args.listen)
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let addr = listener.local_addr()?;
-    let (shutdown_tx, shutdown_rx) = crate::ws::shutdown_channel();
+    let (shutdown_tx, shutdown_rx) = tether_gateway::shutdown_channel();
     let app = AppState {
         ctx: gateway.ctx().clone(),
         shutdown: shutdown_rx.clone(),
         allowed_origins: Arc::new(args.allow_origin.clone()),
-        client_buckets: Arc::new(crate::client_rate::ClientBuckets::new(args.rate_limit_rps)),
-        tokens: Arc::new(crate::auth::Tokens::parse(&args.token)?),
+        client_buckets: Arc::new(tether_gateway::ClientBuckets::new(args.rate_limit_rps)),
+        tokens: Arc::new(tether_gateway::Tokens::parse(&args.token)?),
         store_dir: backend.local_dir().map(std::path::Path::to_path_buf),
     };
-    let limits = crate::listen::ListenLimits {
+    let limits = tether_gateway::ListenLimits {
         max_connections: args.max_connections,
         handshake_timeout: Duration::from_secs(args.handshake_timeout_s),
     };
-    let server = crate::server::serve(listener, app, limits);
+    let server = tether_gateway::serve(listener, app, limits);
     let mut server = tokio::spawn(server);
     // The start-up line scripts and tests wait for; logs go to stderr.
     println!("tether listening on http://{addr}");

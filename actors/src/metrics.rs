@@ -7,7 +7,7 @@
 //! atomic add on a field fixed at compile time; labels are small enums that
 //! index arrays. So the per-event paths (an event committed, a frame handed
 //! to a socket) take no lock, allocate nothing and look nothing up. The
-//! Prometheus text encoding is the binary's business (`bin/metrics.rs`);
+//! Prometheus text encoding is the transports' business (`gateway/src/metrics.rs`);
 //! this module only holds the numbers.
 
 mod histogram;

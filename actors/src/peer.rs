@@ -14,7 +14,7 @@
 //!
 //! Who supervises a peer: its connection, not an actor. A peer is spawned
 //! unlinked (`spawn_peer`) by the transport task that owns the socket
-//! (`bin/ws.rs`, `sse.rs`, `http.rs`, `stdio.rs`); that task feeds it
+//! (`gateway/src/ws.rs`, `sse.rs`, `http.rs`, `stdio.rs`); that task feeds it
 //! frames, and stops it when the socket ends or the gateway drains. A peer
 //! that fails (a panic, a kill) is not restarted: its state is its
 //! connection, which the gateway cannot rebuild. Instead its `Drop` (below)

@@ -14,7 +14,6 @@
 
 use std::net::SocketAddr;
 
-use anyhow::{bail, Context};
 use axum::extract::{ConnectInfo, Query, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::Next;
@@ -25,6 +24,41 @@ use subtle::ConstantTimeEq;
 use crate::http::status_text;
 use crate::server::AppState;
 
+/// Why a `--token` spec was refused. The binary reports it as bad
+/// configuration (exit status 64).
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    #[error("a token is PROFILE:TOKEN or PROFILE:sha256:HEX")]
+    NoColon,
+    #[error("a token is PROFILE:TOKEN or PROFILE:sha256:HEX (got an empty or whitespace-only part in {spec:?})")]
+    EmptyPart { spec: String },
+    // A header's token is presented trimmed (`Bearer  TOKEN `), so a token
+    // with whitespace at either end could never match there.
+    #[error("profile {profile:?}'s token (or its name) starts or ends with whitespace; no client could present it")]
+    Whitespace { profile: String },
+    #[error("the sha256 of profile {profile}'s token must be 64 hex digits")]
+    BadDigest {
+        profile: String,
+        #[source]
+        source: HexError,
+    },
+}
+
+/// What is wrong with a `sha256:HEX` digest.
+#[derive(Debug, thiserror::Error)]
+pub enum HexError {
+    #[error("expected 64 hex digits, got {0}")]
+    Length(usize),
+    #[error(transparent)]
+    NotUtf8(#[from] std::str::Utf8Error),
+    #[error("bad hex {text:?}")]
+    Digit {
+        text: String,
+        #[source]
+        source: std::num::ParseIntError,
+    },
+}
+
 /// The configured tokens, as (profile, SHA-256 of the token).
 #[derive(Debug, Default)]
 pub struct Tokens {
@@ -33,23 +67,22 @@ pub struct Tokens {
 
 impl Tokens {
     /// Parses `PROFILE:TOKEN` or `PROFILE:sha256:HEX` specs.
-    pub fn parse(specs: &[String]) -> anyhow::Result<Self> {
+    pub fn parse(specs: &[String]) -> Result<Self, TokenError> {
         let mut entries = Vec::with_capacity(specs.len());
         for spec in specs {
-            let (profile, secret) = spec
-                .split_once(':')
-                .with_context(|| "a token is PROFILE:TOKEN or PROFILE:sha256:HEX".to_string())?;
+            let (profile, secret) = spec.split_once(':').ok_or(TokenError::NoColon)?;
             if profile.trim().is_empty() || secret.trim().is_empty() {
-                bail!("a token is PROFILE:TOKEN or PROFILE:sha256:HEX (got an empty or whitespace-only part in {spec:?})");
+                return Err(TokenError::EmptyPart { spec: spec.clone() });
             }
-            // A header's token is presented trimmed (`Bearer  TOKEN `), so a
-            // token with whitespace at either end could never match there.
             if secret.trim() != secret || profile.trim() != profile {
-                bail!("profile {profile:?}'s token (or its name) starts or ends with whitespace; no client could present it");
+                return Err(TokenError::Whitespace {
+                    profile: profile.to_string(),
+                });
             }
             let digest = match secret.strip_prefix("sha256:") {
-                Some(hex) => decode_hex32(hex).with_context(|| {
-                    format!("the sha256 of profile {profile}'s token must be 64 hex digits")
+                Some(hex) => decode_hex32(hex).map_err(|source| TokenError::BadDigest {
+                    profile: profile.to_string(),
+                    source,
                 })?,
                 None => Sha256::digest(secret.as_bytes()).into(),
             };
@@ -76,15 +109,18 @@ impl Tokens {
     }
 }
 
-fn decode_hex32(hex: &str) -> anyhow::Result<[u8; 32]> {
+fn decode_hex32(hex: &str) -> Result<[u8; 32], HexError> {
     let hex = hex.trim();
     if hex.len() != 64 {
-        bail!("expected 64 hex digits, got {}", hex.len());
+        return Err(HexError::Length(hex.len()));
     }
     let mut out = [0u8; 32];
     for (i, pair) in hex.as_bytes().chunks(2).enumerate() {
         let text = std::str::from_utf8(pair)?;
-        out[i] = u8::from_str_radix(text, 16).with_context(|| format!("bad hex {text:?}"))?;
+        out[i] = u8::from_str_radix(text, 16).map_err(|source| HexError::Digit {
+            text: text.to_string(),
+            source,
+        })?;
     }
     Ok(out)
 }

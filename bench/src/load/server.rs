@@ -69,9 +69,10 @@ impl Server {
                 (bin, vec!["--listen".into(), "127.0.0.1:0".into()])
             }
             TargetKind::Socketio => {
-                let dir = b.socketio_dir.clone().unwrap_or_else(|| {
-                    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("bench/socketio")
-                });
+                let dir = b
+                    .socketio_dir
+                    .clone()
+                    .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("socketio"));
                 if !dir.join("node_modules/socket.io").exists() {
                     bail!(
                         "{} has no node_modules: run `npm ci` there, or pass --url",
@@ -82,7 +83,7 @@ impl Server {
                 (PathBuf::from(&b.node), vec![script])
             }
         };
-        let mut cmd = crate::bench::harness::pinned_command(b.server_cpu, &program);
+        let mut cmd = crate::harness::pinned_command(b.server_cpu, &program);
         cmd.args(&args)
             .env("RUST_LOG", "warn")
             .env("PORT", "0")

@@ -13,7 +13,7 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
 
 use super::{socketio, tether, TargetKind};
-use crate::bench::harness::Ws;
+use crate::harness::Ws;
 
 /// Read buffer of a generator connection; frames are a few hundred bytes,
 /// and tungstenite zeroes the whole buffer before each read (see

@@ -8,6 +8,14 @@
 //! point where a turn's host frames enter), so the measured path is: seq
 //! assignment → StoreWriter group commit → ring → one serialization →
 //! every peer's outbox → socket.
+//!
+//! `tether bench load` is the other half: a server in its own process
+//! (tether, or a baseline from bench/limit or bench/socketio) under load
+//! from this one, for the side-by-side comparisons of bench/compare.sh.
+//!
+//! Errors are `anyhow`: this crate is the body of one subcommand, and its
+//! errors are only ever printed.
+#![forbid(unsafe_code)]
 
 mod fanout;
 mod harness;

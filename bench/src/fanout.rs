@@ -18,7 +18,7 @@ use super::harness::{
     start_gateway, Ws,
 };
 use super::store::cpu_label;
-use crate::server::AppState;
+use tether_gateway::AppState;
 
 #[derive(Debug, Args, Clone)]
 pub struct FanoutBench {
@@ -119,7 +119,7 @@ fn serve(
         let addr = listener.local_addr()?;
         let (_shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
         let app = AppState::new(gw.handle.ctx().clone(), shutdown_rx);
-        tokio::spawn(crate::server::serve(listener, app, Default::default()));
+        tokio::spawn(tether_gateway::serve(listener, app, Default::default()));
         let _ = addr_tx.send(addr);
         let ids = ids_rx.await.context("load generator gave up")?;
         let mut actors = Vec::new();

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use crate::bench::harness::status_kib;
+use crate::harness::status_kib;
 
 /// `/proc/PID/stat` counts CPU time in clock ticks of 1/100 s on Linux.
 const TICKS_PER_S: f64 = 100.0;

@@ -21,6 +21,7 @@ use tokio::time::Instant;
 
 use super::chunk::{self, Chunk, Malformed};
 use super::sse::{SseDecoder, SseError};
+use crate::HostError;
 
 /// The most of an error response's body that is read.
 const MAX_ERROR_BODY: usize = 64 * 1024;
@@ -70,16 +71,18 @@ impl ModelClient {
         api_key: Option<String>,
         stall: Duration,
         total: Duration,
-    ) -> anyhow::Result<Self> {
+    ) -> Result<Self, HostError> {
         let base = reqwest::Url::parse(base_url)
-            .map_err(|e| anyhow::anyhow!("--base-url {base_url:?} is not a URL: {e}"))?;
+            .map_err(|e| HostError::Usage(format!("--base-url {base_url:?} is not a URL: {e}")))?;
         if !matches!(base.scheme(), "http" | "https") {
-            anyhow::bail!("--base-url must be an http:// or https:// URL, not {base_url:?}");
+            return Err(HostError::Usage(format!(
+                "--base-url must be an http:// or https:// URL, not {base_url:?}"
+            )));
         }
         let authorization = match api_key {
             Some(key) => {
                 let mut value = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
-                    anyhow::anyhow!("the API key holds characters a header cannot carry")
+                    HostError::Usage("the API key holds characters a header cannot carry".into())
                 })?;
                 value.set_sensitive(true);
                 Some(value)

@@ -7,11 +7,19 @@ use tether_actors::{Identity, Outbound, PeerMsg};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{watch, Semaphore};
 
+/// Why `--stdio` could not serve.
+#[derive(Debug, thiserror::Error)]
+pub enum StdioError {
+    /// The peer actor that speaks for stdin/stdout could not be started.
+    #[error(transparent)]
+    Peer(#[from] ractor::SpawnErr),
+}
+
 /// Serves until stdin closes or `drain` turns true.
 pub async fn serve_stdio(
     ctx: &tether_actors::Ctx,
     mut drain: watch::Receiver<bool>,
-) -> anyhow::Result<()> {
+) -> Result<(), StdioError> {
     let identity = Identity {
         profile: "default".into(),
         fixed: false,
@@ -57,7 +65,10 @@ pub async fn serve_stdio(
         let msg = if line.len() > max {
             PeerMsg::TooLarge { len: line.len() }
         } else {
-            let permit = permits.clone().acquire_owned().await?;
+            // Never closed: this function owns the semaphore.
+            let Ok(permit) = permits.clone().acquire_owned().await else {
+                break;
+            };
             PeerMsg::Text {
                 text: line,
                 permit: Some(permit),

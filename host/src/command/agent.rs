@@ -13,6 +13,9 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use nix::errno::Errno;
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStderr, ChildStdout, Command};
 use tokio::task::JoinHandle;
@@ -150,12 +153,12 @@ impl Agent {
         if self.exit.is_some() {
             return;
         }
-        self.signal("TERM");
+        self.signal(Signal::SIGTERM);
         match tokio::time::timeout(TERM_GRACE, self.child.wait()).await {
             Ok(status) => self.exit = status.ok(),
             Err(_) => {
                 tracing::debug!("the agent ignored SIGTERM; killing it");
-                self.signal("KILL");
+                self.signal(Signal::SIGKILL);
                 self.exit = self.child.wait().await.ok();
             }
         }
@@ -175,8 +178,8 @@ impl Agent {
         String::from_utf8_lossy(&tail[start..]).trim().to_owned()
     }
 
-    /// Sends `signal` (`TERM`, `KILL`) to the agent's process group.
-    fn signal(&self, signal: &str) {
+    /// Sends `signal` (SIGTERM, SIGKILL) to the agent's process group.
+    fn signal(&self, signal: Signal) {
         if let Some(pgid) = self.pgid {
             kill_group(pgid, signal);
         }
@@ -192,23 +195,22 @@ impl Drop for Agent {
         // already be reaped: its group id cannot go to another group while
         // a member lives, an empty group just answers ESRCH, and the pid
         // being recycled as a group leader in between is far-fetched.
-        self.signal("KILL");
+        self.signal(Signal::SIGKILL);
     }
 }
 
-/// `kill -SIGNAL -- -PGID`. The `kill` program rather than a libc call: the
-/// host crate has no libc binding, and a signal per run is cheap enough.
-fn kill_group(pgid: u32, signal: &str) {
-    let sent = std::process::Command::new("kill")
-        .arg(format!("-{signal}"))
-        .arg("--")
-        .arg(format!("-{pgid}"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
-    if let Err(e) = sent {
-        tracing::warn!(error = %e, pgid, signal, "cannot run kill");
+/// `killpg(PGID, SIGNAL)`: one system call that does not block, so it
+/// may run on the runtime's threads (running the `kill` program meant
+/// waiting for a process from async code).
+fn kill_group(pgid: u32, signal: Signal) {
+    // 0 would be the host's own group and 1 init: never an agent's.
+    let Some(raw) = i32::try_from(pgid).ok().filter(|&p| p > 1) else {
+        return;
+    };
+    match killpg(Pid::from_raw(raw), signal) {
+        // An empty group: everything in it has exited already.
+        Ok(()) | Err(Errno::ESRCH) => {}
+        Err(e) => tracing::warn!(error = %e, pgid, ?signal, "cannot signal the agent's group"),
     }
 }
 

@@ -8,10 +8,16 @@
 //! runs as its own task, so turns of different sessions run side by side and
 //! a slow compress holds nothing up; all of them write through one stdout
 //! writer (see [`io`]).
+//!
+//! It speaks only the host protocol of `tether-protocol`: nothing of the
+//! gateway's actors or store, so an engine can be read (or replaced) on its
+//! own.
+#![forbid(unsafe_code)]
 
 mod command;
 mod echo;
 mod engine;
+mod error;
 mod flood;
 mod io;
 mod openai;
@@ -21,7 +27,6 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use clap::{Args, ValueEnum};
 use futures::FutureExt;
 use tether_protocol::{
@@ -31,12 +36,13 @@ use tokio::task::JoinSet;
 use tokio::time::{Instant, MissedTickBehavior};
 use tracing::Instrument;
 
-use crate::config::LogFormat;
 use command::CommandEngine;
 use echo::EchoEngine;
 use engine::{Cancel, Engine, TurnOutcome, TurnRequest, TurnSink};
 use io::{Input, Writer};
 use openai::{OpenAiArgs, OpenAiEngine};
+
+pub use error::HostError;
 
 /// The host protocol version announced in `hello`.
 const PROTOCOL_VERSION: u32 = 1;
@@ -82,6 +88,14 @@ pub struct HostArgs {
     pub log_format: LogFormat,
 }
 
+/// `--log-format`. The binary sets the logger up before [`run`]; the host
+/// only carries the choice (the gateway passes its own on).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
 /// `--engine`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum EngineKind {
@@ -96,7 +110,7 @@ pub enum EngineKind {
 }
 
 /// Runs the host until `shutdown`, the end of stdin, or the loss of stdout.
-pub async fn run(args: HostArgs) -> anyhow::Result<()> {
+pub async fn run(args: HostArgs) -> Result<(), HostError> {
     let engine: Arc<dyn Engine> = match args.engine {
         EngineKind::Echo => Arc::new(EchoEngine::new(
             Duration::from_millis(args.delay_ms),
@@ -107,12 +121,15 @@ pub async fn run(args: HostArgs) -> anyhow::Result<()> {
             let command = args
                 .command
                 .clone()
-                .context("--engine command needs --command")?;
+                .ok_or_else(|| HostError::Usage("--engine command needs --command".into()))?;
             Arc::new(CommandEngine::new(command))
         }
         EngineKind::OpenAi => Arc::new(OpenAiEngine::new(&args.openai)?),
     };
-    let writer = io::spawn_writer(WRITE_QUEUE).context("cannot start the stdout writer")?;
+    let writer = io::spawn_writer(WRITE_QUEUE).map_err(|source| HostError::Pipe {
+        pipe: "stdout writer",
+        source,
+    })?;
     writer
         .send(&FromHost::Hello {
             protocol: PROTOCOL_VERSION,
@@ -121,7 +138,10 @@ pub async fn run(args: HostArgs) -> anyhow::Result<()> {
             version: env!("CARGO_PKG_VERSION").into(),
         })
         .await?;
-    let mut input = io::spawn_reader(READ_QUEUE).context("cannot start the stdin reader")?;
+    let mut input = io::spawn_reader(READ_QUEUE).map_err(|source| HostError::Pipe {
+        pipe: "stdin reader",
+        source,
+    })?;
     tracing::info!(
         engine = engine.name(),
         pid = std::process::id(),

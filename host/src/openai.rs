@@ -26,6 +26,7 @@ use serde_json::Value;
 use tether_protocol::Message;
 
 use super::engine::{Cancel, CompressResult, Engine, TurnOutcome, TurnRequest, TurnSink};
+use crate::HostError;
 use chunk::Chunk;
 use client::{Completion, CompletionError, ModelClient};
 
@@ -66,9 +67,11 @@ pub struct OpenAiEngine {
 }
 
 impl OpenAiEngine {
-    pub fn new(args: &OpenAiArgs) -> anyhow::Result<Self> {
+    pub fn new(args: &OpenAiArgs) -> Result<Self, HostError> {
         let (Some(base_url), Some(model)) = (&args.base_url, &args.model) else {
-            anyhow::bail!("--engine openai needs --base-url and --model");
+            return Err(HostError::Usage(
+                "--engine openai needs --base-url and --model".into(),
+            ));
         };
         let api_key = std::env::var(&args.api_key_env)
             .ok()

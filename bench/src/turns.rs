@@ -21,9 +21,25 @@ use super::harness::{
     connect, on_pinned_thread, peak_rss_kib, pinned_runtime, request, start_gateway_synchronous, Ws,
 };
 use super::store::cpu_label;
-use crate::config::SyncMode;
-use crate::server::AppState;
+use tether_gateway::AppState;
 use tether_store::Synchronous;
+
+/// `--synchronous`, spelled as `tether serve`'s (the binary's config owns
+/// that flag; this crate cannot depend on it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SyncMode {
+    Normal,
+    Full,
+}
+
+impl From<SyncMode> for Synchronous {
+    fn from(mode: SyncMode) -> Self {
+        match mode {
+            SyncMode::Normal => Self::Normal,
+            SyncMode::Full => Self::Full,
+        }
+    }
+}
 
 #[derive(Debug, Args, Clone)]
 pub struct TurnsBench {
@@ -109,7 +125,7 @@ fn serve(
         let addr = listener.local_addr()?;
         let (_tx, shutdown) = tokio::sync::watch::channel(false);
         let app = AppState::new(gw.handle.ctx().clone(), shutdown);
-        tokio::spawn(crate::server::serve(listener, app, Default::default()));
+        tokio::spawn(tether_gateway::serve(listener, app, Default::default()));
         let _ = addr_tx.send(addr);
         let _ = done.await;
         gw.handle.shutdown(Duration::from_secs(5)).await;

@@ -31,7 +31,7 @@ use super::harness::{
     start_gateway, thread_cpu_s, Ws,
 };
 use super::store::cpu_label;
-use crate::server::AppState;
+use tether_gateway::AppState;
 
 /// Thread name of the load generator's runtime (the gateway's CPU time is
 /// the process's minus these threads').
@@ -209,7 +209,7 @@ fn serve(
         let addr = listener.local_addr()?;
         let (_shutdown_tx, shutdown_rx) = tokio::sync::watch::channel(false);
         let app = AppState::new(gw.handle.ctx().clone(), shutdown_rx);
-        tokio::spawn(crate::server::serve(listener, app, Default::default()));
+        tokio::spawn(tether_gateway::serve(listener, app, Default::default()));
         let _ = addr_tx.send(addr);
         let ids = ids_rx.await.context("load generator gave up")?;
         let (stop, stopped) = watch::channel(false);

@@ -1,0 +1,31 @@
+//! Why `tether host` could not run.
+
+/// Why the host could not start, or stopped before a `shutdown`. The
+/// binary prints it with its sources and exits non-zero.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    /// Flags that make no runnable engine: the combinations clap cannot
+    /// check itself (an openai engine without a model, a bad URL, ...).
+    #[error("{0}")]
+    Usage(String),
+    /// The openai engine's HTTP client could not be built.
+    #[error(transparent)]
+    HttpClient(#[from] reqwest::Error),
+    /// The thread that owns stdin or stdout could not be started.
+    #[error("cannot start the {pipe}")]
+    Pipe {
+        /// `stdout writer` or `stdin reader`.
+        pipe: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    /// stdout closed before the host could say `hello`.
+    #[error("stdout is closed")]
+    StdoutClosed,
+}
+
+impl From<crate::io::Closed> for HostError {
+    fn from(_: crate::io::Closed) -> Self {
+        HostError::StdoutClosed
+    }
+}
