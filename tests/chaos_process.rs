@@ -11,6 +11,8 @@
 mod chaos;
 mod common;
 
+use common::Backend;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -173,15 +175,15 @@ fn host_pids(stats: &Value) -> Vec<u32> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kill_9_of_hosts_and_of_the_gateway_loses_nothing() {
+async fn kill_9_of_hosts_and_of_the_gateway_loses_nothing(b: Backend) {
     let seed = chaos::seed();
     let secs = chaos::duration(12);
     println!("process chaos seed {seed} for {} s", secs.as_secs());
     let mut rng = Rng::new(seed);
     let dir = tempdir();
     let host = host_command();
-    let mut gw = Gateway::start(
+    let mut gw = Gateway::start_on(
+        &b,
         dir.path(),
         &[
             "--hosts",
@@ -371,3 +373,5 @@ async fn kill_9_of_hosts_and_of_the_gateway_loses_nothing() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+backends!(kill_9_of_hosts_and_of_the_gateway_loses_nothing,);

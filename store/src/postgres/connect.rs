@@ -17,7 +17,9 @@
 //!   single `latest_seq`. That is what lets the writer resolve a commit in doubt by reading.
 //!
 //! An old connection of this very process that still holds the lock (the server has not yet
-//! noticed that its client went away) is terminated; one of another process never is.
+//! noticed that its client went away) is terminated. So is one of a tether process on this
+//! same host that no longer exists (a gateway killed with `kill -9` and started again: its
+//! backend may outlive it by a moment). A live gateway's connection never is.
 
 use std::str::FromStr;
 use std::sync::OnceLock;
@@ -199,6 +201,14 @@ impl Settings {
                 Some(h) if h.tag.is_some_and(|t| t.nonce == me.nonce) => {
                     return Err(ConnectError::Superseded)
                 }
+                Some(h) if h.of_a_dead_process_here() && started.elapsed() < TAKEOVER_WAIT => {
+                    tracing::info!(backend_pid = h.backend_pid, holder = %h.describe(), "ending the writer connection of a gateway that is gone");
+                    let _ = sqlx::query("SELECT pg_terminate_backend($1)")
+                        .bind(h.backend_pid)
+                        .execute(&mut c)
+                        .await;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
                 Some(h) => return Err(ConnectError::Held(h.describe())),
                 // Released between the two statements: try again.
                 None => {}
@@ -332,6 +342,22 @@ struct Holder {
 }
 
 impl Holder {
+    /// A tether writer of a process on this host that has exited.
+    fn of_a_dead_process_here(&self) -> bool {
+        let Some((_, who)) = self.application_name.split_once(" pid ") else {
+            return false;
+        };
+        let Some((pid, host)) = who.split_once(" on ") else {
+            return false;
+        };
+        let Ok(pid) = pid.parse::<u32>() else {
+            return false;
+        };
+        // The name may have been cut at 63 bytes, host last.
+        let here = !host.is_empty() && process().host.starts_with(host);
+        here && self.tag.is_some() && !std::path::Path::new(&format!("/proc/{pid}")).exists()
+    }
+
     fn describe(&self) -> String {
         match self.application_name.split_once(" pid ") {
             Some((_, who)) if self.tag.is_some() => format!("pid {who}"),
