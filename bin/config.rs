@@ -73,7 +73,7 @@ pub struct ServeArgs {
     #[arg(long, env = "TETHER_DATABASE_URL")]
     pub database_url: Option<String>,
     /// How long a PostgreSQL server that cannot be reached is retried at start
-    /// (then exit 69), and waited for to settle a commit whose answer was lost, in seconds.
+    /// (then exit 69), in seconds.
     #[arg(long, env = "TETHER_DATABASE_CONNECT_TIMEOUT_S", default_value_t = 30)]
     pub database_connect_timeout_s: u64,
     /// Config file (TOML).

@@ -176,6 +176,23 @@ fn host_pids(stats: &Value) -> Vec<u32> {
 }
 
 async fn kill_9_of_hosts_and_of_the_gateway_loses_nothing(b: Backend) {
+    storm(b, None).await
+}
+
+/// The same load while the PostgreSQL server (one of this test's own) is restarted, and once
+/// stays down for a few seconds: writes answer 5072 meanwhile, and afterwards the same
+/// invariants hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restarting_postgres_under_load_loses_nothing() {
+    let Some(pg) = tether_store::testing::PgServer::start() else {
+        return;
+    };
+    storm(Backend::Postgres(pg.url()), Some(pg)).await
+}
+
+/// Runs the load; the faults are `kill -9`s of hosts and of the gateway, or (with `pg`)
+/// restarts of the PostgreSQL server.
+async fn storm(b: Backend, pg: Option<tether_store::testing::PgServer>) {
     let seed = chaos::seed();
     let secs = chaos::duration(12);
     println!("process chaos seed {seed} for {} s", secs.as_secs());
@@ -238,7 +255,17 @@ async fn kill_9_of_hosts_and_of_the_gateway_loses_nothing(b: Backend) {
             None => Vec::new(),
         };
         pids_seen.extend(pids.iter().copied());
-        if rng.below(4) == 0 {
+        if let Some(pg) = &pg {
+            if rng.below(3) == 0 {
+                pg.stop();
+                tokio::time::sleep(Duration::from_millis(1000 + rng.below(2000))).await;
+                pg.start_again();
+                *kills.entry("postgres down").or_default() += 1;
+            } else {
+                pg.restart();
+                *kills.entry("postgres restart").or_default() += 1;
+            }
+        } else if rng.below(4) == 0 {
             // The gateway itself: SIGKILL, then a new one on the same store.
             gw.restart();
             let _ = url_tx.send(gw.url());

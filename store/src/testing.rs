@@ -170,3 +170,186 @@ mod tests {
         );
     }
 }
+
+/// A PostgreSQL server of a test's own (initdb in a temp dir, on a free loopback port), for the
+/// tests that stop and restart the server under load: the shared `TETHER_TEST_POSTGRES` server
+/// must stay up for the other tests. Stopped (immediately) when dropped.
+///
+/// The binaries are found in `TETHER_TEST_PG_BIN`, else the newest `/usr/lib/postgresql/*/bin`
+/// (Debian's layout). The server refuses to run as root, so as root it runs as the `postgres`
+/// user through `runuser`.
+#[derive(Debug)]
+pub struct PgServer {
+    dir: tempfile::TempDir,
+    bin: std::path::PathBuf,
+    port: u16,
+    as_postgres: bool,
+}
+
+impl PgServer {
+    /// Starts one, or returns `None` (after saying so loudly) when PostgreSQL is not
+    /// installed here; with `TETHER_REQUIRE_POSTGRES=1` that is a failure instead.
+    ///
+    /// # Panics
+    ///
+    /// When the installed server fails to initialise or start.
+    pub fn start() -> Option<PgServer> {
+        let Some(bin) = pg_bin() else {
+            if std::env::var(REQUIRE_POSTGRES_ENV).as_deref() == Ok("1") {
+                panic!("{REQUIRE_POSTGRES_ENV}=1 but no PostgreSQL binaries (initdb, pg_ctl) were found");
+            }
+            let _ = writeln!(
+                std::io::stderr(),
+                "\n*** PostgreSQL server tests SKIPPED: no initdb/pg_ctl (apt-get install postgresql, or set TETHER_TEST_PG_BIN) ***\n"
+            );
+            return None;
+        };
+        let as_postgres = is_root();
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        if as_postgres {
+            let status = std::process::Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(dir.path())
+                .status()
+                .unwrap_or_else(|e| panic!("chown: {e}"));
+            assert!(status.success(), "chown of the server's directory failed");
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .unwrap_or_else(|e| panic!("a free port: {e}"));
+        let server = PgServer {
+            dir,
+            bin,
+            port,
+            as_postgres,
+        };
+        let data = server.data();
+        server.run(
+            "initdb",
+            &[
+                "-D",
+                &data,
+                "-A",
+                "trust",
+                "-U",
+                "tether",
+                "--no-sync",
+                "-E",
+                "UTF8",
+            ],
+        );
+        server.start_again();
+        Some(server)
+    }
+
+    /// A superuser URL of the server's `postgres` database (trust authentication).
+    pub fn url(&self) -> String {
+        format!("postgres://tether@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// Stops the server the way an operator's restart does (`pg_ctl -m fast`: connections are
+    /// ended, every committed transaction stays).
+    pub fn stop(&self) {
+        self.pg_ctl(&["stop", "-m", "fast", "-w"]);
+    }
+
+    /// Starts the stopped server again on the same port.
+    pub fn start_again(&self) {
+        let opts = format!(
+            "-h 127.0.0.1 -p {} -k {}",
+            self.port,
+            self.dir.path().display()
+        );
+        let log = format!("{}/log", self.dir.path().display());
+        self.pg_ctl(&["start", "-w", "-o", &opts, "-l", &log]);
+    }
+
+    /// `pg_ctl restart -m fast`.
+    pub fn restart(&self) {
+        self.stop();
+        self.start_again();
+    }
+
+    fn data(&self) -> String {
+        format!("{}/data", self.dir.path().display())
+    }
+
+    fn pg_ctl(&self, args: &[&str]) {
+        let data = self.data();
+        let mut all = vec!["-D", data.as_str()];
+        all.extend_from_slice(args);
+        self.run("pg_ctl", &all);
+    }
+
+    fn run(&self, program: &str, args: &[&str]) {
+        let exe = self.bin.join(program);
+        let mut cmd = if self.as_postgres {
+            let mut c = std::process::Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(&exe);
+            c
+        } else {
+            std::process::Command::new(&exe)
+        };
+        let out = cmd
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("{program}: {e}"));
+        assert!(
+            out.status.success(),
+            "{program} {args:?} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+impl Drop for PgServer {
+    fn drop(&mut self) {
+        let data = self.data();
+        let exe = self.bin.join("pg_ctl");
+        let mut cmd = if self.as_postgres {
+            let mut c = std::process::Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(&exe);
+            c
+        } else {
+            std::process::Command::new(&exe)
+        };
+        let _ = cmd
+            .args(["-D", &data, "stop", "-m", "immediate", "-w"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+}
+
+fn pg_bin() -> Option<std::path::PathBuf> {
+    if let Ok(dir) = std::env::var("TETHER_TEST_PG_BIN") {
+        let dir = std::path::PathBuf::from(dir);
+        return dir.join("pg_ctl").exists().then_some(dir);
+    }
+    let mut found: Vec<(u32, std::path::PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .flatten()
+        .filter_map(|e| {
+            let version = e.file_name().to_string_lossy().parse::<u32>().ok()?;
+            let bin = e.path().join("bin");
+            bin.join("pg_ctl").exists().then_some((version, bin))
+        })
+        .collect();
+    found.sort();
+    found.pop().map(|(_, bin)| bin)
+}
+
+fn is_root() -> bool {
+    // The effective uid, from the kernel, without a libc binding.
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(|u| u == "0"))
+        })
+        .unwrap_or(false)
+}

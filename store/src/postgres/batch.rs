@@ -141,6 +141,7 @@ pub(crate) struct Plan<'a> {
 }
 
 /// What a session's row tells after the statement: it ran or it did not.
+#[derive(Debug, Clone)]
 pub(crate) struct Evidence {
     pub session_id: SessionId,
     /// `latest_seq` before the batch (`None`: the batch creates the session).

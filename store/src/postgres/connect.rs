@@ -45,6 +45,7 @@ pub(crate) struct Settings {
     options: PgConnectOptions,
     pub connect_timeout: Duration,
     pub statement_timeout: Duration,
+    pub in_doubt_wait: Duration,
     pub read_connections: u32,
 }
 
@@ -110,6 +111,7 @@ impl Settings {
             options,
             connect_timeout: cfg.connect_timeout,
             statement_timeout: cfg.statement_timeout,
+            in_doubt_wait: cfg.in_doubt_wait,
             read_connections: cfg.read_connections.max(1),
         })
     }

@@ -16,9 +16,16 @@
 //!   gone and with it any chance of a late commit; then it reads back the `latest_seq` of the
 //!   sessions the batch moved. All at their new value: committed, and reported so. All at
 //!   their old value: nothing was written, and the batch is simply sent again on the new
-//!   connection. It keeps trying for the connect timeout; a batch still in doubt after that is
-//!   answered 5072 (never 5071, which would claim that nothing was written), and its sessions
-//!   refuse further writes until the task has reconnected and read them.
+//!   connection. It keeps trying for a few seconds ([`PostgresConfig::in_doubt_wait`]): long
+//!   enough for a server restart, short enough that requests do not hang on a server that
+//!   stays down. A batch still in doubt after that is answered 5072 (never 5071, which would
+//!   claim that nothing was written), and its sessions refuse every write until the task has
+//!   reconnected and settled it: if it had committed after all, it is undone (its events
+//!   deleted, `latest_seq` put back, a session it created removed). No client saw those events
+//!   (a session fans out only what was acknowledged) and their sessions have rewound, so the
+//!   store is made to agree with what was answered; the next appends reuse those seqs.
+//!
+//! [`PostgresConfig::in_doubt_wait`]: crate::PostgresConfig::in_doubt_wait
 //!
 //! While the server cannot be reached the task answers every request at once with 5072 and
 //! reconnects in the background with a capped backoff: callers never queue behind a dead
@@ -38,7 +45,7 @@ use tokio::time::Instant;
 
 use crate::{StoreError, StoreWrite, WriteOp};
 
-use super::batch::{session_of, Known, Plan};
+use super::batch::{session_of, Evidence, Known, Plan};
 use super::connect::{close, ConnectError, Settings};
 use super::errors::{classify, Failure};
 
@@ -87,6 +94,7 @@ pub(crate) fn start(settings: Arc<Settings>, writer: u64, conn: Option<PgConnect
         down,
         backoff: Duration::ZERO,
         in_doubt: HashSet::new(),
+        unsettled: Vec::new(),
     };
     tokio::spawn(task.run(rx));
     PgWriter { commands }
@@ -107,9 +115,11 @@ struct Task {
     down: StoreError,
     /// Wait before the next reconnect attempt.
     backoff: Duration,
-    /// Sessions whose last batch is in doubt and was answered 5072: read again before any
-    /// write to them.
+    /// Sessions whose last batch is in doubt and was answered 5072: settled before any write
+    /// to them (module doc).
     in_doubt: HashSet<SessionId>,
+    /// What those batches would have moved, to settle them.
+    unsettled: Vec<Evidence>,
 }
 
 impl Task {
@@ -178,18 +188,87 @@ impl Task {
         self.backoff = Duration::ZERO;
         self.known.clear();
         if !self.in_doubt.is_empty() {
-            let ids: Vec<SessionId> = self.in_doubt.iter().cloned().collect();
-            match self.read_latest(&ids).await {
+            match self.settle().await {
                 Ok(()) => {
-                    tracing::warn!(
-                        sessions = ids.len(),
-                        "sessions of a batch answered 5072 while in doubt are readable again"
-                    );
                     self.in_doubt.clear();
+                    self.unsettled.clear();
                 }
-                Err(e) => tracing::warn!(error = %e.error(), "reading sessions in doubt"),
+                Err(e) => {
+                    tracing::warn!(error = %e.error(), "settling a batch in doubt; retrying on the next connection");
+                    self.lost(e.error()).await;
+                }
             }
         }
+    }
+
+    /// Makes a batch answered 5072 while in doubt not have happened (module doc), in one
+    /// transaction.
+    async fn settle(&mut self) -> Result<(), Failure> {
+        let ids: Vec<SessionId> = self
+            .unsettled
+            .iter()
+            .map(|e| e.session_id.clone())
+            .collect();
+        self.read_latest(&ids).await?;
+        let written: Vec<&Evidence> = self
+            .unsettled
+            .iter()
+            .filter(|e| self.known.get(&e.session_id).copied().flatten() == Some(e.after))
+            .collect();
+        if written.is_empty() {
+            tracing::info!(
+                sessions = self.in_doubt.len(),
+                "a batch answered 5072 while in doubt had not been written"
+            );
+            return Ok(());
+        }
+        let Some(conn) = self.conn.as_mut() else {
+            return Err(Failure::Lost(self.down.clone()));
+        };
+        let mut tx = sqlx::Connection::begin(&mut *conn)
+            .await
+            .map_err(classify)?;
+        for e in &written {
+            let id = e.session_id.as_str();
+            match e.before {
+                Some(before) => {
+                    let before = i64::try_from(before).unwrap_or(i64::MAX);
+                    sqlx::query("DELETE FROM events WHERE session_id = $1 AND seq > $2")
+                        .bind(id)
+                        .bind(before)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(classify)?;
+                    sqlx::query("UPDATE sessions SET latest_seq = $2 WHERE id = $1")
+                        .bind(id)
+                        .bind(before)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(classify)?;
+                }
+                None => {
+                    sqlx::query("DELETE FROM events WHERE session_id = $1")
+                        .bind(id)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(classify)?;
+                    sqlx::query("DELETE FROM sessions WHERE id = $1")
+                        .bind(id)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(classify)?;
+                }
+            }
+        }
+        tx.commit().await.map_err(classify)?;
+        tracing::warn!(
+            sessions = written.len(),
+            "a batch answered 5072 while in doubt had been written; undone, as answered"
+        );
+        for e in &written {
+            self.known.insert(e.session_id.clone(), e.before);
+        }
+        Ok(())
     }
 
     fn connect_failed(&mut self, e: &ConnectError) {
@@ -414,7 +493,7 @@ impl Task {
         tracing::warn!(error = %err, "store writer lost its connection mid-commit; the batch is in doubt");
         self.lost(&err).await;
         let evidence = plan.evidence();
-        let deadline = Instant::now() + self.settings.connect_timeout;
+        let deadline = Instant::now() + self.settings.in_doubt_wait;
         let mut backoff = Duration::ZERO;
         loop {
             if self.conn.is_none() {
@@ -485,10 +564,11 @@ impl Task {
         self.unresolved(plan, e)
     }
 
-    /// Gives up on a batch in doubt: its sessions refuse writes until they are read again.
+    /// Gives up on a batch in doubt: its sessions refuse writes until it is settled.
     fn unresolved(&mut self, plan: Plan<'_>, e: StoreError) -> Vec<OpResult> {
         tracing::error!(error = %e, "a batch stays in doubt; its sessions refuse writes until the database is back");
         self.in_doubt.extend(plan.sessions());
+        self.unsettled.extend(plan.evidence());
         self.down = e.clone();
         plan.failed(&e)
     }
