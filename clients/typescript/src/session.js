@@ -449,7 +449,9 @@ export class Session {
         // away) goes out as one last delta, so deltas add up to the text.
         const piece = rec.complete ? null : rec.text.rest(p.text);
         if (piece) {
-          this._fanout(rec.syntheticDelta(this.id, piece.offset, piece.text), rec);
+          // Taken in before the complete itself, whose seq the watermark
+          // already holds.
+          this._fanout(rec.syntheticDelta(this.id, piece.offset, piece.text), rec, ev.seq - 1);
         }
       }
     }
@@ -473,9 +475,10 @@ export class Session {
     }
   }
 
-  _fanout(ev, rec) {
+  // `mark`: the durable seq this event comes after.
+  _fanout(ev, rec, mark = this.watermark) {
     for (const s of this.streams) {
-      s._push(ev, this.watermark);
+      s._push(ev, mark);
     }
     if (rec) {
       rec.push(ev, this.submitting > 0);

@@ -32,6 +32,15 @@ export async function freePort() {
   });
 }
 
+// Gateways still running when the test process exits (a failed or timed
+// out test) are killed with it, never left behind.
+const running = new Set();
+process.on("exit", () => {
+  for (const child of running) {
+    child.kill("SIGKILL");
+  }
+});
+
 export class Gateway {
   // `args`: extra flags of `tether serve`.
   constructor({ args = [], port = 0, dataDir } = {}) {
@@ -60,6 +69,8 @@ export class Gateway {
       stdio: ["ignore", "pipe", "inherit"],
     });
     this.child = child;
+    running.add(child);
+    child.once("exit", () => running.delete(child));
     const lines = createInterface({ input: child.stdout });
     const line = await new Promise((resolveLine, reject) => {
       const timer = setTimeout(() => reject(new Error("tether did not start within " + WAIT_MS + " ms")), WAIT_MS);
