@@ -57,7 +57,7 @@ class EventStream:
         except GatewayClosed:
             self._finish()
             raise StopAsyncIteration from None
-        except BaseException:
+        except Exception:
             self._finish()
             raise
 

@@ -170,6 +170,15 @@ class Host:
         turn = _Turn(request)
         self._turns[request.turn_id] = turn
         turn.task = asyncio.get_running_loop().create_task(self._run_turn(turn))
+        turn.task.add_done_callback(lambda _: self._turn_done(turn))
+
+    def _turn_done(self, turn: _Turn) -> None:
+        # A turn cancelled before its function ever ran (an interrupt right
+        # after its start) still owes its end.
+        self._turns.pop(turn.request.turn_id, None)
+        if not turn.ended and turn.request.interrupted.is_set():
+            self._spawn(self._end(turn, {"type": "turn.end", "turn_id": turn.request.turn_id,
+                                         "status": "interrupted", "text": turn.text}))
 
     async def _run_turn(self, turn: _Turn) -> None:
         req = turn.request
@@ -203,8 +212,6 @@ class Host:
             log.exception("turn %s failed", req.turn_id)
             await self._end(turn, {"type": "turn.error", "turn_id": req.turn_id,
                                    "reason": "engine_error", "message": f"{type(err).__name__}: {err}"})
-        finally:
-            self._turns.pop(req.turn_id, None)
 
     async def _item(self, turn: _Turn, item: Any) -> None:
         tid = turn.request.turn_id
@@ -254,6 +261,7 @@ class Host:
             await asyncio.sleep(CANCEL_GRACE_S)
             if not turn.ended:
                 log.warning("turn %s ignored its interrupt; ending it", turn_id)
+                self._turns.pop(turn_id, None)
                 await self._end(turn, {"type": "turn.end", "turn_id": turn_id,
                                        "status": "interrupted", "text": turn.text})
 
@@ -302,6 +310,13 @@ class Host:
             tasks.append(c)
         if tasks:
             await asyncio.wait(tasks, timeout=SHUTDOWN_GRACE_S)
+        for turn in list(self._turns.values()):
+            await self._end(turn, {"type": "turn.end", "turn_id": turn.request.turn_id,
+                                   "status": "interrupted", "text": turn.text})
+        # Ends sent by the tasks' done callbacks.
+        pending = [c for c in self._controls if not c.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=1)
         await self._send({"type": "shutdown.ack"})
 
     async def _heartbeats(self) -> None:
@@ -345,8 +360,11 @@ def run(on_turn: TurnFunction, *, compress: CompressFunction | None = None,
         logging.basicConfig(stream=sys.stderr, level=os.environ.get("TETHER_HOST_LOG", "WARNING").upper(),
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     code = 0
+    # Not asyncio.run: its clean-up waits for every task to finish, and a
+    # turn function that swallows cancellation would keep the host alive.
+    loop = asyncio.new_event_loop()
     try:
-        asyncio.run(serve(on_turn, compress=compress, engine=engine, version=version))
+        loop.run_until_complete(serve(on_turn, compress=compress, engine=engine, version=version))
     except (BrokenPipeError, ConnectionResetError):
         pass  # stdout is gone: so is the gateway
     except KeyboardInterrupt:
