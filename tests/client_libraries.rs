@@ -1,11 +1,11 @@
 //! The client libraries' own suites, run against this build's binary so
 //! that the README's one test command (`cargo test --workspace`) runs them
 //! too: clients/typescript (`tsc --noEmit`, then `node --test`) and
-//! clients/python (`pytest`, which also drives the host library and its
-//! examples). Each suite starts its own gateways from `TETHER_BIN`.
+//! clients/python (`mypy --strict`, then `pytest`, which also drives the
+//! host library and its examples). Each suite starts its own gateways from `TETHER_BIN`.
 //!
 //! Without node and `npm ci` in clients/typescript, or without the venv
-//! clients/python/.venv (with the package and pytest installed), a suite
+//! clients/python/.venv (with the package and its `test` extras), a suite
 //! is skipped with one loud line, unless `TETHER_REQUIRE_CLIENTS=1` (CI)
 //! makes that a failure. `.ci/run` installs both; docs/CLIENTS.md says how.
 
@@ -56,14 +56,14 @@ fn venv_python() -> PathBuf {
 
 fn python_missing() -> Option<String> {
     let ok = Command::new(venv_python())
-        .args(["-c", "import tether_client, websockets, pytest"])
+        .args(["-c", "import tether_client, websockets, pytest, mypy"])
         .output()
         .is_ok_and(|o| o.status.success());
     if ok {
         None
     } else {
         Some(
-            "clients/python/.venv lacks the package or pytest: run `python3 -m venv clients/python/.venv && \
+            "clients/python/.venv lacks the package or its test extras: run `python3 -m venv clients/python/.venv && \
              clients/python/.venv/bin/pip install -e 'clients/python[test]'`"
                 .into(),
         )
@@ -132,11 +132,24 @@ fn the_typescript_library_passes_its_type_check_and_its_suite() {
 }
 
 #[test]
-fn the_python_library_passes_its_suite() {
+fn the_python_library_passes_its_type_check_and_its_suite() {
     if let Some(why) = python_missing() {
         return missing("Python library's suite", &why);
     }
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    // The package ships py.typed: its annotations must hold.
+    run(
+        "mypy --strict (clients/python)",
+        Command::new(venv_python())
+            .args([
+                "-m",
+                "mypy",
+                "--strict",
+                "--no-incremental",
+                "src/tether_client",
+            ])
+            .current_dir(python_dir()),
+    );
     run(
         "pytest (clients/python)",
         Command::new(venv_python())

@@ -20,4 +20,4 @@ class Backoff:
     def delay(self, attempt: int, rand: Callable[[], float] = random.random) -> float:
         """`attempt` counts failed attempts since the last open connection."""
         ceiling = min(self.maximum, self.initial * 2 ** min(attempt, 30))
-        return ceiling / 2 + rand() * (ceiling / 2)
+        return float(ceiling / 2 + rand() * (ceiling / 2))

@@ -344,7 +344,7 @@ class Gateway:
         reset = previous is not None and isinstance(epoch, str) and epoch != previous
         if isinstance(epoch, str):
             self.epoch = epoch
-        if reset:
+        if reset and isinstance(epoch, str) and previous is not None:
             # Another store: every watermark means nothing there.
             for s in list(self._sessions.values()):
                 s._reset(epoch, previous)

@@ -89,18 +89,21 @@ class Session:
         return Turn(self, rec, r)
 
     async def interrupt(self) -> dict[str, Any]:
-        return await self._gw.call("session.interrupt", {"session_id": self.id})
+        r: dict[str, Any] = await self._gw.call("session.interrupt", {"session_id": self.id})
+        return r
 
     async def compress(self, focus: str | None = None) -> dict[str, Any]:
         params: dict[str, Any] = {"session_id": self.id}
         if focus is not None:
             params["focus"] = focus
-        return await self._gw.call("session.compress", params)
+        r: dict[str, Any] = await self._gw.call("session.compress", params)
+        return r
 
     async def snapshot(self) -> dict[str, Any]:
         """The session as it stands (`messages`, `active_turn`, `todos`),
         without attaching."""
-        return await self._gw.call("session.resume", {"session_id": self.id, "attach": False})
+        r: dict[str, Any] = await self._gw.call("session.resume", {"session_id": self.id, "attach": False})
+        return r
 
     async def branch(self, upto_seq: int | None = None, title: str | None = None) -> Session:
         params: dict[str, Any] = {"session_id": self.id}
@@ -112,7 +115,8 @@ class Session:
         return self._gw.session(r["session"]["session_id"])
 
     async def close(self) -> dict[str, Any]:
-        return await self._gw.call("session.close", {"session_id": self.id})
+        r: dict[str, Any] = await self._gw.call("session.close", {"session_id": self.id})
+        return r
 
     async def detach(self) -> None:
         """Stops following the session: its streams end, and it is no longer

@@ -82,16 +82,15 @@ class EventStream:
                     self._queue.popleft()
                     return item
                 seq = item.get("seq")
-                durable = isinstance(seq, int)
-                if durable and seq <= self.cursor:
+                if isinstance(seq, int) and seq <= self.cursor:
                     self._queue.popleft()
                     continue
-                need = seq - 1 if durable else mark
+                need = seq - 1 if isinstance(seq, int) else mark
                 if self.cursor < need:
                     await self._fill(need)
                     continue
                 self._queue.popleft()
-                return self._yield(item) if durable else item
+                return self._yield(item) if isinstance(seq, int) else item
             s = self._session
             if s._failure is not None:
                 raise s._failure

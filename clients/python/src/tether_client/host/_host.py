@@ -17,7 +17,7 @@ import logging
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any, AsyncGenerator, Awaitable, Callable, Coroutine
 
 from ._io import Lines, Output
 from ._items import Final, Reasoning, Status, Todos, ToolComplete, ToolStart, TurnError, Usage
@@ -65,7 +65,7 @@ class ControlRequest:
     args: dict[str, Any]
 
 
-TurnFunction = Callable[[TurnRequest], AsyncIterator[Any]]
+TurnFunction = Callable[[TurnRequest], AsyncGenerator[Any, None]]
 CompressFunction = Callable[[ControlRequest], Awaitable[dict[str, Any]]]
 
 
@@ -291,8 +291,8 @@ class Host:
 
         self._spawn(run())
 
-    def _spawn(self, coro: Awaitable[None]) -> None:
-        task = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
         self._controls.add(task)
         task.add_done_callback(self._controls.discard)
 
