@@ -31,17 +31,17 @@ test("a consumer closed 1013 as slow resumes with every event once", async () =>
     const s = await gw.createSession({ title: "slow" });
     const stream = s.events();
     const slow = nextEmit(gw, "reconnecting", (c) => c.code === 1013);
-    // 3000 durable events of 8 KiB each, as fast as the gateway takes them:
+    // 5000 durable events of 8 KiB each (40 MiB), as fast as the gateway takes them:
     // far more than the socket buffers hold.
-    const turn = await s.submit("/flood 3000 1000000 8192\nflooded");
+    const turn = await s.submit("/flood 5000 1000000 8192\nflooded");
     const first = await readUntil(stream, (e) => e.type === "tool.start");
-    blockEventLoop(2500);
+    blockEventLoop(3500);
     const closed = await slow;
     assert.equal(closed.reason, "slow consumer");
     const rest = await readUntil(stream, (e) => e.type === "message.complete" && e.turn_id === turn.id);
     const seqs = seqsOf(first.concat(rest));
     assert.deepEqual(seqs, range(1, seqs.at(-1)), "every durable event once, in order");
-    assert.equal(rest.filter((e) => e.type === "tool.start").length + 1, 3000);
+    assert.equal(rest.filter((e) => e.type === "tool.start").length + 1, 5000);
     assert.equal((await turn.result()).text, "flooded");
     const stats = await gw.call("session.events.stats");
     assert.ok(stats.outbox.slow_consumer_closes >= 1, JSON.stringify(stats.outbox));
