@@ -275,7 +275,10 @@ class Gateway:
         try:
             async for message in ws:
                 if isinstance(message, str):
-                    self._on_text(message)
+                    try:
+                        self._on_text(message)
+                    except Exception:  # noqa: BLE001 - one bad frame must not end the connection
+                        log.exception("could not handle a frame: %.200s", message)
         except ConnectionClosed:
             pass
         finally:
