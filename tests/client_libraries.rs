@@ -9,6 +9,7 @@
 //! is skipped with one loud line, unless `TETHER_REQUIRE_CLIENTS=1` (CI)
 //! makes that a failure. `.ci/run` installs both; docs/CLIENTS.md says how.
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
@@ -33,7 +34,12 @@ fn missing(suite: &str, why: &str) {
     if std::env::var("TETHER_REQUIRE_CLIENTS").as_deref() == Ok("1") {
         panic!("TETHER_REQUIRE_CLIENTS=1 but the {suite} cannot run: {why}");
     }
-    eprintln!("SKIPPED: the {suite} did not run: {why}");
+    // Straight to the process's stderr: libtest captures `eprintln!` of a
+    // passing test, and a skip must be seen.
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "SKIPPED: the {suite} did not run: {why}"
+    );
 }
 
 fn node_missing() -> Option<String> {
