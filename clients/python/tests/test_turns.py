@@ -4,7 +4,7 @@ up to the reply, every way a turn can end, queued turns, the stream."""
 import pytest
 
 import tether_client
-from tether_client import RpcError, codes
+from tether_client import GatewayClosed, RpcError, codes
 
 from conftest import TETHER_BIN, read_until, seqs_of
 
@@ -112,3 +112,20 @@ async def test_refusals_carry_the_protocols_codes(gateway):
         with pytest.raises(RpcError) as err:
             await gw.call("no.such.method")
         assert err.value.code == codes.METHOD_NOT_FOUND
+
+
+async def test_a_closed_gateway_object_ends_its_streams_and_refuses_its_calls(gateway):
+    gw = await tether_client.connect(gateway.url)
+    s = await gw.create_session(title="closing the object")
+    stream = s.events()
+    await read_until(stream, lambda e: e.get("seq") == 1)
+    hang = await s.submit("/hang")
+    await gw.close()
+    assert gw.state == "closed"
+    with pytest.raises(StopAsyncIteration):
+        await stream.__anext__()
+    for pending in (hang.result(), s.submit("x"), gw.sessions()):
+        with pytest.raises(GatewayClosed):
+            await pending
+    async with tether_client.connect(gateway.url) as other:
+        await other.session(s.id).interrupt()

@@ -157,8 +157,8 @@ export class Session {
   async _attached() {
     this._want();
     for (;;) {
-      if (this.failure) {
-        throw this.failure;
+      if (this.failure || this.gw.failure) {
+        throw this.failure || this.gw.failure;
       }
       if (this.closed || (this.gw.state === "open" && this.attachedOn === this.gw.generation)) {
         return;

@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 
-import { connect, codes, RpcError } from "../src/index.js";
+import { ClosedError, connect, codes, RpcError } from "../src/index.js";
 import { Gateway, TETHER_BIN, readUntil } from "./harness.js";
 
 let gateway;
@@ -132,4 +132,19 @@ test("refusals carry the protocol's codes", async () => {
   assert.deepEqual(await stream.next(), { value: undefined, done: true });
   await assert.rejects(s.submit("x"), (err) => err instanceof RpcError && err.code === codes.SESSION_CLOSED);
   await assert.rejects(gw.call("no.such.method"), (err) => err instanceof RpcError && err.code === codes.METHOD_NOT_FOUND);
+});
+
+test("a closed gateway object ends its streams and refuses its calls", async () => {
+  const own = connect(gateway.url);
+  const s = await own.createSession({ title: "closing the object" });
+  const stream = s.events();
+  await readUntil(stream, (e) => e.seq === 1);
+  const hang = await s.submit("/hang");
+  own.close();
+  assert.equal(own.state, "closed");
+  assert.deepEqual(await stream.next(), { value: undefined, done: true });
+  await assert.rejects(hang.result(), ClosedError);
+  await assert.rejects(s.submit("x"), ClosedError);
+  await assert.rejects(own.sessions(), ClosedError);
+  await gw.session(s.id).interrupt();
 });

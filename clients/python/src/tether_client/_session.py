@@ -156,6 +156,8 @@ class Session:
         while True:
             if self._failure is not None:
                 raise self._failure
+            if self._gw._failure is not None:
+                raise self._gw._failure
             if self._closed or (self._gw.state == "open" and self._attached_on == self._gw.generation):
                 return
             fut = asyncio.get_running_loop().create_future()
