@@ -260,6 +260,11 @@ class Gateway:
                 self._emit("error", err)
                 await self._retry({"error": err})
                 continue
+            except Exception as err:  # noqa: BLE001 - whatever it was, try again later
+                log.exception("connecting to %s failed", self.url)
+                self._emit("error", err)
+                await self._retry({"error": err})
+                continue
             if self.state == "closed":
                 await ws.close()
                 return

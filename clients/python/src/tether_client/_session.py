@@ -55,6 +55,7 @@ class Session:
         self._holding = False
         self._held: list[Event] = []
         self._filling = False
+        self._gap_task: asyncio.Task[None] | None = None
         self._closed = False
         self._read_to_end = False
         self._failure: BaseException | None = None
@@ -352,7 +353,8 @@ class Session:
             if generation == self._gw.generation:
                 self._release()
 
-        asyncio.get_running_loop().create_task(fill())
+        # asyncio keeps only weak references to tasks: hold this one.
+        self._gap_task = asyncio.get_running_loop().create_task(fill())
 
     def _release(self) -> None:
         self._holding = False
