@@ -369,8 +369,12 @@ export class Session {
         return;
       }
       const before = this.watermark;
+      // Not beyond `upto`: what follows is held, transient frames among it,
+      // and must be taken in in the order it came.
       for (const ev of r.events) {
-        this._accept(ev, true);
+        if (ev.seq <= upto) {
+          this._accept(ev, true);
+        }
       }
       if (!r.has_more || this.watermark === before) {
         return;

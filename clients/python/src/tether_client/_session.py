@@ -329,8 +329,11 @@ class Session:
             if generation != self._gw.generation:
                 return
             before = self.watermark
+            # Not beyond `upto`: what follows is held, transient frames among
+            # it, and must be taken in in the order it came.
             for ev in r["events"]:
-                self._accept(ev, True)
+                if ev["seq"] <= upto:
+                    self._accept(ev, True)
             if not r.get("has_more") or self.watermark == before:
                 return
 
