@@ -94,8 +94,24 @@ export class Gateway {
 
   // A JSON-RPC call: resolves with `result`, rejects with an RpcError (the
   // gateway's code in `.code`), ConnectionLostError, AuthError or
-  // ClosedError.
-  call(method, params = {}) {
+  // ClosedError. A read refused for the rate limit (4029) is asked again
+  // after the wait the gateway names: a burst of reads (every stream
+  // catching up after a reconnect) is the library's doing, not the app's.
+  async call(method, params = {}) {
+    for (;;) {
+      try {
+        return await this._call(method, params);
+      } catch (err) {
+        if (!(err instanceof RpcError) || err.code !== codes.RATE_LIMITED || !READS.has(method)) {
+          throw err;
+        }
+        const wait = (err.data && err.data.retry_after_ms) || 100;
+        await new Promise((resolve) => setTimeout(resolve, wait));
+      }
+    }
+  }
+
+  _call(method, params) {
     if (this.failure) {
       return Promise.reject(this.failure);
     }

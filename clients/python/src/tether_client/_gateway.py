@@ -170,7 +170,20 @@ class Gateway:
 
     async def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
         """Any method of PROTOCOL 1.4. Raises RpcError (the gateway's code in
-        `.code`), ConnectionLost, AuthError or GatewayClosed."""
+        `.code`), ConnectionLost, AuthError or GatewayClosed. A read refused
+        for the rate limit (4029) is asked again after the wait the gateway
+        names: a burst of reads (every stream catching up after a reconnect)
+        is the library's doing, not the application's."""
+        while True:
+            try:
+                return await self._call(method, params)
+            except RpcError as err:
+                if err.code != Code.RATE_LIMITED or method not in READS:
+                    raise
+                data = err.data if isinstance(err.data, dict) else {}
+                await asyncio.sleep(float(data.get("retry_after_ms") or 100) / 1000)
+
+    async def _call(self, method: str, params: dict[str, Any] | None) -> Any:
         self.start()
         if self._failure is not None:
             raise self._failure
