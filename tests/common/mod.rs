@@ -75,6 +75,13 @@ pub struct Gateway {
     database: Option<tether_store::testing::TestDatabase>,
 }
 
+/// Set to a host command (`--host-command`'s value) to run the suites with
+/// another compute host than the built-in echo engine: `.ci/run` runs
+/// `tests/turns.rs` once more with the Python library's echo host
+/// (clients/python/examples/echo_host.py). Tests that pass their own
+/// `--host-command` keep it.
+pub const HOST_COMMAND_ENV: &str = "TETHER_TEST_HOST_COMMAND";
+
 impl Gateway {
     /// A gateway on SQLite in `data_dir`.
     pub fn start(data_dir: &Path, extra: &[&str]) -> Gateway {
@@ -85,6 +92,11 @@ impl Gateway {
     /// `data_dir` for everything else.
     pub fn start_on(backend: &Backend, data_dir: &Path, extra: &[&str]) -> Gateway {
         let mut extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        if let Ok(host) = std::env::var(HOST_COMMAND_ENV) {
+            if !host.trim().is_empty() && !extra.iter().any(|a| a == "--host-command") {
+                extra.extend(["--host-command".to_string(), host]);
+            }
+        }
         let database = match backend {
             Backend::Sqlite => None,
             Backend::Postgres(server) => {
