@@ -212,8 +212,16 @@ impl Settings {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
                 Some(h) => return Err(ConnectError::Held(h.describe())),
-                // Released between the two statements: try again.
-                None => {}
+                // Released between the two statements: try again (a holder this role cannot
+                // see would look the same, hence the bound).
+                None if started.elapsed() < TAKEOVER_WAIT => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                None => {
+                    return Err(ConnectError::Held(
+                        "a server backend this user cannot see".into(),
+                    ))
+                }
             }
         }
     }

@@ -196,6 +196,8 @@ impl Task {
                 Err(e) => {
                     tracing::warn!(error = %e.error(), "settling a batch in doubt; retrying on the next connection");
                     self.lost(e.error()).await;
+                    // Not at once: a settle that fails for a reason of its own must not spin.
+                    self.backoff = MAX_BACKOFF;
                 }
             }
         }
