@@ -497,6 +497,32 @@ mod tests {
     }
 
     #[test]
+    fn the_database_url_comes_from_the_flag_or_the_file_with_its_password_masked() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("tether.toml");
+        std::fs::write(
+            &file,
+            "database_url = \"postgres://t:pw@db/tether\"\ndatabase_connect_timeout_s = 5\n",
+        )
+        .expect("write");
+        let file = file.to_string_lossy().into_owned();
+        let from_file = parse(&["--config", &file]);
+        assert_eq!(
+            from_file.backend().expect("backend").describe(),
+            "postgres://t:***@db/tether"
+        );
+        assert_eq!(from_file.database_connect_timeout_s, 5);
+        let flag = parse(&["--config", &file, "--database-url", "sqlite:///tmp/x.db"]);
+        assert_eq!(flag.backend().expect("backend").describe(), "/tmp/x.db");
+        assert_eq!(parse(&[]).database_connect_timeout_s, 30);
+        // An unknown scheme is bad configuration, named without its password.
+        let mut bad = parse(&[]);
+        bad.database_url = Some("mysql://t:pw@db/x".into());
+        let e = bad.backend().expect_err("refused").to_string();
+        assert!(e.contains("mysql://t:***@db/x"), "{e}");
+    }
+
+    #[test]
     fn compress_wait_follows_the_design_formula() {
         assert_eq!(parse(&[]).compress_wait(), Duration::from_secs(120));
         assert_eq!(
