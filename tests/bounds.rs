@@ -7,8 +7,6 @@
 
 mod common;
 
-use common::Backend;
-
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -39,9 +37,10 @@ fn listed_ids(list: &Value) -> Vec<String> {
         .collect()
 }
 
-async fn a_title_over_max_title_bytes_is_refused_and_nothing_is_created(b: Backend) {
+#[tokio::test]
+async fn a_title_over_max_title_bytes_is_refused_and_nothing_is_created() {
     let dir = tempdir();
-    let gw = Gateway::start_on(&b, dir.path(), &["--hosts", "1"]);
+    let gw = Gateway::start(dir.path(), &["--hosts", "1"]);
     let mut c = gw.client().await;
     // The bound is in bytes, not characters: 512 × "é" is 1024 bytes.
     let at_bound = "é".repeat(512);
@@ -94,9 +93,10 @@ async fn a_title_over_max_title_bytes_is_refused_and_nothing_is_created(b: Backe
     );
 }
 
-async fn max_title_bytes_is_a_flag(b: Backend) {
+#[tokio::test]
+async fn max_title_bytes_is_a_flag() {
     let dir = tempdir();
-    let gw = Gateway::start_on(&b, dir.path(), &["--hosts", "0", "--max-title-bytes", "8"]);
+    let gw = Gateway::start(dir.path(), &["--hosts", "0", "--max-title-bytes", "8"]);
     let mut c = gw.client().await;
     create(&mut c, "12345678").await;
     let e = c.err("session.create", json!({"title": "123456789"})).await;
@@ -120,10 +120,10 @@ async fn all_pages(c: &mut Client, params: Value) -> Vec<Value> {
     }
 }
 
-async fn list_pages_end_early_at_max_list_bytes_and_the_cursor_goes_on_exactly(b: Backend) {
+#[tokio::test]
+async fn list_pages_end_early_at_max_list_bytes_and_the_cursor_goes_on_exactly() {
     let dir = tempdir();
-    let gw = Gateway::start_on(
-        &b,
+    let gw = Gateway::start(
         dir.path(),
         &[
             "--hosts",
@@ -186,10 +186,10 @@ fn host_turns(stats: &Value) -> u64 {
         .sum()
 }
 
-async fn stats_show_only_the_callers_profile(b: Backend) {
+#[tokio::test]
+async fn stats_show_only_the_callers_profile() {
     let dir = tempdir();
-    let gw = Gateway::start_on(
-        &b,
+    let gw = Gateway::start(
         dir.path(),
         &["--hosts", "1", "--token", "alice:ta", "--token", "bob:tb"],
     );
@@ -242,10 +242,10 @@ async fn status_and_close(tcp: &mut TcpStream, within: Duration) -> (u16, bool) 
     (status, closed)
 }
 
-async fn a_post_body_dripped_byte_by_byte_is_cut_with_408(b: Backend) {
+#[tokio::test]
+async fn a_post_body_dripped_byte_by_byte_is_cut_with_408() {
     let dir = tempdir();
-    let gw = Gateway::start_on(
-        &b,
+    let gw = Gateway::start(
         dir.path(),
         &[
             "--hosts",
@@ -386,9 +386,10 @@ async fn a_gateway_out_of_descriptors_answers_503_instead_of_hanging() {
     drop(held);
 }
 
-async fn healthz_stays_200_when_connections_are_full(b: Backend) {
+#[tokio::test]
+async fn healthz_stays_200_when_connections_are_full() {
     let dir = tempdir();
-    let gw = Gateway::start_on(&b, dir.path(), &["--hosts", "0", "--max-connections", "1"]);
+    let gw = Gateway::start(dir.path(), &["--hosts", "0", "--max-connections", "1"]);
     let mut c = gw.client().await;
     for _ in 0..3 {
         let mut tcp = TcpStream::connect(&gw.addr).await.unwrap();
@@ -407,12 +408,3 @@ async fn healthz_stays_200_when_connections_are_full(b: Backend) {
     assert_eq!(status_and_close(&mut tcp, WAIT).await.0, 503);
     c.ok("gateway.ping", json!({})).await;
 }
-
-backends!(
-    a_title_over_max_title_bytes_is_refused_and_nothing_is_created,
-    max_title_bytes_is_a_flag,
-    list_pages_end_early_at_max_list_bytes_and_the_cursor_goes_on_exactly,
-    stats_show_only_the_callers_profile,
-    a_post_body_dripped_byte_by_byte_is_cut_with_408,
-    healthz_stays_200_when_connections_are_full,
-);
