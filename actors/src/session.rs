@@ -265,7 +265,7 @@ impl Actor for Session {
                 todos,
                 ..Turns::default()
             },
-            transcript: Transcript::NotLoaded,
+            transcript: Transcript::default(),
             compacting: None,
             pending_compress: None,
             marker_at_start: row.turn_marker,

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
+use crate::events::CompleteStatus;
 use crate::ids::{SessionId, TraceId, TurnId};
 
 wire_enum! {
@@ -70,6 +71,20 @@ pub struct Message {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub turn_id: Option<TurnId>,
     pub ts: String,
+    /// How the turn ended, on an assistant message whose turn did not
+    /// complete (`error`, `interrupted`); omitted otherwise. Without it a
+    /// client reading a transcript could not tell a reply cut short by a
+    /// crash or an interrupt from a whole one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<CompleteStatus>,
+    /// The `message.complete`'s `failure_reason` (`host_crash`,
+    /// `gateway_restart`, `dequeued`, ...), when it had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_reason: Option<String>,
+    /// The message of the turn's `error` event, on an assistant message
+    /// whose turn failed with one (what an engine said went wrong).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// `session.create`.

@@ -87,6 +87,9 @@ fn message_round_trip() {
             text: "hi".into(),
             turn_id: Some("t_1".into()),
             ts: "2026-11-30T03:00:00.123Z".into(),
+            status: None,
+            failure_reason: None,
+            error: None,
         },
         json!({"seq":2,"role":"user","text":"hi","turn_id":"t_1","ts":"2026-11-30T03:00:00.123Z"}),
     );
@@ -98,8 +101,26 @@ fn message_round_trip() {
             text: "sum".into(),
             turn_id: None,
             ts: "x".into(),
+            status: None,
+            failure_reason: None,
+            error: None,
         },
         json!({"seq":3,"role":"system","text":"sum","ts":"x"}),
+    );
+    // An assistant message whose turn did not complete says how it ended.
+    round_trip(
+        &Message {
+            seq: 5,
+            role: MessageRole::Assistant,
+            text: "cut".into(),
+            turn_id: Some("t_2".into()),
+            ts: "x".into(),
+            status: Some(CompleteStatus::Error),
+            failure_reason: Some("engine_error".into()),
+            error: Some("boom".into()),
+        },
+        json!({"seq":5,"role":"assistant","text":"cut","turn_id":"t_2","ts":"x",
+               "status":"error","failure_reason":"engine_error","error":"boom"}),
     );
 }
 
@@ -130,6 +151,9 @@ fn resume_result_full() {
             text: "{}".into(),
             turn_id: Some("t_1".into()),
             ts: "x".into(),
+            status: None,
+            failure_reason: None,
+            error: None,
         }]),
         active_turn: Some(ActiveTurn {
             turn_id: "t_2".into(),
