@@ -1,6 +1,8 @@
 //! Test harness: starts the real `tether` binary and speaks its protocol.
 #![allow(dead_code)]
 
+pub mod terminal;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
