@@ -10,7 +10,8 @@
 //! as A.
 //!
 //! Without Chromium, node or `tests/browser/node_modules` the browser test
-//! is skipped, unless `TETHER_REQUIRE_BROWSER=1` (CI) makes that a failure.
+//! is skipped with one `SKIPPED:` line on stderr, unless
+//! `TETHER_REQUIRE_BROWSER=1` (CI) makes that a failure.
 //! `.ci/run` installs all three.
 
 mod common;
@@ -42,10 +43,12 @@ fn words(prefix: &str, n: usize) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_pages_share_a_session_and_a_cut_page_catches_up_exactly_once() {
     if let Some(why) = missing_prerequisite() {
-        if std::env::var("TETHER_REQUIRE_BROWSER").as_deref() == Ok("1") {
-            panic!("TETHER_REQUIRE_BROWSER=1 but {why}");
-        }
-        eprintln!("skipped: {why}");
+        common::skip(
+            "the browser test tests/web_console.rs",
+            &why,
+            common::BROWSER_SETUP,
+            "TETHER_REQUIRE_BROWSER",
+        );
         return;
     }
     let dir = tempdir();

@@ -28,9 +28,7 @@ pub fn missing_prerequisite() -> Option<String> {
         .join("node_modules/playwright-core")
         .exists()
     {
-        return Some(format!(
-            "{BROWSER_DIR}/node_modules is missing: run `npm ci --prefix tests/browser`"
-        ));
+        return Some(format!("{BROWSER_DIR}/node_modules is missing"));
     }
     let node = std::process::Command::new("node").arg("--version").output();
     if !node.is_ok_and(|o| o.status.success()) {
