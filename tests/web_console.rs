@@ -268,8 +268,9 @@ async fn the_console_is_served_without_a_token_with_its_types_and_a_strict_csp()
     assert_eq!(header(&head, "referrer-policy"), "no-referrer");
     assert!(body.contains("src=\"/console/console.js\""), "{body}");
 
-    // Every module the page loads, and every module they import, is served
-    // as JavaScript.
+    // Every module the page loads, and every module they import (paths
+    // relative to the importing module, so the client library's directory
+    // too), is served as JavaScript.
     let mut todo = vec!["console.js".to_string()];
     let mut seen = BTreeSet::new();
     while let Some(name) = todo.pop() {
@@ -283,13 +284,22 @@ async fn the_console_is_served_without_a_token_with_its_types_and_a_strict_csp()
             "text/javascript; charset=utf-8",
             "{name}"
         );
+        let dir = name.rsplit_once('/').map_or("", |(d, _)| d);
         for import in js.split("from \"./").skip(1) {
             if let Some((file, _)) = import.split_once('"') {
-                todo.push(file.to_string());
+                todo.push(if dir.is_empty() {
+                    file.to_string()
+                } else {
+                    format!("{dir}/{file}")
+                });
             }
         }
     }
-    assert!(seen.len() >= 3, "the modules: {seen:?}");
+    assert!(
+        seen.contains("tether-client/gateway.js"),
+        "the console loads the client library: {seen:?}"
+    );
+    assert!(seen.len() >= 10, "the modules: {seen:?}");
     let (status, head, _) = get(addr, "/console/console.css", "").await;
     assert_eq!(status, 200);
     assert_eq!(header(&head, "content-type"), "text/css; charset=utf-8");

@@ -25,9 +25,21 @@ pub struct Gateway {
     extra: Vec<String>,
 }
 
+/// Set to a host command (`--host-command`'s value) to run the suites with
+/// another compute host than the built-in echo engine: `.ci/run` runs
+/// `tests/turns.rs` once more with the Python library's echo host
+/// (clients/python/examples/echo_host.py). Tests that pass their own
+/// `--host-command` keep it.
+pub const HOST_COMMAND_ENV: &str = "TETHER_TEST_HOST_COMMAND";
+
 impl Gateway {
     pub fn start(data_dir: &Path, extra: &[&str]) -> Gateway {
-        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        let mut extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        if let Ok(host) = std::env::var(HOST_COMMAND_ENV) {
+            if !host.trim().is_empty() && !extra.iter().any(|a| a == "--host-command") {
+                extra.extend(["--host-command".to_string(), host]);
+            }
+        }
         let (child, addr) = spawn(data_dir, &extra);
         Gateway {
             child: Some(child),
