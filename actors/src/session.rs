@@ -389,6 +389,7 @@ impl SessionState {
             latest_seq: self.commit.committed_seq(),
             peers: self.peers.len() as u32,
             close_on_disconnect: self.close_on_disconnect,
+            attached: Some(self.attached()),
         }
     }
 

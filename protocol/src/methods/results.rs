@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use crate::events::CompleteStatus;
-use crate::ids::{SessionId, TraceId, TurnId};
+use crate::ids::{PeerId, SessionId, TraceId, TurnId};
 
 wire_enum! {
     /// A session's lifecycle state as clients see it.
@@ -44,6 +44,33 @@ pub struct SessionInfo {
     /// Peers attached now.
     pub peers: u32,
     pub close_on_disconnect: bool,
+    /// Who is attached now (`peers` of them), in the answers the session
+    /// gives about itself (`session.resume`, `session.create`); omitted
+    /// where only the count is known (`session.list`, `session.branch`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attached: Option<Vec<AttachedPeer>>,
+}
+
+wire_enum! {
+    /// How a peer reaches the gateway.
+    pub enum PeerTransport {
+        /// `/ws`.
+        WebSocket = "ws",
+        /// `GET /v1/sessions/{id}/events`.
+        Sse = "sse",
+        /// `POST /rpc` (never attached: it cannot receive live frames).
+        Http = "http",
+        /// `tether serve --stdio`.
+        Stdio = "stdio",
+    }
+}
+
+/// One attached peer: its id (the `peer_id` of its `gateway.ready`) and
+/// its transport.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttachedPeer {
+    pub peer_id: PeerId,
+    pub transport: PeerTransport,
 }
 
 wire_enum! {

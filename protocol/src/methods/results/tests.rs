@@ -28,6 +28,7 @@ fn info() -> SessionInfo {
         latest_seq: 5,
         peers: 1,
         close_on_disconnect: false,
+        attached: None,
     }
 }
 
@@ -76,6 +77,15 @@ fn session_info_round_trip() {
     j["parent_session_id"] = json!("s_0");
     j["status"] = json!("closed");
     round_trip(&branched, j);
+    // Who is attached, where the session answers for itself.
+    let mut live = info();
+    live.attached = Some(vec![AttachedPeer {
+        peer_id: "p_1".into(),
+        transport: PeerTransport::Sse,
+    }]);
+    let mut j = info_json();
+    j["attached"] = json!([{"peer_id":"p_1","transport":"sse"}]);
+    round_trip(&live, j);
 }
 
 #[test]
