@@ -143,6 +143,38 @@ impl Browser {
             .await;
     }
 
+    /// Queues how the page answers its next dialogs (true accepts); the
+    /// messages of the dialogs it has shown so far.
+    pub async fn dialogs(&mut self, page: &str, answers: &[bool]) -> Vec<String> {
+        let seen = self
+            .cmd(json!({"cmd": "dialogs", "page": page, "answers": answers}))
+            .await;
+        seen.as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|m| m.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Waits until the page has shown `n` dialogs; their messages.
+    pub async fn wait_dialogs(&mut self, page: &str, n: usize) -> Vec<String> {
+        let deadline = tokio::time::Instant::now() + PAGE_WAIT;
+        loop {
+            let seen = self.dialogs(page, &[]).await;
+            if seen.len() >= n {
+                return seen;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "page {page} showed {} dialogs, not {n}",
+                seen.len()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Closes the browser cleanly (Drop kills what is left).
     pub async fn quit(&mut self) {
         self.cmd(json!({"cmd": "quit"})).await;
