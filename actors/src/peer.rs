@@ -37,7 +37,7 @@ use serde_json::Value;
 use tether_protocol::{
     encode_batch, encode_error, encode_event_frame, encode_event_params, format_ts, now_ms,
     parse_frame, to_raw, EventParams, EventType, GatewayReadyPayload, Incoming, Item, Limits,
-    PeerId, RpcError, SessionId,
+    PeerId, PeerTransport, RpcError, SessionId,
 };
 use tracing::debug;
 
@@ -54,6 +54,8 @@ pub struct Identity {
     pub profile: String,
     pub fixed: bool,
     pub can_attach: bool,
+    /// Told to the sessions it attaches to (`SessionInfo.attached`).
+    pub transport: PeerTransport,
 }
 
 pub enum PeerMsg {
@@ -256,6 +258,7 @@ impl PeerState {
     fn link(&self) -> PeerLink {
         PeerLink {
             peer_id: self.peer_id.clone(),
+            transport: self.identity.transport,
             outbox: self.outbox.clone(),
         }
     }

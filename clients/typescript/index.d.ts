@@ -68,6 +68,13 @@ export interface SessionInfo {
   latest_seq: number;
   peers: number;
   close_on_disconnect: boolean;
+  /** Who is attached, in the session's own answers (resume, create); absent in lists. */
+  attached?: AttachedPeer[];
+}
+
+export interface AttachedPeer {
+  peer_id: string;
+  transport: "ws" | "sse" | "http" | "stdio";
 }
 
 export interface Message {
@@ -76,6 +83,11 @@ export interface Message {
   text: string;
   turn_id?: string;
   ts: string;
+  /** On an assistant message whose turn did not complete: how it ended. */
+  status?: "error" | "interrupted";
+  failure_reason?: string;
+  /** The message of the turn's `error` event. */
+  error?: string;
 }
 
 export interface TodoItem {

@@ -125,6 +125,7 @@ pub async fn session_events(
         profile: caller.profile,
         fixed: caller.fixed,
         can_attach: true,
+        transport: tether_protocol::PeerTransport::Sse,
     };
     let (peer, mut rx) = match tether_actors::spawn_peer(&app.ctx, identity).await {
         Ok(p) => p,

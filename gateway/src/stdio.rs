@@ -24,6 +24,7 @@ pub async fn serve_stdio(
         profile: "default".into(),
         fixed: false,
         can_attach: true,
+        transport: tether_protocol::PeerTransport::Stdio,
     };
     let (peer, mut rx) = tether_actors::spawn_peer(ctx, identity).await?;
     let writer = tokio::spawn(async move {

@@ -43,6 +43,7 @@ pub async fn serve_socket(
         profile: caller.profile,
         fixed: caller.fixed,
         can_attach: true,
+        transport: tether_protocol::PeerTransport::WebSocket,
     };
     let (peer, rx) = match tether_actors::spawn_peer(&app.ctx, identity).await {
         Ok(p) => p,

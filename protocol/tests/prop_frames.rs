@@ -1075,14 +1075,22 @@ fn message() -> impl Strategy<Value = Message> {
         text(),
         option::of(turn_id()),
         text(),
+        option::of(proptest::sample::select(CompleteStatus::ALL)),
+        option::of(text()),
+        option::of(text()),
     )
-        .prop_map(|(seq, role, text, turn_id, ts)| Message {
-            seq,
-            role,
-            text,
-            turn_id,
-            ts,
-        })
+        .prop_map(
+            |(seq, role, text, turn_id, ts, status, failure_reason, error)| Message {
+                seq,
+                role,
+                text,
+                turn_id,
+                ts,
+                status,
+                failure_reason,
+                error,
+            },
+        )
 }
 
 fn from_host() -> impl Strategy<Value = FromHost> {

@@ -36,19 +36,25 @@ async fn without_compaction_the_whole_transcript(b: Backend) {
                     ev(7, "message.complete"),
                     ev(8, "message.system"),
                     ev(9, "status.update"),
+                    ev(10, "error"),
+                    ev(11, "message.complete"),
                 ],
             ),
         ],
     )
     .await;
     let segment = store.reader.segment_events(&sid("s_1")).await.unwrap();
+    // An `error` is read with the transcript: a failed turn's entry carries
+    // its message.
     assert_eq!(
         kinds(&segment),
         vec![
             (2, "message.user"),
             (5, "tool.complete"),
             (7, "message.complete"),
-            (8, "message.system")
+            (8, "message.system"),
+            (10, "error"),
+            (11, "message.complete")
         ]
     );
     assert!(store

@@ -9,6 +9,8 @@
 //! are skipped, loudly, unless `TETHER_REQUIRE_POSTGRES=1` (CI).
 #![allow(dead_code)]
 
+pub mod terminal;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -505,6 +507,25 @@ pub fn seqs(events: &[Value]) -> Vec<u64> {
         .iter()
         .map(|e| e["seq"].as_u64().expect("seq"))
         .collect()
+}
+
+/// What the browser tests need, as the README names it.
+pub const BROWSER_SETUP: &str =
+    "apt-get install -y chromium nodejs npm && npm ci --prefix tests/browser";
+
+/// A test that cannot run on this machine: under `require` (a variable CI
+/// sets to 1) that is a failure; otherwise one loud line, written straight
+/// to the process's stderr because libtest captures `eprintln!` of a
+/// passing test, and a skip nobody sees reads as a pass.
+pub fn skip(test: &str, why: &str, setup: &str, require: &str) {
+    if std::env::var(require).as_deref() == Ok("1") {
+        panic!("{require}=1 but {test} cannot run: {why}");
+    }
+    use std::io::Write as _;
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "SKIPPED: {test} did not run: {why} (to run it: {setup})"
+    );
 }
 
 pub fn tempdir() -> tempfile::TempDir {

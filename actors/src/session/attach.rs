@@ -53,7 +53,7 @@ impl SessionState {
         let h = self.commit.committed_seq();
         let joining = match peer {
             Some(peer) if params.attach => {
-                self.attach_slot(peer.peer_id, PeerSlot::new(peer.outbox, Some(Vec::new())));
+                self.attach_slot(peer.peer_id.clone(), PeerSlot::new(peer, Some(Vec::new())));
                 true
             }
             _ => false,
@@ -176,11 +176,11 @@ impl SessionState {
                     return;
                 }
             }
-            self.attach_slot(peer.peer_id, PeerSlot::new(peer.outbox, None));
+            self.attach_slot(peer.peer_id.clone(), PeerSlot::new(peer, None));
             return;
         }
         let peer_id = peer.peer_id.clone();
-        self.attach_slot(peer.peer_id, PeerSlot::new(peer.outbox, Some(Vec::new())));
+        self.attach_slot(peer.peer_id.clone(), PeerSlot::new(peer, Some(Vec::new())));
         let reader = self.ctx.reader.clone();
         let id = self.id.clone();
         let myself = myself.clone();

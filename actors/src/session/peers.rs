@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 use ractor::RpcReplyPort;
-use tether_protocol::PeerId;
+use tether_protocol::{AttachedPeer, PeerId, PeerTransport};
 use tracing::debug;
 
 use super::SessionState;
@@ -13,11 +13,14 @@ use crate::outbox::{FrameClass, Outbox, Pushed};
 #[derive(Debug, Clone)]
 pub struct PeerLink {
     pub peer_id: PeerId,
+    pub transport: PeerTransport,
     pub outbox: Outbox,
 }
 
 pub(super) struct PeerSlot {
     pub outbox: Outbox,
+    /// Told in `SessionInfo.attached`.
+    pub transport: PeerTransport,
     /// `None` once joined; while joining, live frames are held here.
     pub held: Option<Vec<(Bytes, FrameClass)>>,
     /// Whether dropping the slot closes the peer's connection (see Drop).
@@ -25,9 +28,10 @@ pub(super) struct PeerSlot {
 }
 
 impl PeerSlot {
-    pub fn new(outbox: Outbox, held: Option<Vec<(Bytes, FrameClass)>>) -> Self {
+    pub fn new(link: PeerLink, held: Option<Vec<(Bytes, FrameClass)>>) -> Self {
         Self {
-            outbox,
+            outbox: link.outbox,
+            transport: link.transport,
             held,
             armed: true,
         }
@@ -59,6 +63,21 @@ impl SessionState {
         if let Some(mut old) = self.peers.insert(peer_id, slot) {
             old.armed = false;
         }
+    }
+
+    /// Who is attached, in peer id order (so that two answers list them
+    /// alike).
+    pub(super) fn attached(&self) -> Vec<AttachedPeer> {
+        let mut attached: Vec<AttachedPeer> = self
+            .peers
+            .iter()
+            .map(|(peer_id, slot)| AttachedPeer {
+                peer_id: peer_id.clone(),
+                transport: slot.transport,
+            })
+            .collect();
+        attached.sort_by(|a, b| a.peer_id.as_str().cmp(b.peer_id.as_str()));
+        attached
     }
 
     /// The peer leaves; whether it was attached.

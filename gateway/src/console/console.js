@@ -30,7 +30,8 @@ const dom = {
   title: byId("info-title"),
   id: byId("info-id"),
   status: byId("info-status"),
-  peers: byId("info-peers"),
+  peers: byId("info-peer-count"),
+  attached: byId("info-attached"),
   messages: byId("info-messages"),
   watermark: byId("watermark"),
   notice: byId("notice"),
@@ -81,11 +82,17 @@ gw.on("state", (change) => {
     text += ": no answer yet; if the gateway has tokens, open this page as /?token=TOKEN";
   }
   byId("conn-text").textContent = text;
+  if (view) {
+    // Nothing can be sent, interrupted or compressed without a socket.
+    view.setConnected(state === "open");
+  }
 });
 
 gw.on("open", ({ ready }) => {
-  byId("gateway-meta").textContent = "profile " + ready.profile + " · " + ready.server + " " +
+  const meta = byId("gateway-meta");
+  meta.textContent = "profile " + ready.profile + " · " + ready.server + " " +
     ready.version + " · " + ready.peer_id;
+  meta.dataset.peerId = ready.peer_id;
   loadList(true);
 });
 
@@ -190,7 +197,8 @@ byId("create-form").addEventListener("submit", async (e) => {
 
 function submitPrompt() {
   const text = dom.prompt.value;
-  if (!text.trim() || !view) {
+  // Enter while disconnected: the text stays in the box for later.
+  if (!text.trim() || !view || dom.send.disabled) {
     return;
   }
   act("Send", async (v) => {
@@ -215,9 +223,26 @@ dom.prompt.addEventListener("keydown", (e) => {
 });
 dom.interrupt.addEventListener("click", () => act("Interrupt", (v) => v.interrupt(),
   (r) => (r.status === "idle" ? "Nothing was running." : "Interrupted.")));
-dom.compress.addEventListener("click", () => act("Compress", (v) => v.compress(),
-  (r) => (r.status === "pending" ? "Compression is pending; it applies when the host answers."
-    : "Compressed: " + r.removed + " messages summarised.")));
+// A compression replaces the session's history with a summary for good,
+// so it is asked for, and refused outright when there is nothing to
+// summarise (the button is disabled then; this is for a stale page).
+dom.compress.addEventListener("click", () => {
+  if (!view) {
+    return;
+  }
+  const n = view.compressible();
+  if (n === 0) {
+    view.notice("Nothing to compress: the session has no messages since its last summary.", "info");
+    return;
+  }
+  if (!window.confirm("Compress this session? Its " + n + " messages are replaced by a summary " +
+    "for the engine, for good.")) {
+    return;
+  }
+  act("Compress", (v) => v.compress(),
+    (r) => (r.status === "pending" ? "Compression is pending; it applies when the host answers."
+      : "Compressed: " + r.removed + " messages summarised."));
+});
 byId("refresh").addEventListener("click", () => loadList(true));
 byId("more").addEventListener("click", () => loadList(false));
 byId("include-closed").addEventListener("change", () => loadList(true));

@@ -26,6 +26,7 @@ export class SessionView {
     this.watermark = 0;
     this.disposed = false;
     this.closed = false;
+    this.connected = gw.state === "open";
     this.todosRevision = -1;
     this.info = { session_id: id };
     this.libraryInfo = null;
@@ -33,6 +34,7 @@ export class SessionView {
     this.transcript.clear();
     dom.todos.hidden = true;
     dom.todoItems.replaceChildren();
+    dom.attached.replaceChildren();
     dom.view.dataset.sessionId = id;
     dom.view.dataset.duplicates = "0";
     this.showInfo();
@@ -187,9 +189,61 @@ export class SessionView {
     d.status.textContent = i.status || "";
     d.status.className = "status-" + (i.status || "unknown");
     d.peers.textContent = i.peers === undefined ? "?" : String(i.peers);
+    this.showAttached(i.attached);
+    this.updateControls();
     d.messages.textContent = i.message_count === undefined ? "?" : String(i.message_count);
     document.title = "tether · " + (i.title || this.id);
     d.onInfo(i, this.watermark);
+  }
+
+  // Who is attached (SessionInfo.attached, PROTOCOL Part 4): each peer's
+  // id and transport, this page's own marked.
+  showAttached(attached) {
+    if (!Array.isArray(attached)) {
+      return;
+    }
+    const own = this.gw.ready && this.gw.ready.peer_id;
+    const items = attached.map((p) => {
+      const li = document.createElement("li");
+      li.dataset.peerId = p.peer_id;
+      li.dataset.transport = p.transport;
+      li.textContent = p.peer_id + " · " + p.transport + (p.peer_id === own ? " (this page)" : "");
+      li.classList.toggle("self", p.peer_id === own);
+      return li;
+    });
+    this.dom.attached.replaceChildren(...items);
+  }
+
+  // How many messages a compression would summarise: none in an empty
+  // session, nor in one holding only its last summary.
+  compressible() {
+    const count = this.info.message_count;
+    if (typeof count !== "number") {
+      return null;
+    }
+    const summaryOnly = (this.info.history_version || 0) > 0 && count <= 1;
+    return summaryOnly ? 0 : count;
+  }
+
+  setConnected(connected) {
+    this.connected = connected;
+    this.updateControls();
+  }
+
+  // The buttons act only on an open session over an open socket; the
+  // prompt box stays editable while disconnected, so nothing typed is lost.
+  updateControls() {
+    const d = this.dom;
+    const offline = !this.connected;
+    const nothing = this.compressible() === 0;
+    d.send.disabled = this.closed || offline;
+    d.interrupt.disabled = this.closed || offline;
+    d.compress.disabled = this.closed || offline || nothing;
+    d.prompt.disabled = this.closed;
+    const why = offline ? "Disconnected: waiting for the gateway" : "";
+    d.send.title = why;
+    d.interrupt.title = why;
+    d.compress.title = why || (nothing ? "Nothing to compress yet" : "");
   }
 
   showWatermark() {
@@ -218,10 +272,7 @@ export class SessionView {
 
   setClosed(closed) {
     this.closed = closed;
-    const d = this.dom;
-    for (const b of [d.send, d.interrupt, d.compress, d.prompt]) {
-      b.disabled = closed;
-    }
+    this.updateControls();
     if (closed) {
       this.showInfo({ status: "closed" });
     }
