@@ -253,10 +253,14 @@ impl PeerState {
         self.push_reply(encode_error(&Value::Null, err));
     }
 
-    fn link(&self) -> PeerLink {
+    /// This peer as a session attaches it, with the latency budget it
+    /// asked that session for (validated by the protocol crate: ≤ 1000 ms).
+    fn link(&self, delivery: Option<tether_protocol::Delivery>) -> PeerLink {
+        let ms = delivery.map_or(0, |d| d.max_delay_ms);
         PeerLink {
             peer_id: self.peer_id.clone(),
             outbox: self.outbox.clone(),
+            max_delay: std::time::Duration::from_millis(u64::from(ms)),
         }
     }
 
