@@ -138,7 +138,11 @@ impl Actor for Peer {
                 debug!(peer_id = %state.peer_id, "frame after the close; ignored");
             }
             PeerMsg::Text { text, permit } => {
-                state.on_text(&text).await;
+                // Boxed: ractor keeps this handler's future inline in the
+                // actor's loop, which lives as long as the connection; the
+                // request path's future is kilobytes, and every idle peer
+                // would carry it. One small allocation per request instead.
+                Box::pin(state.on_text(&text)).await;
                 drop(permit);
             }
             PeerMsg::Close { code, reason } => state.outbox.close(code, &reason),
