@@ -98,7 +98,10 @@ fn main() -> ExitCode {
         Command::Client(cmd) => client::main(cmd),
         Command::Host(args) => {
             logging::init(args.log_format.into());
-            let runtime = match tokio::runtime::Builder::new_multi_thread()
+            // One thread: a host is one process per slot, fed one line at a
+            // time; worker threads would only add their heaps and wake-ups
+            // (its stdin and stdout have threads of their own).
+            let runtime = match tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
             {

@@ -335,6 +335,7 @@ fn request() -> impl Strategy<Value = Request> {
                 messages,
                 engine,
                 follow_profile_config: follow,
+                delivery: None,
             })
         });
     let resume = (
@@ -351,6 +352,7 @@ fn request() -> impl Strategy<Value = Request> {
                 last_seen,
                 omit_messages,
                 attach,
+                delivery: None,
             })
         });
     let detach = (session_id(), opt_text()).prop_map(|(session_id, profile)| {

@@ -1,6 +1,8 @@
 //! The session's peers: their outboxes, the frames held for a joining
 //! peer, and the fan-out that pushes one shared frame to all of them.
 
+use std::time::Duration;
+
 use bytes::Bytes;
 use ractor::RpcReplyPort;
 use tether_protocol::{AttachedPeer, PeerId, PeerTransport};
@@ -9,18 +11,22 @@ use tracing::debug;
 use super::SessionState;
 use crate::outbox::{FrameClass, Outbox, Pushed};
 
-/// A peer as a session sees it: an id and the outbox to push frames into.
+/// A peer as a session sees it: an id, the outbox to push frames into, and
+/// the latency budget it asked this session for (`delivery.max_delay_ms`).
 #[derive(Debug, Clone)]
 pub struct PeerLink {
     pub peer_id: PeerId,
     pub transport: PeerTransport,
     pub outbox: Outbox,
+    pub max_delay: Duration,
 }
 
 pub(super) struct PeerSlot {
     pub outbox: Outbox,
     /// Told in `SessionInfo.attached`.
     pub transport: PeerTransport,
+    /// How long a delta to this peer may wait for its continuations.
+    pub max_delay: Duration,
     /// `None` once joined; while joining, live frames are held here.
     pub held: Option<Vec<(Bytes, FrameClass)>>,
     /// Whether dropping the slot closes the peer's connection (see Drop).
@@ -32,6 +38,7 @@ impl PeerSlot {
         Self {
             outbox: link.outbox,
             transport: link.transport,
+            max_delay: link.max_delay,
             held,
             armed: true,
         }
@@ -123,7 +130,10 @@ impl SessionState {
                     }
                 }
                 None => {
-                    if slot.outbox.push(frame.clone(), class.clone()) == Pushed::Closed {
+                    let pushed =
+                        slot.outbox
+                            .push_within(frame.clone(), class.clone(), slot.max_delay);
+                    if pushed == Pushed::Closed {
                         gone.push(peer_id.clone());
                     }
                 }
