@@ -66,6 +66,9 @@ fn ignore_empty_env(cmd: clap::Command) -> clap::Command {
 
 /// Exit status for bad configuration (sysexits' EX_USAGE).
 pub(crate) const EX_USAGE: u8 = 64;
+/// Exit status when the database could not be reached in time (sysexits'
+/// EX_UNAVAILABLE).
+pub(crate) const EX_UNAVAILABLE: u8 = 69;
 
 /// A flag or environment value clap refused. `tether serve` documents 64
 /// for bad configuration, whether it comes from a flag, the environment or

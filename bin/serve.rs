@@ -1,7 +1,6 @@
 //! `tether serve`: open the store, start the actor system, serve a
 //! transport, and drain on SIGTERM/SIGINT.
 
-use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,7 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use tether_actors::supervisor::RestartPolicy;
 use tether_actors::{GatewayArgs, GatewayConfig, GatewayHandle, HostConfig};
-use tether_store::{LockError, StoreConfig, StoreLock};
+use tether_store::{LockError, StoreLock};
 use tracing::{debug, info};
 
 use crate::config::ServeArgs;
@@ -23,33 +22,37 @@ const CLOSE_DEADLINE: Duration = Duration::from_millis(1500);
 const DRAIN_DEADLINE: Duration = Duration::from_secs(5);
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    let db_path = args.db_path()?;
+    let backend = args.backend()?;
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("cannot create data directory {}", args.data_dir.display()))?;
-    if let Some(dir) = db_path.parent() {
-        if !dir.as_os_str().is_empty() {
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("cannot create data directory {}", dir.display()))?;
-        }
-    }
     // Before anything else touches the directory or the database: a second
     // gateway must leave the first one's hosts, files and clients alone.
-    let _locks = match lock_store(&args.data_dir, &db_path) {
-        Ok(locks) => locks,
+    // The store takes its own lock as it opens (the SQLite file, or the
+    // PostgreSQL database's writer lock), before any host is touched.
+    let _lock = match StoreLock::data_dir(&args.data_dir) {
+        Ok(lock) => lock,
         Err(e @ LockError::Held { .. }) => {
             eprintln!("tether: {e}");
             return Ok(ExitCode::from(crate::EX_USAGE));
         }
         Err(e) => return Err(e.into()),
     };
-    let store_cfg = StoreConfig {
-        db_path: db_path.clone(),
-        synchronous: args.synchronous.into(),
-        ..StoreConfig::new(db_path.clone())
+    let store = match tether_store::open(&backend).await {
+        Ok(store) => store,
+        Err(e) if e.is_usage() => {
+            eprintln!("tether: {e}");
+            return Ok(ExitCode::from(crate::EX_USAGE));
+        }
+        Err(e) if e.is_unreachable() => {
+            eprintln!("tether: {e}");
+            return Ok(ExitCode::from(crate::EX_UNAVAILABLE));
+        }
+        Err(e) => {
+            return Err(anyhow::Error::new(e)
+                .context(format!("cannot open the store at {}", backend.describe())))
+        }
     };
-    let store = tether_store::open(&store_cfg)
-        .await
-        .with_context(|| format!("cannot open the store at {}", db_path.display()))?;
+    let db = backend.describe();
     // Safe only because the lock is ours: whoever recorded these hosts is
     // dead (a live gateway would still hold the lock).
     let killed = tether_actors::host_registry::kill_leftovers(&args.data_dir);
@@ -110,7 +113,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     })
     .await
     .context("cannot start the gateway")?;
-    debug!(epoch = %store.epoch, db = %db_path.display(), "store open");
+    debug!(epoch = %store.epoch, %db, "store open");
     // Consistent before it serves: the turns the last stop cut short are
     // ended on disk before any client can read them (PROTOCOL 1.5).
     let lifecycle = gateway.ctx().lifecycle.clone();
@@ -149,7 +152,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         allowed_origins: Arc::new(args.allow_origin.clone()),
         client_buckets: Arc::new(tether_gateway::ClientBuckets::new(args.rate_limit_rps)),
         tokens: Arc::new(tether_gateway::Tokens::parse(&args.token)?),
-        store_dir: db_path.parent().map(std::path::Path::to_path_buf),
+        store_dir: backend.local_dir().map(std::path::Path::to_path_buf),
     };
     let limits = tether_gateway::ListenLimits {
         max_connections: args.max_connections,
@@ -161,7 +164,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     println!("tether listening on http://{addr}");
     // The one line a quiet default shows while all is well (with the one
     // at the stop); actor and session detail is at debug.
-    info!(%addr, epoch = %store.epoch, db = %db_path.display(), hosts = args.hosts, "gateway started");
+    info!(%addr, epoch = %store.epoch, %db, hosts = args.hosts, "gateway started");
 
     let escalated = tokio::select! {
         _ = shutdown_signal() => false,
@@ -186,17 +189,6 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     gateway.shutdown(DRAIN_DEADLINE).await;
     info!("gateway stopped");
     Ok(ExitCode::SUCCESS)
-}
-
-/// Locks the data directory and the database file: two gateways must share
-/// neither, and a gateway started with another `--data-dir` but this
-/// database (`--database-url sqlite://…`) must be refused too. Held until
-/// the process exits; the kernel releases them however it exits.
-fn lock_store(data_dir: &Path, db_path: &Path) -> Result<Vec<StoreLock>, LockError> {
-    Ok(vec![
-        StoreLock::data_dir(data_dir)?,
-        StoreLock::file(db_path)?,
-    ])
 }
 
 /// SIGHUP re-reads the config file's `[profiles.NAME.engine]` tables;

@@ -11,19 +11,20 @@
 //! the seed is printed so a failure replays.
 
 mod chaos;
+mod common;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use chaos::{monkey, Rng, Shared};
+use common::Backend;
 use tether_actors::supervisor::{AfterIntensity, Backoff, RestartPolicy, Strategy};
 
 const SESSIONS: usize = 6;
 const CLIENTS_PER_SESSION: usize = 3;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killing_actors_at_random_loses_nothing_and_leaves_nothing_stuck() {
+async fn killing_actors_at_random_loses_nothing_and_leaves_nothing_stuck(b: Backend) {
     chaos::logs();
     let seed = chaos::seed();
     let secs = chaos::duration(15);
@@ -32,7 +33,11 @@ async fn killing_actors_at_random_loses_nothing_and_leaves_nothing_stuck() {
         secs.as_secs()
     );
     let mut rng = Rng::new(seed);
-    let h = Arc::new(chaos::start(2, 3, None).await);
+    let server = match &b {
+        Backend::Sqlite => None,
+        Backend::Postgres(server) => Some(server.as_str()),
+    };
+    let h = Arc::new(chaos::start_on(server, 2, 3, None).await);
     let ids = chaos::sessions(&h, SESSIONS).await;
     let shared = Shared::new(SESSIONS * CLIENTS_PER_SESSION);
 
@@ -175,3 +180,5 @@ async fn a_core_actor_past_its_restart_intensity_shuts_the_gateway_down_cleanly(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+backends!(killing_actors_at_random_loses_nothing_and_leaves_nothing_stuck,);

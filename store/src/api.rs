@@ -1,5 +1,5 @@
-//! The dialect-neutral store API. SQLite implements it today; PostgreSQL will implement the same
-//! traits, so nothing outside `sqlite/` may depend on SQL specifics.
+//! The dialect-neutral store API, implemented by SQLite (`sqlite/`) and PostgreSQL
+//! (`postgres/`); nothing outside those two may depend on SQL specifics.
 
 use std::sync::Arc;
 
