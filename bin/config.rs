@@ -49,9 +49,14 @@ pub struct ServeArgs {
     /// Directory holding tether.db.
     #[arg(long, env = "TETHER_DATA_DIR", default_value = "./tether-data")]
     pub data_dir: PathBuf,
-    /// Store URL; `sqlite://PATH` (default: DATA_DIR/tether.db).
+    /// Store URL: `sqlite://PATH` (default: DATA_DIR/tether.db) or
+    /// `postgres://USER[:PASSWORD]@HOST[:PORT]/DB` (README, "Configuration").
     #[arg(long, env = "TETHER_DATABASE_URL")]
     pub database_url: Option<String>,
+    /// How long a PostgreSQL server that cannot be reached is retried at start
+    /// (then exit 69), in seconds.
+    #[arg(long, env = "TETHER_DATABASE_CONNECT_TIMEOUT_S", default_value_t = 30)]
+    pub database_connect_timeout_s: u64,
     /// Config file (TOML).
     #[arg(long, env = "TETHER_CONFIG")]
     pub config: Option<PathBuf>,
@@ -242,24 +247,20 @@ impl ServeArgs {
                 self.listen
             );
         }
-        self.db_path().map(|_| ())
+        self.backend().map(|_| ())
     }
 
-    /// The SQLite file the store lives in.
-    pub fn db_path(&self) -> anyhow::Result<PathBuf> {
-        match &self.database_url {
-            None => Ok(self.data_dir.join("tether.db")),
-            Some(url) => match url
-                .strip_prefix("sqlite://")
-                .or_else(|| url.strip_prefix("sqlite:"))
-            {
-                Some(path) if !path.is_empty() => Ok(PathBuf::from(path)),
-                _ if url.starts_with("postgres") => {
-                    bail!("PostgreSQL is not supported by this build yet (use sqlite://PATH)")
-                }
-                _ => bail!("unsupported --database-url {url:?} (expected sqlite://PATH)"),
-            },
-        }
+    /// The store: `--database-url`, else `DATA_DIR/tether.db`, with its
+    /// durability and connect timeout. A URL that names no store tether
+    /// knows is a usage error (its password masked).
+    pub fn backend(&self) -> anyhow::Result<tether_store::Backend> {
+        let backend = match &self.database_url {
+            None => tether_store::Backend::sqlite(self.data_dir.join("tether.db")),
+            Some(url) => tether_store::Backend::from_url(url)?,
+        };
+        Ok(backend
+            .with_synchronous(self.synchronous)
+            .with_connect_timeout(Duration::from_secs(self.database_connect_timeout_s)))
     }
 }
 
@@ -326,6 +327,32 @@ mod tests {
             parse(&["--max-frame-bytes", "4096"]).max_host_line_bytes,
             16 << 20
         );
+    }
+
+    #[test]
+    fn the_database_url_comes_from_the_flag_or_the_file_with_its_password_masked() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("tether.toml");
+        std::fs::write(
+            &file,
+            "database_url = \"postgres://t:pw@db/tether\"\ndatabase_connect_timeout_s = 5\n",
+        )
+        .expect("write");
+        let file = file.to_string_lossy().into_owned();
+        let from_file = parse(&["--config", &file]);
+        assert_eq!(
+            from_file.backend().expect("backend").describe(),
+            "postgres://t:***@db/tether"
+        );
+        assert_eq!(from_file.database_connect_timeout_s, 5);
+        let flag = parse(&["--config", &file, "--database-url", "sqlite:///tmp/x.db"]);
+        assert_eq!(flag.backend().expect("backend").describe(), "/tmp/x.db");
+        assert_eq!(parse(&[]).database_connect_timeout_s, 30);
+        // An unknown scheme is bad configuration, named without its password.
+        let mut bad = parse(&[]);
+        bad.database_url = Some("mysql://t:pw@db/x".into());
+        let e = bad.backend().expect_err("refused").to_string();
+        assert!(e.contains("mysql://t:***@db/x"), "{e}");
     }
 
     #[test]

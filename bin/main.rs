@@ -66,6 +66,9 @@ fn ignore_empty_env(cmd: clap::Command) -> clap::Command {
 
 /// Exit status for bad configuration (sysexits' EX_USAGE).
 pub(crate) const EX_USAGE: u8 = 64;
+/// Exit status when the database could not be reached in time (sysexits'
+/// EX_UNAVAILABLE).
+pub(crate) const EX_UNAVAILABLE: u8 = 69;
 
 /// A flag or environment value clap refused. `tether serve` documents 64
 /// for bad configuration, whether it comes from a flag, the environment or
@@ -95,7 +98,10 @@ fn main() -> ExitCode {
         Command::Client(cmd) => client::main(cmd),
         Command::Host(args) => {
             logging::init(args.log_format);
-            let runtime = match tokio::runtime::Builder::new_multi_thread()
+            // One thread: a host is one process per slot, fed one line at a
+            // time; worker threads would only add their heaps and wake-ups
+            // (its stdin and stdout have threads of their own).
+            let runtime = match tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
             {

@@ -1,14 +1,13 @@
 //! `tether serve`: open the store, start the actor system, serve a
 //! transport, and drain on SIGTERM/SIGINT.
 
-use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use tether_actors::{GatewayArgs, GatewayConfig, GatewayHandle, HostConfig, RestartPolicy};
-use tether_store::{LockError, StoreConfig, StoreLock};
+use tether_store::{LockError, StoreLock};
 use tracing::{debug, info};
 
 use crate::config::ServeArgs;
@@ -22,26 +21,36 @@ const CLOSE_DEADLINE: Duration = Duration::from_millis(1500);
 const DRAIN_DEADLINE: Duration = Duration::from_secs(5);
 
 pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    let db_path = args.db_path()?;
-    create_dirs(&args.data_dir, &db_path)?;
+    let backend = args.backend()?;
+    std::fs::create_dir_all(&args.data_dir)
+        .with_context(|| format!("cannot create data directory {}", args.data_dir.display()))?;
     // Before anything else touches the directory or the database: a second
     // gateway must leave the first one's hosts, files and clients alone.
-    let _locks = match lock_store(&args.data_dir, &db_path) {
-        Ok(locks) => locks,
+    // The store takes its own lock as it opens (the SQLite file, or the
+    // PostgreSQL database's writer lock), before any host is touched.
+    let _lock = match StoreLock::data_dir(&args.data_dir) {
+        Ok(lock) => lock,
         Err(e @ LockError::Held { .. }) => {
             eprintln!("tether: {e}");
             return Ok(ExitCode::from(crate::EX_USAGE));
         }
         Err(e) => return Err(e.into()),
     };
-    let store_cfg = StoreConfig {
-        db_path: db_path.clone(),
-        synchronous: args.synchronous,
-        ..StoreConfig::new(db_path.clone())
+    let store = match tether_store::open(&backend).await {
+        Ok(store) => store,
+        Err(e) if e.is_usage() => {
+            eprintln!("tether: {e}");
+            return Ok(ExitCode::from(crate::EX_USAGE));
+        }
+        Err(e) if e.is_unreachable() => {
+            eprintln!("tether: {e}");
+            return Ok(ExitCode::from(crate::EX_UNAVAILABLE));
+        }
+        Err(e) => {
+            return Err(anyhow::Error::new(e)
+                .context(format!("cannot open the store at {}", backend.describe())))
+        }
     };
-    let store = tether_store::open(&store_cfg)
-        .await
-        .with_context(|| format!("cannot open the store at {}", db_path.display()))?;
     // Safe only because the lock is ours: whoever recorded these hosts is
     // dead (a live gateway would still hold the lock).
     let killed = tether_actors::kill_leftovers(&args.data_dir);
@@ -58,7 +67,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     // Checked even with `--hosts 0`: a bad `--host-command` is an error.
     let hosts = host_config(&args)?;
-    let epoch = store.epoch.clone();
+    let store_at = StoreAt {
+        epoch: store.epoch.clone(),
+        db: backend.describe(),
+        dir: backend.local_dir().map(std::path::Path::to_path_buf),
+    };
     let mut gateway = GatewayHandle::start(GatewayArgs {
         config,
         hosts: (args.hosts > 0).then_some(hosts),
@@ -69,7 +82,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     })
     .await
     .context("cannot start the gateway")?;
-    debug!(%epoch, db = %db_path.display(), "store open");
+    debug!(epoch = %store_at.epoch, db = %store_at.db, "store open");
     // Consistent before it serves: the turns the last stop cut short are
     // ended on disk before any client can read them (PROTOCOL 1.5).
     let lifecycle = gateway.ctx().lifecycle.clone();
@@ -80,21 +93,17 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if args.stdio {
         serve_stdio(gateway).await
     } else {
-        serve_http(gateway, &args, &db_path, &epoch).await
+        serve_http(gateway, &args, &store_at).await
     }
 }
 
-/// The data directory, and the database's own directory if it is elsewhere.
-fn create_dirs(data_dir: &Path, db_path: &Path) -> anyhow::Result<()> {
-    std::fs::create_dir_all(data_dir)
-        .with_context(|| format!("cannot create data directory {}", data_dir.display()))?;
-    if let Some(dir) = db_path.parent() {
-        if !dir.as_os_str().is_empty() {
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("cannot create data directory {}", dir.display()))?;
-        }
-    }
-    Ok(())
+/// What the logs and `/readyz` say about the open store.
+struct StoreAt {
+    epoch: String,
+    /// The database, as the logs name it (a PostgreSQL password masked).
+    db: String,
+    /// The directory whose free space `/readyz` checks (SQLite only).
+    dir: Option<std::path::PathBuf>,
 }
 
 /// `--hosts` and the `--host-*` flags, as the host supervisor takes them.
@@ -168,8 +177,7 @@ async fn serve_stdio(mut gateway: GatewayHandle) -> anyhow::Result<ExitCode> {
 async fn serve_http(
     mut gateway: GatewayHandle,
     args: &ServeArgs,
-    db_path: &Path,
-    epoch: &str,
+    store: &StoreAt,
 ) -> anyhow::Result<ExitCode> {
     let listener = tether_gateway::bind(args.listen)
         .with_context(|| format!("cannot listen on {}", args.listen))?;
@@ -181,7 +189,7 @@ async fn serve_http(
         allowed_origins: Arc::new(args.allow_origin.clone()),
         client_buckets: Arc::new(tether_gateway::ClientBuckets::new(args.rate_limit_rps)),
         tokens: Arc::new(tether_gateway::Tokens::parse(&args.token)?),
-        store_dir: db_path.parent().map(std::path::Path::to_path_buf),
+        store_dir: store.dir.clone(),
     };
     let limits = tether_gateway::ListenLimits {
         max_connections: args.max_connections,
@@ -193,7 +201,7 @@ async fn serve_http(
     println!("tether listening on http://{addr}");
     // The one line a quiet default shows while all is well (with the one
     // at the stop); actor and session detail is at debug.
-    info!(%addr, %epoch, db = %db_path.display(), hosts = args.hosts, "gateway started");
+    info!(%addr, epoch = %store.epoch, db = %store.db, hosts = args.hosts, "gateway started");
 
     let escalated = tokio::select! {
         _ = shutdown_signal() => false,
@@ -218,17 +226,6 @@ async fn serve_http(
     gateway.shutdown(DRAIN_DEADLINE).await;
     info!("gateway stopped");
     Ok(ExitCode::SUCCESS)
-}
-
-/// Locks the data directory and the database file: two gateways must share
-/// neither, and a gateway started with another `--data-dir` but this
-/// database (`--database-url sqlite://…`) must be refused too. Held until
-/// the process exits; the kernel releases them however it exits.
-fn lock_store(data_dir: &Path, db_path: &Path) -> Result<Vec<StoreLock>, LockError> {
-    Ok(vec![
-        StoreLock::data_dir(data_dir)?,
-        StoreLock::file(db_path)?,
-    ])
 }
 
 /// SIGHUP re-reads the config file's `[profiles.NAME.engine]` tables;

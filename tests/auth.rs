@@ -4,6 +4,8 @@
 
 mod common;
 
+use common::Backend;
+
 use std::process::{Command, Stdio};
 
 use common::{tempdir, Client, Gateway};
@@ -243,14 +245,13 @@ fn without_tokens_a_non_loopback_listen_exits_64_and_with_one_it_starts() {
     );
 }
 
-#[tokio::test]
-async fn a_config_file_may_give_the_token_as_its_sha256() {
+async fn a_config_file_may_give_the_token_as_its_sha256(b: Backend) {
     use sha2::Digest;
     let dir = tempdir();
     let digest = format!("{:x}", sha2::Sha256::digest(b"file-secret"));
     let file = dir.path().join("tether.toml");
     std::fs::write(&file, format!("token = [\"carol:sha256:{digest}\"]\n")).unwrap();
-    let gw = Gateway::start(dir.path(), &["--config", file.to_str().unwrap()]);
+    let gw = Gateway::start_on(&b, dir.path(), &["--config", file.to_str().unwrap()]);
     let c = as_user(&gw, "file-secret").await;
     assert_eq!(c.ready["profile"], "carol");
     let addr = gw.addr.as_str();
@@ -350,3 +351,5 @@ fn empty_tether_variables_count_as_unset() {
     let err = start_or_exit(dir.path(), &[], &[("TETHER_MAX_QUEUED", "x")]).unwrap_err();
     assert_ne!(err.0, Some(0), "{}", err.1);
 }
+
+backends!(a_config_file_may_give_the_token_as_its_sha256,);

@@ -107,6 +107,46 @@ fn storm(target: &[&str]) -> Value {
     r
 }
 
+/// A small turn shape: two steps of real turns (tether) or their fifteen
+/// relayed messages (the baselines), every turn, durable event and delta
+/// to every client.
+fn turns(target: &[&str]) -> Value {
+    let mut args = target.to_vec();
+    args.extend([
+        "--scenario",
+        "turns",
+        "--sessions",
+        "3",
+        "--peers",
+        "2",
+        "--steps",
+        "60,120",
+        "--step-secs",
+        "1",
+        "--drain-secs",
+        "60",
+        "--ramp-warmup-secs",
+        "0",
+        "--max-p99-ms",
+        "1000000",
+    ]);
+    let r = load(&args);
+    assert_eq!(r["scenario"], "turns", "{r}");
+    assert_eq!(r["clients"], 6, "{r}");
+    let steps = r["steps"].as_array().expect("steps");
+    assert_eq!(steps.len(), 2, "{r}");
+    for s in steps {
+        assert!(s["expected"].as_u64().unwrap() > 0, "{s}");
+        assert_eq!(s["delivered"], s["expected"], "{s}");
+        assert_eq!(s["pieces_ratio"], 1.0, "{s}");
+        assert_eq!(s["durable_ratio"], 1.0, "{s}");
+        assert_eq!(s["dups"], 0, "{s}");
+        assert_eq!(s["submits_refused"], 0, "{s}");
+        assert!(s["latency_ms"]["p99"].is_number(), "{s}");
+    }
+    r
+}
+
 /// A server that recovers: nothing lost, every client caught up.
 fn assert_recovered(r: &Value) {
     assert_eq!(r["lost"], 0, "{r}");
@@ -116,9 +156,13 @@ fn assert_recovered(r: &Value) {
 }
 
 #[test]
-fn tether_fanout_storm_and_idle() {
+fn tether_fanout_turns_storm_and_idle() {
     let t = ["--target", "tether", "--hosts", "1"];
     fanout(&t);
+    let r = turns(&t);
+    for s in r["steps"].as_array().expect("steps") {
+        assert_eq!(s["seq_gaps"], 0, "{s}");
+    }
     let r = storm(&t);
     assert_recovered(&r);
     assert_eq!(r["seq_gaps"], 0, "{r}");
@@ -144,7 +188,7 @@ fn tether_fanout_storm_and_idle() {
 }
 
 #[test]
-fn limit_fanout_and_storm() {
+fn limit_fanout_turns_and_storm() {
     // The limit server runs in this process; the generator reaches it by URL.
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let listener = rt
@@ -154,6 +198,7 @@ fn limit_fanout_and_storm() {
     rt.spawn(tether_bench_limit::serve(listener));
     let t = ["--target", "limit", "--url", url.as_str()];
     fanout(&t);
+    turns(&t);
     let r = storm(&t);
     // The limit cannot recover: whatever was published while its clients
     // were away is gone, and it says so.
@@ -162,7 +207,7 @@ fn limit_fanout_and_storm() {
 }
 
 #[test]
-fn socketio_fanout_and_storm() {
+fn socketio_fanout_turns_and_storm() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/socketio");
     if !dir.join("node_modules/socket.io").exists() {
         eprintln!("skipped: no bench/socketio/node_modules (run `npm ci` there)");
@@ -171,6 +216,7 @@ fn socketio_fanout_and_storm() {
     let dir = dir.to_string_lossy().into_owned();
     let t = ["--target", "socketio", "--socketio-dir", dir.as_str()];
     fanout(&t);
+    turns(&t);
     let r = storm(&t);
     assert_recovered(&r);
 }

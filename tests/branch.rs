@@ -5,6 +5,8 @@
 mod chaos;
 mod common;
 
+use common::Backend;
+
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -45,10 +47,9 @@ async fn resume(c: &mut Client, id: &str) -> Value {
         .await
 }
 
-#[tokio::test]
-async fn a_branch_copies_the_transcript_is_titled_and_survives_a_restart() {
+async fn a_branch_copies_the_transcript_is_titled_and_survives_a_restart(b: Backend) {
     let dir = tempdir();
-    let mut gw = Gateway::start(dir.path(), &[]);
+    let mut gw = Gateway::start_on(&b, dir.path(), &[]);
     let mut c = gw.client().await;
     let r = c
         .ok(
@@ -138,10 +139,9 @@ async fn a_branch_copies_the_transcript_is_titled_and_survives_a_restart() {
     assert_eq!(b4["session"]["title"], "Plan (branch 3)");
 }
 
-#[tokio::test]
-async fn a_branch_after_a_compaction_starts_from_the_summary() {
+async fn a_branch_after_a_compaction_starts_from_the_summary(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &[]);
+    let gw = Gateway::start_on(&b, dir.path(), &[]);
     let mut c = gw.client().await;
     let r = c.ok("session.create", json!({"title": "t"})).await;
     let id = r["session"]["session_id"].as_str().unwrap().to_string();
@@ -156,10 +156,9 @@ async fn a_branch_after_a_compaction_starts_from_the_summary() {
     assert!(transcript(&branch)[0].1.starts_with("Summary of"));
 }
 
-#[tokio::test]
-async fn bad_branches_are_refused_and_change_nothing() {
+async fn bad_branches_are_refused_and_change_nothing(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &[]);
+    let gw = Gateway::start_on(&b, dir.path(), &[]);
     let mut c = gw.client().await;
     let r = c
         .ok(
@@ -322,10 +321,9 @@ fn assert_whole_turns(events: &[Value], messages: &[(String, String)]) {
     }
 }
 
-#[tokio::test]
-async fn a_branch_taken_during_a_turn_stops_before_that_turn() {
+async fn a_branch_taken_during_a_turn_stops_before_that_turn(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &["--hosts", "1"]);
+    let gw = Gateway::start_on(&b, dir.path(), &["--hosts", "1"]);
     let mut c = gw.client().await;
     let r = c.ok("session.create", json!({"title": "live"})).await;
     let parent = r["session"]["session_id"].as_str().unwrap().to_string();
@@ -392,10 +390,11 @@ async fn a_branch_taken_during_a_turn_stops_before_that_turn() {
         .await;
 }
 
-#[tokio::test]
-async fn a_branch_between_a_queued_turns_start_and_the_running_ones_end_stops_before_both() {
+async fn a_branch_between_a_queued_turns_start_and_the_running_ones_end_stops_before_both(
+    b: Backend,
+) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &["--hosts", "1"]);
+    let gw = Gateway::start_on(&b, dir.path(), &["--hosts", "1"]);
     let mut c = gw.client().await;
     let r = c.ok("session.create", json!({"title": "q"})).await;
     let parent = r["session"]["session_id"].as_str().unwrap().to_string();
@@ -442,3 +441,11 @@ async fn a_branch_between_a_queued_turns_start_and_the_running_ones_end_stops_be
     c.ok("session.interrupt", json!({"session_id": parent}))
         .await;
 }
+
+backends!(
+    a_branch_copies_the_transcript_is_titled_and_survives_a_restart,
+    a_branch_after_a_compaction_starts_from_the_summary,
+    bad_branches_are_refused_and_change_nothing,
+    a_branch_taken_during_a_turn_stops_before_that_turn,
+    a_branch_between_a_queued_turns_start_and_the_running_ones_end_stops_before_both,
+);

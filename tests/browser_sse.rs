@@ -10,8 +10,8 @@
 //! names the same host as its `Host`), and the test owns the connection it
 //! cuts.
 //!
-//! Without `/usr/bin/chromium` the test is skipped, unless
-//! `TETHER_REQUIRE_BROWSER=1` (CI) makes that a failure.
+//! Without `/usr/bin/chromium` the test is skipped with one `SKIPPED:` line
+//! on stderr, unless `TETHER_REQUIRE_BROWSER=1` (CI) makes that a failure.
 
 mod common;
 
@@ -331,10 +331,12 @@ async fn latest_seq(c: &mut Client, id: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_browser_eventsource_gets_every_seq_exactly_once_across_a_cut_connection() {
     if !Path::new(CHROMIUM).exists() {
-        if std::env::var("TETHER_REQUIRE_BROWSER").as_deref() == Ok("1") {
-            panic!("TETHER_REQUIRE_BROWSER=1 but {CHROMIUM} is not installed");
-        }
-        eprintln!("skipped: chromium not installed");
+        common::skip(
+            "the browser test tests/browser_sse.rs",
+            &format!("{CHROMIUM} is not installed"),
+            common::BROWSER_SETUP,
+            "TETHER_REQUIRE_BROWSER",
+        );
         return;
     }
     let dir = tempdir();

@@ -11,20 +11,21 @@
 //! the seed is printed so a failure replays.
 
 mod chaos;
+mod common;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use chaos::{monkey, Rng, Shared};
+use common::Backend;
 use tether_actors::hooks::{core_actor, host_stats, Child};
 use tether_actors::{AfterIntensity, Backoff, RestartPolicy, Strategy};
 
 const SESSIONS: usize = 6;
 const CLIENTS_PER_SESSION: usize = 3;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killing_actors_at_random_loses_nothing_and_leaves_nothing_stuck() {
+async fn killing_actors_at_random_loses_nothing_and_leaves_nothing_stuck(b: Backend) {
     chaos::logs();
     let seed = chaos::seed();
     let secs = chaos::duration(15);
@@ -33,7 +34,11 @@ async fn killing_actors_at_random_loses_nothing_and_leaves_nothing_stuck() {
         secs.as_secs()
     );
     let mut rng = Rng::new(seed);
-    let h = Arc::new(chaos::start(2, 3, None).await);
+    let server = match &b {
+        Backend::Sqlite => None,
+        Backend::Postgres(server) => Some(server.as_str()),
+    };
+    let h = Arc::new(chaos::start_on(server, 2, 3, None).await);
     let ids = chaos::sessions(&h, SESSIONS).await;
     let shared = Shared::new(SESSIONS * CLIENTS_PER_SESSION);
 
@@ -148,3 +153,5 @@ async fn a_core_actor_past_its_restart_intensity_shuts_the_gateway_down_cleanly(
         .expect("the gateway should stop after its writer exceeded its intensity");
     chaos::wait_gone(&pids, "host processes left running").await;
 }
+
+backends!(killing_actors_at_random_loses_nothing_and_leaves_nothing_stuck,);

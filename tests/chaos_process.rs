@@ -11,6 +11,8 @@
 mod chaos;
 mod common;
 
+use common::Backend;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -173,15 +175,32 @@ fn host_pids(stats: &Value) -> Vec<u32> {
         .collect()
 }
 
+async fn kill_9_of_hosts_and_of_the_gateway_loses_nothing(b: Backend) {
+    storm(b, None).await
+}
+
+/// The same load while the PostgreSQL server (one of this test's own) is restarted, and once
+/// stays down for a few seconds: writes answer 5072 meanwhile, and afterwards the same
+/// invariants hold.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kill_9_of_hosts_and_of_the_gateway_loses_nothing() {
+async fn restarting_postgres_under_load_loses_nothing() {
+    let Some(pg) = tether_store::testing::PgServer::start() else {
+        return;
+    };
+    storm(Backend::Postgres(pg.url()), Some(pg)).await
+}
+
+/// Runs the load; the faults are `kill -9`s of hosts and of the gateway, or (with `pg`)
+/// restarts of the PostgreSQL server.
+async fn storm(b: Backend, pg: Option<tether_store::testing::PgServer>) {
     let seed = chaos::seed();
     let secs = chaos::duration(12);
     println!("process chaos seed {seed} for {} s", secs.as_secs());
     let mut rng = Rng::new(seed);
     let dir = tempdir();
     let host = host_command();
-    let mut gw = Gateway::start(
+    let mut gw = Gateway::start_on(
+        &b,
         dir.path(),
         &[
             "--hosts",
@@ -236,7 +255,17 @@ async fn kill_9_of_hosts_and_of_the_gateway_loses_nothing() {
             None => Vec::new(),
         };
         pids_seen.extend(pids.iter().copied());
-        if rng.below(4) == 0 {
+        if let Some(pg) = &pg {
+            if rng.below(3) == 0 {
+                pg.stop();
+                tokio::time::sleep(Duration::from_millis(1000 + rng.below(2000))).await;
+                pg.start_again();
+                *kills.entry("postgres down").or_default() += 1;
+            } else {
+                pg.restart();
+                *kills.entry("postgres restart").or_default() += 1;
+            }
+        } else if rng.below(4) == 0 {
             // The gateway itself: SIGKILL, then a new one on the same store.
             gw.restart();
             let _ = url_tx.send(gw.url());
@@ -357,3 +386,5 @@ async fn kill_9_of_hosts_and_of_the_gateway_loses_nothing() {
     let pids: Vec<u32> = pids_seen.iter().copied().collect();
     chaos::wait_gone(&pids, &format!("seed {seed}: hosts left running")).await;
 }
+
+backends!(kill_9_of_hosts_and_of_the_gateway_loses_nothing,);

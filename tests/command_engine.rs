@@ -105,10 +105,15 @@ async fn the_agent_streams_its_lines_as_the_reply() {
     assert_eq!(complete(&evs)["status"], "complete");
     assert_eq!(complete(&evs)["text"], want);
     assert_eq!(deltas_text(&evs), want);
-    // One delta per line, each with its newline.
+    // The agent streams one delta per line; deltas queued together for a
+    // peer may reach it merged (delivery.max_delay_ms), so what a client
+    // sees is whole lines: every delta ends with a line's newline.
     let deltas = of_type(&evs, "message.delta");
-    assert_eq!(deltas.len(), 3);
-    assert_eq!(deltas[0]["payload"]["text"], "Hello from agent.py.\n");
+    assert!(!deltas.is_empty() && deltas.len() <= 3, "{deltas:?}");
+    for d in &deltas {
+        let text = d["payload"]["text"].as_str().unwrap_or_default();
+        assert!(text.ends_with('\n'), "a delta cut a line: {text:?}");
+    }
 
     // The next turn's agent gets the history on stdin.
     let t = submit(&mut c, &id, "again").await;

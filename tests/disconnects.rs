@@ -4,6 +4,8 @@
 
 mod common;
 
+use common::Backend;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -113,10 +115,9 @@ fn assert_continues(events: &[Value], after: u64) {
     assert_eq!(got, want, "the new turn's seqs continue the session's");
 }
 
-#[tokio::test]
-async fn when_one_of_two_peers_drops_mid_turn_the_other_streams_to_the_end() {
+async fn when_one_of_two_peers_drops_mid_turn_the_other_streams_to_the_end(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &["--host-command", &slow_host(30)]);
+    let gw = Gateway::start_on(&b, dir.path(), &["--host-command", &slow_host(30)]);
     let mut a = gw.client().await;
     let id = session(&mut a).await;
     let mut b = gw.client().await;
@@ -157,10 +158,9 @@ async fn when_one_of_two_peers_drops_mid_turn_the_other_streams_to_the_end() {
     assert_eq!(complete(&evs)["text"], "still here");
 }
 
-#[tokio::test]
-async fn an_orphan_is_parked_after_the_grace_and_resume_brings_everything_back() {
+async fn an_orphan_is_parked_after_the_grace_and_resume_brings_everything_back(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &["--orphan-grace-s", "1"]);
+    let gw = Gateway::start_on(&b, dir.path(), &["--orphan-grace-s", "1"]);
     let mut c = gw.client().await;
     let id = session(&mut c).await;
     for text in ["one", "/todo write tests; fix bugs\ntwo", "three"] {
@@ -218,10 +218,9 @@ async fn an_orphan_is_parked_after_the_grace_and_resume_brings_everything_back()
     assert_eq!(transcript(&r["messages"]).len(), 8);
 }
 
-#[tokio::test]
-async fn a_peer_back_inside_the_grace_keeps_the_session_live() {
+async fn a_peer_back_inside_the_grace_keeps_the_session_live(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &["--orphan-grace-s", "5"]);
+    let gw = Gateway::start_on(&b, dir.path(), &["--orphan-grace-s", "5"]);
     let mut c = gw.client().await;
     let id = session(&mut c).await;
     run_turn(&mut c, &id, "hello").await;
@@ -253,10 +252,9 @@ async fn a_peer_back_inside_the_grace_keeps_the_session_live() {
     assert_continues(&evs, watermark);
 }
 
-#[tokio::test]
-async fn a_running_turn_is_not_parked_it_completes_and_then_the_session_is_parked() {
+async fn a_running_turn_is_not_parked_it_completes_and_then_the_session_is_parked(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &["--orphan-grace-s", "1"]);
+    let gw = Gateway::start_on(&b, dir.path(), &["--orphan-grace-s", "1"]);
     let mut a = gw.client().await;
     let id = session(&mut a).await;
     let mut b = gw.client().await;
@@ -307,10 +305,9 @@ async fn a_running_turn_is_not_parked_it_completes_and_then_the_session_is_parke
     assert_eq!(n, 1, "exactly one message.complete");
 }
 
-#[tokio::test]
-async fn with_no_grace_an_idle_orphan_is_parked_at_once_and_an_attached_session_is_not() {
+async fn with_no_grace_an_idle_orphan_is_parked_at_once_and_an_attached_session_is_not(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &["--orphan-grace-s", "0"]);
+    let gw = Gateway::start_on(&b, dir.path(), &["--orphan-grace-s", "0"]);
     let mut c = gw.client().await;
     let gone = session(&mut c).await;
     run_turn(&mut c, &gone, "bye").await;
@@ -455,10 +452,9 @@ async fn storm_client(
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reconnect_storm_ends_with_every_client_holding_every_seq_exactly_once() {
+async fn a_reconnect_storm_ends_with_every_client_holding_every_seq_exactly_once(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &["--host-command", &slow_host(25)]);
+    let gw = Gateway::start_on(&b, dir.path(), &["--host-command", &slow_host(25)]);
     let url = Arc::new(gw.url());
     let seed = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -550,10 +546,10 @@ async fn a_reconnect_storm_ends_with_every_client_holding_every_seq_exactly_once
     }
 }
 
-#[tokio::test]
-async fn an_orphaned_turn_silent_past_the_staleness_window_is_interrupted_then_parked() {
+async fn an_orphaned_turn_silent_past_the_staleness_window_is_interrupted_then_parked(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(
+    let gw = Gateway::start_on(
+        &b,
         dir.path(),
         &["--orphan-grace-s", "0", "--activity-stale-s", "2"],
     );
@@ -585,11 +581,11 @@ async fn an_orphaned_turn_silent_past_the_staleness_window_is_interrupted_then_p
     assert_continues(&evs, latest);
 }
 
-#[tokio::test]
-async fn above_max_live_sessions_the_least_recently_active_orphans_are_parked() {
+async fn above_max_live_sessions_the_least_recently_active_orphans_are_parked(b: Backend) {
     let dir = tempdir();
     // A grace far longer than the test: only the cap parks anything.
-    let gw = Gateway::start(
+    let gw = Gateway::start_on(
+        &b,
         dir.path(),
         &["--orphan-grace-s", "3600", "--max-live-sessions", "2"],
     );
@@ -623,10 +619,11 @@ async fn above_max_live_sessions_the_least_recently_active_orphans_are_parked() 
     );
 }
 
-#[tokio::test]
-async fn a_peer_that_resumes_again_on_the_same_connection_stays_and_gets_each_event_once() {
+async fn a_peer_that_resumes_again_on_the_same_connection_stays_and_gets_each_event_once(
+    b: Backend,
+) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &[]);
+    let gw = Gateway::start_on(&b, dir.path(), &[]);
     let mut c = gw.client().await;
     let id = session(&mut c).await;
     let r = c
@@ -638,3 +635,15 @@ async fn a_peer_that_resumes_again_on_the_same_connection_stays_and_gets_each_ev
     assert_continues(&evs, 1);
     c.ok("gateway.ping", json!({})).await;
 }
+
+backends!(
+    when_one_of_two_peers_drops_mid_turn_the_other_streams_to_the_end,
+    an_orphan_is_parked_after_the_grace_and_resume_brings_everything_back,
+    a_peer_back_inside_the_grace_keeps_the_session_live,
+    a_running_turn_is_not_parked_it_completes_and_then_the_session_is_parked,
+    with_no_grace_an_idle_orphan_is_parked_at_once_and_an_attached_session_is_not,
+    a_reconnect_storm_ends_with_every_client_holding_every_seq_exactly_once,
+    an_orphaned_turn_silent_past_the_staleness_window_is_interrupted_then_parked,
+    above_max_live_sessions_the_least_recently_active_orphans_are_parked,
+    a_peer_that_resumes_again_on_the_same_connection_stays_and_gets_each_event_once,
+);

@@ -4,6 +4,8 @@
 
 mod common;
 
+use common::Backend;
+
 use std::time::{Duration, Instant};
 
 use common::{tempdir, Client, Gateway};
@@ -32,10 +34,9 @@ async fn create(c: &mut Client, params: Value) -> String {
     r["session"]["session_id"].as_str().unwrap().to_string()
 }
 
-#[tokio::test]
-async fn a_sessions_engine_pin_reaches_the_host_and_survives_a_restart() {
+async fn a_sessions_engine_pin_reaches_the_host_and_survives_a_restart(b: Backend) {
     let dir = tempdir();
-    let mut gw = Gateway::start(dir.path(), &[]);
+    let mut gw = Gateway::start_on(&b, dir.path(), &[]);
     let mut c = gw.client().await;
     let pin = json!({"model": "m-1", "temperature": 0.5, "tools": ["a", "b"]});
     let id = create(&mut c, json!({"title": "pinned", "engine": pin})).await;
@@ -54,8 +55,7 @@ async fn a_sessions_engine_pin_reaches_the_host_and_survives_a_restart() {
     assert_eq!(config_seen(&mut c, &id).await, pin);
 }
 
-#[tokio::test]
-async fn a_session_following_its_profile_picks_up_a_reloaded_config() {
+async fn a_session_following_its_profile_picks_up_a_reloaded_config(b: Backend) {
     let dir = tempdir();
     let file = dir.path().join("tether.toml");
     let write = |model: &str| {
@@ -66,7 +66,7 @@ async fn a_session_following_its_profile_picks_up_a_reloaded_config() {
         .unwrap()
     };
     write("first");
-    let mut gw = Gateway::start(dir.path(), &["--config", file.to_str().unwrap()]);
+    let mut gw = Gateway::start_on(&b, dir.path(), &["--config", file.to_str().unwrap()]);
     let mut c = gw.client().await;
     let id = create(
         &mut c,
@@ -115,3 +115,8 @@ async fn a_session_following_its_profile_picks_up_a_reloaded_config() {
     .await;
     assert_eq!(config_seen(&mut c, &id).await["model"], "second");
 }
+
+backends!(
+    a_sessions_engine_pin_reaches_the_host_and_survives_a_restart,
+    a_session_following_its_profile_picks_up_a_reloaded_config,
+);

@@ -2,6 +2,8 @@
 
 mod common;
 
+use common::Backend;
+
 use std::time::Duration;
 
 use common::{seqs, tempdir, Gateway};
@@ -13,10 +15,9 @@ fn is_hex16(s: &str) -> bool {
             .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
 }
 
-#[tokio::test]
-async fn ready_frame_comes_first_and_names_the_store_epoch() {
+async fn ready_frame_comes_first_and_names_the_store_epoch(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &[]);
+    let gw = Gateway::start_on(&b, dir.path(), &[]);
     let a = gw.client().await;
     let b = gw.client().await;
     assert_eq!(a.ready["server"], "tether");
@@ -30,10 +31,9 @@ async fn ready_frame_comes_first_and_names_the_store_epoch() {
     assert!(pa.starts_with("p_") && pb.starts_with("p_") && pa != pb);
 }
 
-#[tokio::test]
-async fn bad_frames_get_precise_errors_and_the_connection_stays_usable() {
+async fn bad_frames_get_precise_errors_and_the_connection_stays_usable(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &[]);
+    let gw = Gateway::start_on(&b, dir.path(), &[]);
     let mut c = gw.client().await;
 
     c.send_text("{not json").await;
@@ -84,10 +84,9 @@ async fn bad_frames_get_precise_errors_and_the_connection_stays_usable() {
     assert_eq!(list["sessions"], json!([]));
 }
 
-#[tokio::test]
-async fn a_batch_is_answered_as_an_array_without_its_notifications() {
+async fn a_batch_is_answered_as_an_array_without_its_notifications(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &[]);
+    let gw = Gateway::start_on(&b, dir.path(), &[]);
     let mut c = gw.client().await;
     c.send_text(
         r#"[{"jsonrpc":"2.0","id":1,"method":"gateway.ping"},
@@ -107,10 +106,9 @@ async fn a_batch_is_answered_as_an_array_without_its_notifications() {
     assert_eq!(by_id(Value::Null)["error"]["code"], -32600);
 }
 
-#[tokio::test]
-async fn a_reply_goes_only_to_the_requester() {
+async fn a_reply_goes_only_to_the_requester(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &[]);
+    let gw = Gateway::start_on(&b, dir.path(), &[]);
     let mut a = gw.client().await;
     let mut b = gw.client().await;
     let s = a.ok("session.create", json!({"title":"shared"})).await;
@@ -130,10 +128,9 @@ async fn a_reply_goes_only_to_the_requester() {
     b.expect_silence(Duration::from_millis(300)).await;
 }
 
-#[tokio::test]
-async fn create_list_resume_close() {
+async fn create_list_resume_close(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &[]);
+    let gw = Gateway::start_on(&b, dir.path(), &[]);
     let mut c = gw.client().await;
     let mut ids = Vec::new();
     for i in 0..3 {
@@ -221,10 +218,9 @@ async fn create_list_resume_close() {
     );
 }
 
-#[tokio::test]
-async fn a_seeded_create_is_whole_and_its_creator_sees_every_event_once() {
+async fn a_seeded_create_is_whole_and_its_creator_sees_every_event_once(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &[]);
+    let gw = Gateway::start_on(&b, dir.path(), &[]);
     let mut c = gw.client().await;
     let seed = json!([
         {"role":"system","text":"be brief"},
@@ -269,10 +265,9 @@ async fn a_seeded_create_is_whole_and_its_creator_sees_every_event_once() {
     assert_eq!(r["resync"], false);
 }
 
-#[tokio::test]
-async fn two_peers_receive_identical_durable_frames_in_identical_order() {
+async fn two_peers_receive_identical_durable_frames_in_identical_order(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &[]);
+    let gw = Gateway::start_on(&b, dir.path(), &[]);
     let mut a = gw.client().await;
     let mut b = gw.client().await;
     let r = a
@@ -295,10 +290,9 @@ async fn two_peers_receive_identical_durable_frames_in_identical_order() {
     assert_eq!(ea["seq"], 3);
 }
 
-#[tokio::test]
-async fn events_since_reads_past_the_ring_completely() {
+async fn events_since_reads_past_the_ring_completely(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &["--ring-events", "8"]);
+    let gw = Gateway::start_on(&b, dir.path(), &["--ring-events", "8"]);
     let mut c = gw.client().await;
     let seed: Vec<Value> = (0..49)
         .map(|i| json!({"role":"user","text": format!("m{i}")}))
@@ -367,10 +361,9 @@ async fn events_since_reads_past_the_ring_completely() {
     assert!(r.get("messages").is_none());
 }
 
-#[tokio::test]
-async fn a_resume_over_the_replay_limit_asks_for_a_resync() {
+async fn a_resume_over_the_replay_limit_asks_for_a_resync(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &["--max-replay-events", "5"]);
+    let gw = Gateway::start_on(&b, dir.path(), &["--max-replay-events", "5"]);
     let mut c = gw.client().await;
     let seed: Vec<Value> = (0..9)
         .map(|i| json!({"role":"user","text": format!("m{i}")}))
@@ -388,10 +381,9 @@ async fn a_resume_over_the_replay_limit_asks_for_a_resync() {
     assert_eq!(r["messages"].as_array().unwrap().len(), 9);
 }
 
-#[tokio::test]
-async fn a_restart_keeps_the_epoch_and_continues_seq_and_a_new_store_gets_a_new_epoch() {
+async fn a_restart_keeps_the_epoch_and_continues_seq_and_a_new_store_gets_a_new_epoch(b: Backend) {
     let dir = tempdir();
-    let mut gw = Gateway::start(dir.path(), &[]);
+    let mut gw = Gateway::start_on(&b, dir.path(), &[]);
     let mut c = gw.client().await;
     let epoch = c.epoch();
     let r = c
@@ -417,14 +409,13 @@ async fn a_restart_keeps_the_epoch_and_continues_seq_and_a_new_store_gets_a_new_
     assert_eq!(c.next_event().await["seq"], 4);
 
     let other = tempdir();
-    let gw2 = Gateway::start(other.path(), &[]);
+    let gw2 = Gateway::start_on(&b, other.path(), &[]);
     assert_ne!(gw2.client().await.epoch(), epoch);
 }
 
-#[tokio::test]
-async fn profiles_cannot_see_each_other() {
+async fn profiles_cannot_see_each_other(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &[]);
+    let gw = Gateway::start_on(&b, dir.path(), &[]);
     let mut c = gw.client().await;
     let r = c
         .ok(
@@ -474,10 +465,9 @@ async fn profiles_cannot_see_each_other() {
     );
 }
 
-#[tokio::test]
-async fn sigterm_drains_closes_peers_with_1001_and_exits_zero() {
+async fn sigterm_drains_closes_peers_with_1001_and_exits_zero(b: Backend) {
     let dir = tempdir();
-    let mut gw = Gateway::start(dir.path(), &[]);
+    let mut gw = Gateway::start_on(&b, dir.path(), &[]);
     let mut c = gw.client().await;
     c.ok("session.create", json!({})).await;
     let code = gw.terminate();
@@ -485,10 +475,9 @@ async fn sigterm_drains_closes_peers_with_1001_and_exits_zero() {
     assert_eq!(c.expect_close().await, 1001);
 }
 
-#[tokio::test]
-async fn stats_count_live_sessions_peers_and_ring() {
+async fn stats_count_live_sessions_peers_and_ring(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &[]);
+    let gw = Gateway::start_on(&b, dir.path(), &[]);
     let mut c = gw.client().await;
     let _d = gw.client().await;
     c.ok(
@@ -505,10 +494,9 @@ async fn stats_count_live_sessions_peers_and_ring() {
     assert_eq!(s["active_turns"], json!([]));
 }
 
-#[tokio::test]
-async fn a_frame_over_the_limit_gets_4013_and_the_connection_stays() {
+async fn a_frame_over_the_limit_gets_4013_and_the_connection_stays(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &["--max-frame-bytes", "2048"]);
+    let gw = Gateway::start_on(&b, dir.path(), &["--max-frame-bytes", "2048"]);
     let mut c = gw.client().await;
     let big = format!(
         r#"{{"jsonrpc":"2.0","id":1,"method":"gateway.ping","params":{{"pad":"{}"}}}}"#,
@@ -524,10 +512,9 @@ async fn a_frame_over_the_limit_gets_4013_and_the_connection_stays() {
     assert_eq!(c.expect_close().await, 1009);
 }
 
-#[tokio::test]
-async fn a_peer_over_its_rate_gets_4029_and_a_flooding_one_is_closed_with_1008() {
+async fn a_peer_over_its_rate_gets_4029_and_a_flooding_one_is_closed_with_1008(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &["--rate-limit-rps", "5"]);
+    let gw = Gateway::start_on(&b, dir.path(), &["--rate-limit-rps", "5"]);
     let mut c = gw.client().await;
     // A burst of 20 in one batch: the first 10 (the burst) pass.
     let batch: Vec<Value> = (0..20)
@@ -564,3 +551,21 @@ async fn a_peer_over_its_rate_gets_4029_and_a_flooding_one_is_closed_with_1008()
     let mut d = gw.client().await;
     d.ok("gateway.ping", json!({})).await;
 }
+
+backends!(
+    ready_frame_comes_first_and_names_the_store_epoch,
+    bad_frames_get_precise_errors_and_the_connection_stays_usable,
+    a_batch_is_answered_as_an_array_without_its_notifications,
+    a_reply_goes_only_to_the_requester,
+    create_list_resume_close,
+    a_seeded_create_is_whole_and_its_creator_sees_every_event_once,
+    two_peers_receive_identical_durable_frames_in_identical_order,
+    events_since_reads_past_the_ring_completely,
+    a_resume_over_the_replay_limit_asks_for_a_resync,
+    a_restart_keeps_the_epoch_and_continues_seq_and_a_new_store_gets_a_new_epoch,
+    profiles_cannot_see_each_other,
+    sigterm_drains_closes_peers_with_1001_and_exits_zero,
+    stats_count_live_sessions_peers_and_ring,
+    a_frame_over_the_limit_gets_4013_and_the_connection_stays,
+    a_peer_over_its_rate_gets_4029_and_a_flooding_one_is_closed_with_1008,
+);

@@ -2,6 +2,8 @@
 
 mod common;
 
+use common::Backend;
+
 use common::{tempdir, Client, Gateway};
 use serde_json::{json, Value};
 
@@ -39,10 +41,9 @@ async fn state_of(c: &mut Client, session_id: &str) -> Value {
         .clone()
 }
 
-#[tokio::test]
-async fn a_handoff_goes_pending_running_completed_and_one_at_a_time() {
+async fn a_handoff_goes_pending_running_completed_and_one_at_a_time(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &[]);
+    let gw = Gateway::start_on(&b, dir.path(), &[]);
     let mut c = gw.client().await;
     let s = detached_session(&mut c, "default").await;
 
@@ -104,10 +105,9 @@ async fn a_handoff_goes_pending_running_completed_and_one_at_a_time() {
     assert_eq!(latest["state"], "pending");
 }
 
-#[tokio::test]
-async fn fail_respects_only_if_pending_and_truncates_the_error_to_500_bytes() {
+async fn fail_respects_only_if_pending_and_truncates_the_error_to_500_bytes(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &[]);
+    let gw = Gateway::start_on(&b, dir.path(), &[]);
     let mut c = gw.client().await;
 
     // only_if_pending fails a pending handoff.
@@ -189,10 +189,9 @@ async fn fail_respects_only_if_pending_and_truncates_the_error_to_500_bytes() {
     assert_eq!(e["code"], -32602, "{e}");
 }
 
-#[tokio::test]
-async fn handoffs_are_scoped_by_profile() {
+async fn handoffs_are_scoped_by_profile(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &[]);
+    let gw = Gateway::start_on(&b, dir.path(), &[]);
     let mut c = gw.client().await;
     let s = detached_session(&mut c, "alice").await;
 
@@ -267,10 +266,9 @@ async fn handoffs_are_scoped_by_profile() {
     assert_eq!(r["handoff"]["handoff_id"], h.as_str());
 }
 
-#[tokio::test]
-async fn a_closed_session_cannot_be_handed_off_but_its_state_stays_readable() {
+async fn a_closed_session_cannot_be_handed_off_but_its_state_stays_readable(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &[]);
+    let gw = Gateway::start_on(&b, dir.path(), &[]);
     let mut c = gw.client().await;
     let s = detached_session(&mut c, "default").await;
     let h = request(&mut c, &s, "phone").await;
@@ -309,10 +307,9 @@ async fn a_closed_session_cannot_be_handed_off_but_its_state_stays_readable() {
 
 /// The durable `status.update` `{"kind":"handoff","text":STATE}` of each transition
 /// reaches a peer attached to the session, in order, and is replayed by `events.since`.
-#[tokio::test]
-async fn every_transition_is_a_durable_status_update_on_the_session() {
+async fn every_transition_is_a_durable_status_update_on_the_session(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &[]);
+    let gw = Gateway::start_on(&b, dir.path(), &[]);
     let mut watcher = gw.client().await;
     let created = watcher.ok("session.create", json!({})).await;
     let s = created["session"]["session_id"]
@@ -369,10 +366,9 @@ async fn every_transition_is_a_durable_status_update_on_the_session() {
 
 /// PROTOCOL: two claimers never get the same handoff. 100 trials, each with exactly one
 /// pending handoff and two clients on separate connections whose claims are sent together.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_claims_give_each_handoff_to_exactly_one_client_over_100_trials() {
+async fn concurrent_claims_give_each_handoff_to_exactly_one_client_over_100_trials(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &[]);
+    let gw = Gateway::start_on(&b, dir.path(), &[]);
     let mut setup = gw.client().await;
     let mut a = gw.client().await;
     let mut b = gw.client().await;
@@ -400,3 +396,12 @@ async fn concurrent_claims_give_each_handoff_to_exactly_one_client_over_100_tria
     }
     assert_eq!(wins_a + wins_b, 100);
 }
+
+backends!(
+    a_handoff_goes_pending_running_completed_and_one_at_a_time,
+    fail_respects_only_if_pending_and_truncates_the_error_to_500_bytes,
+    handoffs_are_scoped_by_profile,
+    a_closed_session_cannot_be_handed_off_but_its_state_stays_readable,
+    every_transition_is_a_durable_status_update_on_the_session,
+    concurrent_claims_give_each_handoff_to_exactly_one_client_over_100_trials,
+);

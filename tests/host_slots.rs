@@ -5,6 +5,8 @@
 
 mod common;
 
+use common::Backend;
+
 use std::time::Duration;
 
 use common::{complete, session, submit, tempdir, turn_events, Client, Gateway};
@@ -68,10 +70,10 @@ async fn reads_work(c: &mut Client, id: &str) {
 /// only until the restart period has passed: then the slots come back on
 /// their own, `/readyz` is ready again and prompts complete, while reads
 /// kept working throughout.
-#[tokio::test]
-async fn slots_past_their_restart_intensity_rest_and_come_back_after_the_period() {
+async fn slots_past_their_restart_intensity_rest_and_come_back_after_the_period(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(
+    let gw = Gateway::start_on(
+        &b,
         dir.path(),
         &[
             "--hosts",
@@ -155,11 +157,14 @@ fn slow_host(seconds: u32) -> String {
     )
 }
 
-#[tokio::test]
-async fn readyz_is_ready_only_once_a_host_said_hello() {
+async fn readyz_is_ready_only_once_a_host_said_hello(b: Backend) {
     let dir = tempdir();
     let command = slow_host(2);
-    let gw = Gateway::start(dir.path(), &["--hosts", "1", "--host-command", &command]);
+    let gw = Gateway::start_on(
+        &b,
+        dir.path(),
+        &["--hosts", "1", "--host-command", &command],
+    );
     let (status, body) = readyz(&gw.addr).await;
     assert_eq!(status, 503, "ready before any hello: {body}");
     assert!(body.contains("no compute host up"), "{body}");
@@ -176,8 +181,7 @@ async fn readyz_is_ready_only_once_a_host_said_hello() {
 /// Compressions and prompts sent at once after the listening line wait for
 /// the hosts' hello instead of failing with 5019: with hosts that take a
 /// second to say hello (always racing), and with the default ones.
-#[tokio::test]
-async fn a_compress_and_a_submit_right_after_the_listening_line_succeed() {
+async fn a_compress_and_a_submit_right_after_the_listening_line_succeed(b: Backend) {
     let slow = slow_host(1);
     let runs: Vec<Vec<&str>> = vec![
         vec!["--hosts", "1", "--host-command", &slow],
@@ -190,7 +194,7 @@ async fn a_compress_and_a_submit_right_after_the_listening_line_succeed() {
     for (run, flags) in runs.iter().enumerate() {
         for first in ["session.compress", "prompt.submit"] {
             let dir = tempdir();
-            let gw = Gateway::start(dir.path(), flags);
+            let gw = Gateway::start_on(&b, dir.path(), flags);
             let mut c = gw.client().await;
             let created = c
                 .ok("session.create", json!({"title": "t", "attach": false}))
@@ -234,3 +238,9 @@ async fn a_compress_and_a_submit_right_after_the_listening_line_succeed() {
         }
     }
 }
+
+backends!(
+    slots_past_their_restart_intensity_rest_and_come_back_after_the_period,
+    readyz_is_ready_only_once_a_host_said_hello,
+    a_compress_and_a_submit_right_after_the_listening_line_succeed,
+);

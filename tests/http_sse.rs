@@ -4,6 +4,8 @@
 
 mod common;
 
+use common::Backend;
+
 use std::time::Duration;
 
 use common::{tempdir, Gateway, FRAME_WAIT};
@@ -307,10 +309,9 @@ async fn sse(addr: &str, path: &str, headers: &[(&str, &str)]) -> Sse {
     }
 }
 
-#[tokio::test]
-async fn post_rpc_answers_requests_and_batches_in_the_body() {
+async fn post_rpc_answers_requests_and_batches_in_the_body(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &[]);
+    let gw = Gateway::start_on(&b, dir.path(), &[]);
     let addr = gw.addr.as_str();
 
     let r = rpc(addr, r#"{"jsonrpc":"2.0","id":7,"method":"gateway.ping"}"#).await;
@@ -362,10 +363,9 @@ async fn post_rpc_answers_requests_and_batches_in_the_body() {
     assert_eq!(r.status, 204);
 }
 
-#[tokio::test]
-async fn post_rpc_refuses_bad_bodies_with_the_right_status() {
+async fn post_rpc_refuses_bad_bodies_with_the_right_status(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &["--max-frame-bytes", "2048"]);
+    let gw = Gateway::start_on(&b, dir.path(), &["--max-frame-bytes", "2048"]);
     let addr = gw.addr.as_str();
     let ping = br#"{"jsonrpc":"2.0","id":1,"method":"gateway.ping"}"#;
 
@@ -419,10 +419,9 @@ async fn post_rpc_refuses_bad_bodies_with_the_right_status() {
     assert_eq!(r.json()["error"]["code"], -32600);
 }
 
-#[tokio::test]
-async fn a_post_peer_never_attaches() {
+async fn a_post_peer_never_attaches(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &[]);
+    let gw = Gateway::start_on(&b, dir.path(), &[]);
     let addr = gw.addr.as_str();
     let r = ok(
         addr,
@@ -444,10 +443,9 @@ async fn a_post_peer_never_attaches() {
     assert_eq!(stats["peers"], 1, "{stats}");
 }
 
-#[tokio::test]
-async fn sse_replays_after_last_event_id_then_streams_live_exactly_once() {
+async fn sse_replays_after_last_event_id_then_streams_live_exactly_once(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &[]);
+    let gw = Gateway::start_on(&b, dir.path(), &[]);
     let addr = gw.addr.as_str();
     let id = seeded(addr).await;
 
@@ -481,10 +479,9 @@ async fn sse_replays_after_last_event_id_then_streams_live_exactly_once() {
     assert_eq!(r.err().expect("closed session refused").status, 404);
 }
 
-#[tokio::test]
-async fn sse_last_seen_zero_gives_everything() {
+async fn sse_last_seen_zero_gives_everything(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &[]);
+    let gw = Gateway::start_on(&b, dir.path(), &[]);
     let addr = gw.addr.as_str();
     let id = seeded(addr).await;
     let mut s = sse(addr, &format!("/v1/sessions/{id}/events?last_seen=0"), &[]).await;
@@ -505,10 +502,9 @@ async fn sse_last_seen_zero_gives_everything() {
     assert_eq!(got, want);
 }
 
-#[tokio::test]
-async fn sse_without_a_watermark_streams_live_events_with_ids_on_durable_ones_only() {
+async fn sse_without_a_watermark_streams_live_events_with_ids_on_durable_ones_only(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &[]);
+    let gw = Gateway::start_on(&b, dir.path(), &[]);
     let addr = gw.addr.as_str();
     let id = seeded(addr).await;
     let mut s = sse(addr, &format!("/v1/sessions/{id}/events"), &[]).await;
@@ -546,10 +542,9 @@ async fn sse_without_a_watermark_streams_live_events_with_ids_on_durable_ones_on
     assert_eq!(deltas, "hello there");
 }
 
-#[tokio::test]
-async fn sse_of_an_unknown_session_or_another_profile_is_404() {
+async fn sse_of_an_unknown_session_or_another_profile_is_404(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &[]);
+    let gw = Gateway::start_on(&b, dir.path(), &[]);
     let addr = gw.addr.as_str();
     let id = seeded(addr).await;
     let r = Sse::open(
@@ -578,10 +573,9 @@ async fn sse_of_an_unknown_session_or_another_profile_is_404() {
     assert_eq!(s.event().await.id.as_deref(), Some("4"));
 }
 
-#[tokio::test]
-async fn a_foreign_origin_is_refused_and_the_own_one_is_served() {
+async fn a_foreign_origin_is_refused_and_the_own_one_is_served(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &[]);
+    let gw = Gateway::start_on(&b, dir.path(), &[]);
     let addr = gw.addr.as_str();
     let ping = br#"{"jsonrpc":"2.0","id":1,"method":"gateway.ping"}"#;
     let json_ct = ("Content-Type", "application/json");
@@ -650,10 +644,9 @@ async fn peers(addr: &str, id: &str) -> u64 {
     r["session"]["peers"].as_u64().unwrap()
 }
 
-#[tokio::test]
-async fn an_sse_stream_is_an_attached_peer_until_the_client_goes_or_the_gateway_drains() {
+async fn an_sse_stream_is_an_attached_peer_until_the_client_goes_or_the_gateway_drains(b: Backend) {
     let dir = tempdir();
-    let mut gw = Gateway::start(dir.path(), &[]);
+    let mut gw = Gateway::start_on(&b, dir.path(), &[]);
     let addr = gw.addr.clone();
     let id = seeded(&addr).await;
     let s = sse(&addr, &format!("/v1/sessions/{id}/events"), &[]).await;
@@ -679,10 +672,13 @@ async fn an_sse_stream_is_an_attached_peer_until_the_client_goes_or_the_gateway_
     s.expect_end().await;
 }
 
-#[tokio::test]
-async fn an_origin_on_the_allow_list_is_served() {
+async fn an_origin_on_the_allow_list_is_served(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &["--allow-origin", "http://app.example:3000"]);
+    let gw = Gateway::start_on(
+        &b,
+        dir.path(),
+        &["--allow-origin", "http://app.example:3000"],
+    );
     let addr = gw.addr.as_str();
     let ping = br#"{"jsonrpc":"2.0","id":1,"method":"gateway.ping"}"#;
     let json_ct = ("Content-Type", "application/json");
@@ -706,12 +702,11 @@ async fn an_origin_on_the_allow_list_is_served() {
     assert_eq!(r.status, 403);
 }
 
-#[tokio::test]
-async fn posts_from_one_address_share_a_rate_bucket() {
+async fn posts_from_one_address_share_a_rate_bucket(b: Backend) {
     let dir = tempdir();
     // 5 per second, burst 10: each POST is a new peer, so only a bucket
     // shared across them can hold a client to its rate.
-    let gw = Gateway::start(dir.path(), &["--rate-limit-rps", "5"]);
+    let gw = Gateway::start_on(&b, dir.path(), &["--rate-limit-rps", "5"]);
     let addr = gw.addr.as_str();
     let ping = r#"{"jsonrpc":"2.0","id":1,"method":"gateway.ping"}"#;
     let mut limited = None;
@@ -738,10 +733,9 @@ async fn posts_from_one_address_share_a_rate_bucket() {
     assert_eq!(rpc(addr, ping).await.status, 200);
 }
 
-#[tokio::test]
-async fn a_rebound_host_name_is_refused_on_loopback() {
+async fn a_rebound_host_name_is_refused_on_loopback(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &[]);
+    let gw = Gateway::start_on(&b, dir.path(), &[]);
     let addr = gw.addr.as_str();
     let port = addr.rsplit_once(':').unwrap().1;
     let evil_host = format!("evil.example:{port}");
@@ -781,10 +775,9 @@ async fn a_rebound_host_name_is_refused_on_loopback() {
     assert_eq!(r.status, 200);
 }
 
-#[tokio::test]
-async fn health_and_readiness_probes() {
+async fn health_and_readiness_probes(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &["--token", "p:secret"]);
+    let gw = Gateway::start_on(&b, dir.path(), &["--token", "p:secret"]);
     let addr = gw.addr.as_str();
     let r = http(addr, "GET", "/healthz", &[], b"").await;
     assert_eq!((r.status, r.body.as_slice()), (200, b"ok\n".as_slice()));
@@ -802,8 +795,24 @@ async fn health_and_readiness_probes() {
     drop(gw);
 
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &["--hosts", "0"]);
+    let gw = Gateway::start_on(&b, dir.path(), &["--hosts", "0"]);
     let r = http(&gw.addr, "GET", "/readyz", &[], b"").await;
     assert_eq!(r.status, 503);
     assert!(String::from_utf8_lossy(&r.body).contains("no compute host up"));
 }
+
+backends!(
+    post_rpc_answers_requests_and_batches_in_the_body,
+    post_rpc_refuses_bad_bodies_with_the_right_status,
+    a_post_peer_never_attaches,
+    sse_replays_after_last_event_id_then_streams_live_exactly_once,
+    sse_last_seen_zero_gives_everything,
+    sse_without_a_watermark_streams_live_events_with_ids_on_durable_ones_only,
+    sse_of_an_unknown_session_or_another_profile_is_404,
+    a_foreign_origin_is_refused_and_the_own_one_is_served,
+    an_sse_stream_is_an_attached_peer_until_the_client_goes_or_the_gateway_drains,
+    an_origin_on_the_allow_list_is_served,
+    posts_from_one_address_share_a_rate_bucket,
+    a_rebound_host_name_is_refused_on_loopback,
+    health_and_readiness_probes,
+);

@@ -4,6 +4,8 @@
 
 mod common;
 
+use common::Backend;
+
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -104,21 +106,19 @@ async fn a_second_gateway_on_a_locked_directory_exits_64_and_touches_nothing() {
     assert_eq!(common::complete(&events)["status"], "complete");
 }
 
-#[tokio::test]
-async fn a_lock_dies_with_its_gateway() {
+async fn a_lock_dies_with_its_gateway(b: Backend) {
     let dir = tempdir();
-    let mut gw = Gateway::start(dir.path(), &[]);
+    let mut gw = Gateway::start_on(&b, dir.path(), &[]);
     // kill -9 leaves no stale lock: the kernel dropped the flock.
     gw.restart();
     let mut c = gw.client().await;
     c.ok("gateway.ping", json!({})).await;
 }
 
-#[tokio::test]
-async fn the_first_read_after_a_hard_restart_sees_every_interrupted_turn_ended() {
+async fn the_first_read_after_a_hard_restart_sees_every_interrupted_turn_ended(b: Backend) {
     const SESSIONS: usize = 20;
     let dir = tempdir();
-    let mut gw = Gateway::start(dir.path(), &[]);
+    let mut gw = Gateway::start_on(&b, dir.path(), &[]);
     let mut c = gw.client().await;
     let mut turns = Vec::new();
     for _ in 0..SESSIONS {
@@ -158,11 +158,10 @@ async fn the_first_read_after_a_hard_restart_sees_every_interrupted_turn_ended()
     }
 }
 
-#[tokio::test]
-async fn sigterm_ends_running_and_queued_turns_before_clients_are_closed() {
+async fn sigterm_ends_running_and_queued_turns_before_clients_are_closed(b: Backend) {
     const PEERS: usize = 3;
     let dir = tempdir();
-    let mut gw = Gateway::start(dir.path(), &[]);
+    let mut gw = Gateway::start_on(&b, dir.path(), &[]);
     let mut a = gw.client().await;
     let id = new_session(&mut a).await;
     let mut peers = vec![a];
@@ -234,4 +233,76 @@ async fn sigterm_ends_running_and_queued_turns_before_clients_are_closed() {
             .collect();
         assert_eq!(ends.len(), 1, "{turn}: {events:?}");
     }
+}
+
+backends!(
+    a_lock_dies_with_its_gateway,
+    the_first_read_after_a_hard_restart_sees_every_interrupted_turn_ended,
+    sigterm_ends_running_and_queued_turns_before_clients_are_closed,
+);
+
+/// On PostgreSQL the database is the gateway's like a data directory: a second gateway with
+/// its own directory but the same database exits 64, names the holder, and leaves the first
+/// one's turn alone; bad URLs and credentials exit 64 and an unreachable server 69, with the
+/// password masked everywhere.
+#[tokio::test]
+async fn postgres_one_gateway_per_database_and_clear_exits() {
+    let Some(b) = Backend::postgres() else {
+        return;
+    };
+    let dir = tempdir();
+    let gw = Gateway::start_on(&b, dir.path(), &["--hosts", "1"]);
+    let url = gw.database_url().expect("a database").to_string();
+    let pid = gw.pid().unwrap();
+    let mut c = gw.client().await;
+    let id = new_session(&mut c).await;
+    let turn = submit(&mut c, &id, "/sleep 1500\nstill here").await;
+
+    let other = tempdir();
+    let other_dir = other.path().to_str().unwrap();
+    let (code, stderr) = second_gateway(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        other_dir,
+        "--database-url",
+        &url,
+    ]);
+    assert_eq!(code, Some(64), "{stderr}");
+    assert!(
+        stderr.contains("in use by another tether gateway"),
+        "{stderr}"
+    );
+    assert!(stderr.contains(&format!("pid {pid}")), "{stderr}");
+    assert!(!stderr.contains(":tether@"), "password shown: {stderr}");
+
+    let wrong = match url.split_once('@') {
+        Some((_, rest)) => format!("postgres://tether:hunter2@{rest}"),
+        None => panic!("{url}"),
+    };
+    for (bad, want) in [
+        (wrong.as_str(), 64),
+        ("postgres://tether:hunter2@127.0.0.1:notaport/x", 64),
+        ("mysql://tether:hunter2@127.0.0.1/x", 64),
+        ("postgres://tether:hunter2@127.0.0.1:1/x", 69),
+    ] {
+        let (code, stderr) = second_gateway(&[
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            other_dir,
+            "--database-url",
+            bad,
+            "--database-connect-timeout-s",
+            "1",
+        ]);
+        assert_eq!(code, Some(want), "{bad}: {stderr}");
+        assert!(!stderr.contains("hunter2"), "password shown: {stderr}");
+        assert!(stderr.contains("tether:***@"), "{stderr}");
+    }
+
+    let events = turn_events(&mut c, &turn).await;
+    let done = common::complete(&events);
+    assert_eq!(done["status"], "complete", "{events:?}");
+    assert_eq!(done["text"], "still here");
 }

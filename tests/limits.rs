@@ -4,6 +4,8 @@
 
 mod common;
 
+use common::Backend;
+
 use std::time::Duration;
 
 use common::{tempdir, Client, Gateway};
@@ -33,10 +35,9 @@ use tokio::net::TcpStream;
 /// Bounds waits for something the gateway does on its own.
 const WAIT: Duration = Duration::from_secs(30);
 
-#[tokio::test]
-async fn a_session_takes_at_most_max_peers_per_session() {
+async fn a_session_takes_at_most_max_peers_per_session(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &["--max-peers-per-session", "2"]);
+    let gw = Gateway::start_on(&b, dir.path(), &["--max-peers-per-session", "2"]);
     let mut a = gw.client().await;
     let r = a.ok("session.create", json!({"title": "t"})).await;
     let id = r["session"]["session_id"].as_str().unwrap().to_string();
@@ -79,10 +80,9 @@ async fn refused_status(url: &str) -> Option<u16> {
     }
 }
 
-#[tokio::test]
-async fn connections_over_max_connections_get_503_until_one_closes() {
+async fn connections_over_max_connections_get_503_until_one_closes(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &["--max-connections", "2"]);
+    let gw = Gateway::start_on(&b, dir.path(), &["--max-connections", "2"]);
     let a = gw.client().await;
     let mut b = gw.client().await;
     assert_eq!(refused_status(&gw.url()).await, Some(503));
@@ -117,10 +117,9 @@ async fn read_to_close(tcp: &mut TcpStream) -> Vec<u8> {
     got
 }
 
-#[tokio::test]
-async fn a_connection_that_never_finishes_its_handshake_is_closed() {
+async fn a_connection_that_never_finishes_its_handshake_is_closed(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &["--handshake-timeout-s", "1"]);
+    let gw = Gateway::start_on(&b, dir.path(), &["--handshake-timeout-s", "1"]);
 
     // Silent from the start.
     let mut silent = TcpStream::connect(&gw.addr).await.unwrap();
@@ -138,10 +137,13 @@ async fn a_connection_that_never_finishes_its_handshake_is_closed() {
     c.ok("gateway.ping", json!({})).await;
 }
 
-#[tokio::test]
-async fn a_silent_websocket_is_pinged_and_one_that_never_answers_is_closed() {
+async fn a_silent_websocket_is_pinged_and_one_that_never_answers_is_closed(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &["--heartbeat-s", "1", "--idle-timeout-s", "3"]);
+    let gw = Gateway::start_on(
+        &b,
+        dir.path(),
+        &["--heartbeat-s", "1", "--idle-timeout-s", "3"],
+    );
 
     // A client that keeps reading answers pings on its own and stays.
     let mut live = gw.client().await;
@@ -178,3 +180,10 @@ async fn a_silent_websocket_is_pinged_and_one_that_never_answers_is_closed() {
     assert_eq!(&payload[2..], b"idle timeout");
     let _ = Client::connect(&gw.url()).await;
 }
+
+backends!(
+    a_session_takes_at_most_max_peers_per_session,
+    connections_over_max_connections_get_503_until_one_closes,
+    a_connection_that_never_finishes_its_handshake_is_closed,
+    a_silent_websocket_is_pinged_and_one_that_never_answers_is_closed,
+);

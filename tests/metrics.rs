@@ -4,6 +4,8 @@
 
 mod common;
 
+use common::Backend;
+
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
@@ -165,10 +167,9 @@ const TURNS_COMPLETE: &str = "tether_turns_total{status=\"complete\"}";
 const TURN_COUNT: &str = "tether_turn_duration_seconds_count";
 const COMMITS: &str = "tether_store_commit_duration_seconds_count";
 
-#[tokio::test]
-async fn a_turn_moves_the_counters_by_what_the_client_saw() {
+async fn a_turn_moves_the_counters_by_what_the_client_saw(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &[]);
+    let gw = Gateway::start_on(&b, dir.path(), &[]);
     let mut c = gw.client().await;
     let id = session(&mut c).await;
 
@@ -221,10 +222,9 @@ async fn a_turn_moves_the_counters_by_what_the_client_saw() {
     );
 }
 
-#[tokio::test]
-async fn replays_are_counted_with_their_events() {
+async fn replays_are_counted_with_their_events(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &[]);
+    let gw = Gateway::start_on(&b, dir.path(), &[]);
     let mut a = gw.client().await;
     let id = session(&mut a).await;
     let latest = last_seq(&turn(&mut a, &id, "one two").await) as u64;
@@ -260,10 +260,9 @@ async fn replays_are_counted_with_their_events() {
     assert_eq!(after.get("tether_connections_open{transport=\"ws\"}"), 2.0);
 }
 
-#[tokio::test]
-async fn a_crashed_host_counts_a_restart_and_a_host_crash_turn() {
+async fn a_crashed_host_counts_a_restart_and_a_host_crash_turn(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &[]);
+    let gw = Gateway::start_on(&b, dir.path(), &[]);
     let mut c = gw.client().await;
     let id = session(&mut c).await;
     let before = scrape(&gw.addr).await;
@@ -292,10 +291,9 @@ async fn a_crashed_host_counts_a_restart_and_a_host_crash_turn() {
     assert_eq!(after.get(TURN_COUNT) - before.get(TURN_COUNT), 1.0);
 }
 
-#[tokio::test]
-async fn a_session_left_alone_is_counted_parked() {
+async fn a_session_left_alone_is_counted_parked(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &["--orphan-grace-s", "0"]);
+    let gw = Gateway::start_on(&b, dir.path(), &["--orphan-grace-s", "0"]);
     let empty = scrape(&gw.addr).await;
     assert_eq!(empty.get("tether_sessions_live"), 0.0);
     assert_eq!(empty.get("tether_sessions_parked"), 0.0);
@@ -316,10 +314,13 @@ async fn a_session_left_alone_is_counted_parked() {
     }
 }
 
-#[tokio::test]
-async fn with_tokens_metrics_need_one_of_any_profile() {
+async fn with_tokens_metrics_need_one_of_any_profile(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &["--token", "a:tok-a", "--token", "b:tok-b"]);
+    let gw = Gateway::start_on(
+        &b,
+        dir.path(),
+        &["--token", "a:tok-a", "--token", "b:tok-b"],
+    );
     let (status, _, _) = get(&gw.addr, "/metrics", None).await;
     assert_eq!(status, 401);
     let (status, _, _) = get(&gw.addr, "/metrics", Some("wrong")).await;
@@ -330,3 +331,11 @@ async fn with_tokens_metrics_need_one_of_any_profile() {
         parse(&body);
     }
 }
+
+backends!(
+    a_turn_moves_the_counters_by_what_the_client_saw,
+    replays_are_counted_with_their_events,
+    a_crashed_host_counts_a_restart_and_a_host_crash_turn,
+    a_session_left_alone_is_counted_parked,
+    with_tokens_metrics_need_one_of_any_profile,
+);

@@ -4,6 +4,8 @@
 
 mod common;
 
+use common::Backend;
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
@@ -107,10 +109,11 @@ async fn read_turn(c: &mut Client, turn_id: &str, all: &mut Vec<Value>) {
     }
 }
 
-#[tokio::test]
-async fn a_stalled_peer_is_closed_and_resumes_without_loss_while_the_other_gets_everything() {
+async fn a_stalled_peer_is_closed_and_resumes_without_loss_while_the_other_gets_everything(
+    b: Backend,
+) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &["--outbox-frames", "64"]);
+    let gw = Gateway::start_on(&b, dir.path(), &["--outbox-frames", "64"]);
 
     // B creates the session and reads everything.
     let mut b = gw.client().await;
@@ -260,11 +263,10 @@ fn durable_types(events: &[Value]) -> Vec<&str> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_reply_larger_than_the_outbox_reaches_every_fast_peer_live() {
+async fn a_reply_larger_than_the_outbox_reaches_every_fast_peer_live(b: Backend) {
     const BIG: usize = 4_300_000;
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &[]);
+    let gw = Gateway::start_on(&b, dir.path(), &[]);
     for events in three_fast_peers(&gw, &format!("/big {BIG}")).await {
         let seqs = durable_seqs(&events);
         assert_eq!(
@@ -284,11 +286,10 @@ async fn a_reply_larger_than_the_outbox_reaches_every_fast_peer_live() {
     assert_eq!(stats["outbox"]["slow_consumer_closes"], 0, "{stats}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn tool_events_of_10_mb_reach_every_fast_peer_live() {
+async fn tool_events_of_10_mb_reach_every_fast_peer_live(b: Backend) {
     // The prompt itself is 10 MB: raise the client frame limit for it.
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &["--max-frame-bytes", "16000000"]);
+    let gw = Gateway::start_on(&b, dir.path(), &["--max-frame-bytes", "16000000"]);
     let blob = "y".repeat(10_000_000);
     let prompt = format!("/tool upload {}\ndone", json!({ "blob": blob }));
     for events in three_fast_peers(&gw, &prompt).await {
@@ -346,12 +347,13 @@ fn rss_of(pid: u32) -> (u64, u64) {
 /// below what holding 150 of them does (2 GB).
 const RSS_LIMIT: u64 = 1 << 30;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_peer_that_asks_for_large_replies_and_never_reads_is_closed_and_memory_stays_bounded() {
+async fn a_peer_that_asks_for_large_replies_and_never_reads_is_closed_and_memory_stays_bounded(
+    b: Backend,
+) {
     const TURNS: usize = 7;
     const TURN_TEXT: usize = 2_000_000;
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &[]);
+    let gw = Gateway::start_on(&b, dir.path(), &[]);
     let pid = gw.pid().expect("pid");
 
     // A history of ~14 MB (7 completes of 2 MB; under the 16 MiB frame
@@ -433,3 +435,10 @@ async fn a_peer_that_asks_for_large_replies_and_never_reads_is_closed_and_memory
         "still here"
     );
 }
+
+backends!(
+    a_stalled_peer_is_closed_and_resumes_without_loss_while_the_other_gets_everything,
+    a_reply_larger_than_the_outbox_reaches_every_fast_peer_live,
+    tool_events_of_10_mb_reach_every_fast_peer_live,
+    a_peer_that_asks_for_large_replies_and_never_reads_is_closed_and_memory_stays_bounded,
+);

@@ -1,63 +1,19 @@
-//! The terminal client (`tether new | sessions | send | attach`), black-box:
+//! The terminal client (`tether new | sessions | send | attach | hosts`), black-box:
 //! the real gateway, the real client commands as a script would run them,
 //! and assertions on what lands on stdout, stderr and in the exit status.
 
 mod common;
 
-use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::process::{Child, ChildStdin, Command, Output, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::terminal::{
+    assert_no_duplicate_lines, count_lines, new_session, stderr, stdout, tether, Attached, WAIT,
+};
 use common::{tempdir, Gateway};
 use serde_json::Value;
-
-/// Generous: the machine running the tests may be loaded.
-const WAIT: Duration = Duration::from_secs(30);
-
-/// Runs `tether ARGS` against `url` and waits for it.
-fn tether(url: &str, args: &[&str], stdin: Option<&str>) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tether"))
-        .args(args)
-        .env("TETHER_URL", url)
-        .env_remove("TETHER_TOKEN")
-        .env_remove("TETHER_PROFILE")
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start tether");
-    if let Some(text) = stdin {
-        let mut pipe = child.stdin.take().expect("stdin");
-        pipe.write_all(text.as_bytes()).expect("write stdin");
-    }
-    child.wait_with_output().expect("wait for tether")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// `tether new --title TITLE`, asserting success; the id it printed.
-fn new_session(url: &str, title: &str) -> String {
-    let out = tether(url, &["new", "--title", title], None);
-    assert_eq!(out.status.code(), Some(0), "new: {}", stderr(&out));
-    let id = stdout(&out);
-    assert!(
-        id.starts_with("s_") && id.ends_with('\n') && id.trim().len() == id.len() - 1,
-        "new prints only the id: {id:?}"
-    );
-    id.trim().to_string()
-}
 
 #[test]
 fn send_streams_the_reply_and_exits_by_the_turns_outcome() {
@@ -192,126 +148,6 @@ fn sessions_lists_every_session_as_text_or_json() {
         .collect();
     assert_eq!(ids, [b.as_str(), a.as_str()]);
     assert_eq!(listed[0]["title"], "second one");
-}
-
-/// A running `tether attach`: its stdin, and what it wrote so far.
-struct Attached {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    out: Arc<Mutex<String>>,
-    err: Arc<Mutex<String>>,
-}
-
-impl Attached {
-    fn start(url: &str, session: &str) -> Attached {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tether"))
-            .args(["attach", "--url", url, session])
-            .env_remove("TETHER_TOKEN")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start tether attach");
-        let stdin = child.stdin.take();
-        let out = collect(child.stdout.take().expect("stdout"));
-        let err = collect(child.stderr.take().expect("stderr"));
-        Attached {
-            child,
-            stdin,
-            out,
-            err,
-        }
-    }
-
-    fn line(&mut self, text: &str) {
-        let stdin = self.stdin.as_mut().expect("stdin open");
-        writeln!(stdin, "{text}").expect("write a prompt");
-        stdin.flush().expect("flush");
-    }
-
-    fn stdout(&self) -> String {
-        self.out.lock().expect("lock").clone()
-    }
-
-    fn stderr(&self) -> String {
-        self.err.lock().expect("lock").clone()
-    }
-
-    /// Waits until stdout satisfies `cond`; panics with both streams after
-    /// [`WAIT`].
-    fn wait_stdout(&self, what: &str, cond: impl Fn(&str) -> bool) {
-        self.wait(what, || cond(&self.stdout()));
-    }
-
-    fn wait_stderr(&self, what: &str, cond: impl Fn(&str) -> bool) {
-        self.wait(what, || cond(&self.stderr()));
-    }
-
-    fn wait(&self, what: &str, cond: impl Fn() -> bool) {
-        let deadline = Instant::now() + WAIT;
-        while !cond() {
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {what}\n--- stdout:\n{}\n--- stderr:\n{}",
-                self.stdout(),
-                self.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// Closes stdin and waits for the exit status.
-    fn finish(&mut self) -> Option<i32> {
-        self.stdin = None;
-        let deadline = Instant::now() + WAIT;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                return status.code();
-            }
-            assert!(
-                Instant::now() < deadline,
-                "attach did not exit after stdin closed\n--- stdout:\n{}\n--- stderr:\n{}",
-                self.stdout(),
-                self.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Attached {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Appends everything `pipe` yields to a shared string, on a thread.
-fn collect(mut pipe: impl Read + Send + 'static) -> Arc<Mutex<String>> {
-    let text = Arc::new(Mutex::new(String::new()));
-    let sink = text.clone();
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 4096];
-        while let Ok(n) = pipe.read(&mut buf) {
-            if n == 0 {
-                break;
-            }
-            let chunk = String::from_utf8_lossy(&buf[..n]).into_owned();
-            sink.lock().expect("lock").push_str(&chunk);
-        }
-    });
-    text
-}
-
-fn count_lines(text: &str, line: &str) -> usize {
-    text.lines().filter(|l| *l == line).count()
-}
-
-fn assert_no_duplicate_lines(text: &str) {
-    let mut seen = std::collections::HashSet::new();
-    for l in text.lines() {
-        assert!(seen.insert(l), "line {l:?} printed twice:\n{text}");
-    }
 }
 
 #[test]
@@ -465,4 +301,86 @@ fn ctrl_c_interrupts_the_running_turn_and_a_second_one_quits() {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert_eq!(code, Some(130));
+}
+
+/// The parent pid of `pid`, from /proc.
+fn parent_of(pid: &str) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ppid ...`; comm may hold spaces, so split after it.
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+#[test]
+fn hosts_lists_this_gateways_hosts_and_only_those() {
+    let (dir_a, dir_b) = (tempdir(), tempdir());
+    let a = Gateway::start(dir_a.path(), &["--hosts", "2"]);
+    let b = Gateway::start(dir_b.path(), &["--hosts", "1"]);
+
+    let pids = |gw: &Gateway, hosts: usize| -> Vec<String> {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let out = tether(&gw.url(), &["hosts", "--pids"], None);
+            assert_eq!(out.status.code(), Some(0), "hosts: {}", stderr(&out));
+            let pids: Vec<String> = stdout(&out).lines().map(str::to_string).collect();
+            // Right after the start a slot may still be spawning its host.
+            if pids.len() == hosts {
+                return pids;
+            }
+            assert!(Instant::now() < deadline, "hosts never all up: {pids:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let (of_a, of_b) = (pids(&a, 2), pids(&b, 1));
+    for (gw, pids) in [(&a, &of_a), (&b, &of_b)] {
+        for pid in pids.iter() {
+            assert_eq!(
+                parent_of(pid),
+                gw.pid(),
+                "host {pid} is a child of its own gateway"
+            );
+        }
+    }
+
+    // The table: one line per slot, no header off a terminal.
+    let out = tether(&a.url(), &["hosts"], None);
+    let table = stdout(&out);
+    assert_eq!(table.lines().count(), 2, "{table}");
+    for (line, pid) in table.lines().zip(&of_a) {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(fields.get(1), Some(&pid.as_str()), "{table}");
+        assert_eq!(fields.get(2), Some(&"up"), "{table}");
+    }
+
+    // Killing them (as the README does) crashes a running turn and only
+    // this gateway's hosts: the other's keep their pids.
+    let id = new_session(&a.url(), "crash");
+    let mut hang = Command::new(env!("CARGO_BIN_EXE_tether"));
+    hang.args(["send", "--url", &a.url(), &id, "/hang"]);
+    let mut hang = Attached::spawn(hang);
+    hang.wait_stdout("the hanging turn", |o| o.contains('…'));
+    let killed = Command::new("sh")
+        .args(["-c", "kill -9 $(tether hosts --pids)"])
+        .env("PATH", path_with_tether())
+        .env("TETHER_URL", a.url())
+        .status()
+        .expect("sh");
+    assert!(killed.success());
+    assert_eq!(hang.finish(), Some(1), "{}", hang.stderr());
+    assert!(hang.stderr().contains("host"), "{}", hang.stderr());
+    assert_eq!(pids(&b, 1), of_b, "the other gateway's host is untouched");
+    let out = tether(&a.url(), &["send", &id, "after the crash"], None);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "after the crash\n");
+}
+
+/// `PATH` with the binary under test first, as `tether`.
+fn path_with_tether() -> String {
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_tether"));
+    let dir = bin.parent().expect("the binary's directory");
+    format!(
+        "{}:{}",
+        dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
 }

@@ -2,6 +2,8 @@
 
 mod common;
 
+use common::Backend;
+
 use std::time::Duration;
 
 use common::{complete, completes_of, session, tempdir, turn_events, Client, Gateway};
@@ -52,10 +54,9 @@ fn alive(pid: u32) -> bool {
             .unwrap_or(true)
 }
 
-#[tokio::test]
-async fn a_reply_streams_to_every_peer_and_deltas_add_up_to_the_complete_text() {
+async fn a_reply_streams_to_every_peer_and_deltas_add_up_to_the_complete_text(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &[]);
+    let gw = Gateway::start_on(&b, dir.path(), &[]);
     let mut a = gw.client().await;
     let id = session(&mut a).await;
     let mut b = gw.client().await;
@@ -103,10 +104,9 @@ async fn a_reply_streams_to_every_peer_and_deltas_add_up_to_the_complete_text() 
     assert_eq!(r["session"]["status"], "idle");
 }
 
-#[tokio::test]
-async fn echo_directives_do_what_part_3_says() {
+async fn echo_directives_do_what_part_3_says(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &[]);
+    let gw = Gateway::start_on(&b, dir.path(), &[]);
     let mut c = gw.client().await;
     let id = session(&mut c).await;
 
@@ -176,10 +176,9 @@ async fn echo_directives_do_what_part_3_says() {
     assert_eq!(r["todos"]["revision"], 2);
 }
 
-#[tokio::test]
-async fn queued_prompts_run_in_order_and_the_queue_is_bounded() {
+async fn queued_prompts_run_in_order_and_the_queue_is_bounded(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &["--max-queued", "2"]);
+    let gw = Gateway::start_on(&b, dir.path(), &["--max-queued", "2"]);
     let mut c = gw.client().await;
     let id = session(&mut c).await;
     let first = submit(&mut c, &id, "/sleep 300\none").await;
@@ -200,10 +199,9 @@ async fn queued_prompts_run_in_order_and_the_queue_is_bounded() {
     assert_eq!(texts, ["one", "two", "three"]);
 }
 
-#[tokio::test]
-async fn interrupting_a_hanging_turn_ends_it_and_drops_the_queue() {
+async fn interrupting_a_hanging_turn_ends_it_and_drops_the_queue(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &[]);
+    let gw = Gateway::start_on(&b, dir.path(), &[]);
     let mut c = gw.client().await;
     let id = session(&mut c).await;
     let hang = submit(&mut c, &id, "/hang").await;
@@ -240,10 +238,9 @@ async fn interrupting_a_hanging_turn_ends_it_and_drops_the_queue() {
     assert_eq!(complete(&evs)["text"], "again");
 }
 
-#[tokio::test]
-async fn a_crashing_host_ends_the_turn_with_host_crash_and_the_next_prompt_works() {
+async fn a_crashing_host_ends_the_turn_with_host_crash_and_the_next_prompt_works(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &["--hosts", "1"]);
+    let gw = Gateway::start_on(&b, dir.path(), &["--hosts", "1"]);
     let mut c = gw.client().await;
     let id = session(&mut c).await;
     let t = submit(&mut c, &id, "/crash").await;
@@ -257,10 +254,9 @@ async fn a_crashing_host_ends_the_turn_with_host_crash_and_the_next_prompt_works
     assert_eq!(complete(&evs)["text"], "still here");
 }
 
-#[tokio::test]
-async fn kill_9_of_a_host_mid_turn_gives_host_crash() {
+async fn kill_9_of_a_host_mid_turn_gives_host_crash(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &["--hosts", "1"]);
+    let gw = Gateway::start_on(&b, dir.path(), &["--hosts", "1"]);
     let mut c = gw.client().await;
     let id = session(&mut c).await;
     let t = submit(&mut c, &id, "/hang").await;
@@ -277,10 +273,9 @@ async fn kill_9_of_a_host_mid_turn_gives_host_crash() {
     assert_ne!(new_pids, pids, "a replacement host runs");
 }
 
-#[tokio::test]
-async fn a_slot_past_its_restart_intensity_rests_and_prompts_get_5019() {
+async fn a_slot_past_its_restart_intensity_rests_and_prompts_get_5019(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &["--hosts", "1", "--host-restarts", "1"]);
+    let gw = Gateway::start_on(&b, dir.path(), &["--hosts", "1", "--host-restarts", "1"]);
     let mut c = gw.client().await;
     let id = session(&mut c).await;
     for _ in 0..2 {
@@ -321,10 +316,9 @@ async fn a_slot_past_its_restart_intensity_rests_and_prompts_get_5019() {
     assert_eq!(before, after, "a refused prompt writes nothing");
 }
 
-#[tokio::test]
-async fn compress_answers_at_once_refuses_during_a_turn_and_starts_a_new_segment() {
+async fn compress_answers_at_once_refuses_during_a_turn_and_starts_a_new_segment(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &[]);
+    let gw = Gateway::start_on(&b, dir.path(), &[]);
     let mut c = gw.client().await;
     let id = session(&mut c).await;
     for text in ["a", "b"] {
@@ -354,14 +348,14 @@ async fn compress_answers_at_once_refuses_during_a_turn_and_starts_a_new_segment
     assert_eq!(r["session"]["message_count"], 1);
 }
 
-#[tokio::test]
-async fn a_slow_compress_answers_pending_and_its_late_answer_is_adopted() {
+async fn a_slow_compress_answers_pending_and_its_late_answer_is_adopted(b: Backend) {
     let dir = tempdir();
     let host = format!(
         "{} host --engine echo --compress-delay-ms 1500",
         env!("CARGO_BIN_EXE_tether")
     );
-    let gw = Gateway::start(
+    let gw = Gateway::start_on(
+        &b,
         dir.path(),
         &[
             "--hosts",
@@ -399,10 +393,9 @@ async fn a_slow_compress_answers_pending_and_its_late_answer_is_adopted() {
     assert_eq!(kinds, ["compacting", "session.compacted", "compacted"]);
 }
 
-#[tokio::test]
-async fn a_gateway_killed_mid_turn_ends_the_turn_at_restart_and_leaves_no_host() {
+async fn a_gateway_killed_mid_turn_ends_the_turn_at_restart_and_leaves_no_host(b: Backend) {
     let dir = tempdir();
-    let mut gw = Gateway::start(dir.path(), &["--hosts", "2"]);
+    let mut gw = Gateway::start_on(&b, dir.path(), &["--hosts", "2"]);
     let mut c = gw.client().await;
     let id = session(&mut c).await;
     let t = submit(&mut c, &id, "/hang").await;
@@ -469,10 +462,9 @@ async fn a_gateway_killed_mid_turn_ends_the_turn_at_restart_and_leaves_no_host()
     assert_eq!(complete(&evs)["text"], "works");
 }
 
-#[tokio::test]
-async fn stats_show_running_turns_and_hosts() {
+async fn stats_show_running_turns_and_hosts(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &["--hosts", "2"]);
+    let gw = Gateway::start_on(&b, dir.path(), &["--hosts", "2"]);
     let mut c = gw.client().await;
     let id = session(&mut c).await;
     let t = submit(&mut c, &id, "/hang").await;
@@ -510,10 +502,9 @@ async fn stats_show_running_turns_and_hosts() {
     c.ok("session.interrupt", json!({"session_id": id})).await;
 }
 
-#[tokio::test]
-async fn a_turn_past_its_deadline_ends_with_host_timeout() {
+async fn a_turn_past_its_deadline_ends_with_host_timeout(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &["--turn-deadline-s", "1"]);
+    let gw = Gateway::start_on(&b, dir.path(), &["--turn-deadline-s", "1"]);
     let mut c = gw.client().await;
     let id = session(&mut c).await;
     let t = submit(&mut c, &id, "/hang").await;
@@ -530,10 +521,9 @@ async fn a_turn_past_its_deadline_ends_with_host_timeout() {
     assert_eq!(completes_of(&mut c, &id).await.len(), 2);
 }
 
-#[tokio::test]
-async fn a_close_on_disconnect_session_closes_when_its_last_peer_leaves() {
+async fn a_close_on_disconnect_session_closes_when_its_last_peer_leaves(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &[]);
+    let gw = Gateway::start_on(&b, dir.path(), &[]);
     let mut a = gw.client().await;
     let r = a
         .ok("session.create", json!({"close_on_disconnect": true}))
@@ -598,3 +588,19 @@ async fn a_close_on_disconnect_session_closes_when_its_last_peer_leaves() {
     assert_eq!(evs[n - 1]["type"], "session.closed");
     assert_eq!(evs[n - 1]["payload"]["reason"], "disconnect");
 }
+
+backends!(
+    a_reply_streams_to_every_peer_and_deltas_add_up_to_the_complete_text,
+    echo_directives_do_what_part_3_says,
+    queued_prompts_run_in_order_and_the_queue_is_bounded,
+    interrupting_a_hanging_turn_ends_it_and_drops_the_queue,
+    a_crashing_host_ends_the_turn_with_host_crash_and_the_next_prompt_works,
+    kill_9_of_a_host_mid_turn_gives_host_crash,
+    a_slot_past_its_restart_intensity_rests_and_prompts_get_5019,
+    compress_answers_at_once_refuses_during_a_turn_and_starts_a_new_segment,
+    a_slow_compress_answers_pending_and_its_late_answer_is_adopted,
+    a_gateway_killed_mid_turn_ends_the_turn_at_restart_and_leaves_no_host,
+    stats_show_running_turns_and_hosts,
+    a_turn_past_its_deadline_ends_with_host_timeout,
+    a_close_on_disconnect_session_closes_when_its_last_peer_leaves,
+);

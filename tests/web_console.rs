@@ -10,7 +10,8 @@
 //! as A.
 //!
 //! Without Chromium, node or `tests/browser/node_modules` the browser test
-//! is skipped, unless `TETHER_REQUIRE_BROWSER=1` (CI) makes that a failure.
+//! is skipped with one `SKIPPED:` line on stderr, unless
+//! `TETHER_REQUIRE_BROWSER=1` (CI) makes that a failure.
 //! `.ci/run` installs all three.
 
 mod common;
@@ -42,10 +43,12 @@ fn words(prefix: &str, n: usize) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_pages_share_a_session_and_a_cut_page_catches_up_exactly_once() {
     if let Some(why) = missing_prerequisite() {
-        if std::env::var("TETHER_REQUIRE_BROWSER").as_deref() == Ok("1") {
-            panic!("TETHER_REQUIRE_BROWSER=1 but {why}");
-        }
-        eprintln!("skipped: {why}");
+        common::skip(
+            "the browser test tests/web_console.rs",
+            &why,
+            common::BROWSER_SETUP,
+            "TETHER_REQUIRE_BROWSER",
+        );
         return;
     }
     let dir = tempdir();
@@ -78,6 +81,14 @@ async fn two_pages_share_a_session_and_a_cut_page_catches_up_exactly_once() {
         "() => document.querySelector('#watermark').textContent === '1'",
     )
     .await;
+    // An empty session has nothing to compress: the button says so
+    // instead of writing a summary of nothing.
+    b.wait(
+        "a",
+        "() => { const c = document.querySelector('#compress'); \
+         return c.disabled && c.title === 'Nothing to compress yet'; }",
+    )
+    .await;
 
     // Page B finds it in the list (its link keeps the token) and opens it.
     b.open("b", &format!("http://{}/?token={TOKEN}", proxy.addr))
@@ -100,13 +111,44 @@ async fn two_pages_share_a_session_and_a_cut_page_catches_up_exactly_once() {
         "() => document.querySelector('#watermark').textContent === '1'",
     )
     .await;
-    let peers = b
-        .eval(
+    // Who is attached: both pages by peer id and transport, B's marked.
+    let mut own = Vec::new();
+    for page in ["a", "b"] {
+        own.push(
+            b.eval(
+                page,
+                "() => document.querySelector('#gateway-meta').dataset.peerId",
+            )
+            .await,
+        );
+    }
+    let attached = b
+        .wait(
             "b",
-            "() => document.querySelector('#info-peers').textContent",
+            "() => { const li = [...document.querySelectorAll('#info-attached li')]; \
+             return document.querySelector('#info-peer-count').textContent === '2' && li.length === 2 \
+               && li.map(e => ({id: e.dataset.peerId, transport: e.dataset.transport, \
+                                self: e.classList.contains('self'), text: e.textContent})); }",
         )
         .await;
-    assert_eq!(peers, json!("2"), "both pages are attached");
+    let listed: Vec<&Value> = attached.as_array().expect("peers").iter().collect();
+    let mut ids: Vec<&Value> = listed.iter().map(|p| &p["id"]).collect();
+    ids.sort_by_key(|v| v.as_str().map(str::to_string));
+    let mut want: Vec<&Value> = own.iter().collect();
+    want.sort_by_key(|v| v.as_str().map(str::to_string));
+    assert_eq!(ids, want, "both pages are attached: {attached}");
+    for p in &listed {
+        assert_eq!(p["transport"], "ws", "{attached}");
+        let is_b = p["id"] == own[1];
+        assert_eq!(p["self"], is_b, "page B marks itself: {attached}");
+        assert_eq!(
+            p["text"]
+                .as_str()
+                .is_some_and(|t| t.ends_with("(this page)")),
+            is_b,
+            "{attached}"
+        );
+    }
 
     // A prompt from A: the same reply in both pages.
     b.send_prompt("a", "hello from page A").await;
@@ -120,6 +162,19 @@ async fn two_pages_share_a_session_and_a_cut_page_catches_up_exactly_once() {
     b.streaming_words("b", 3).await;
     assert!(proxy.cut() >= 1, "page B's socket went through the proxy");
     b.conn_state("b", "reconnecting").await;
+    // Nothing can be sent while disconnected; what is typed stays.
+    let offline = b
+        .eval(
+            "b",
+            "() => ['#send', '#interrupt', '#compress', '#prompt']\
+             .map(s => document.querySelector(s).disabled)",
+        )
+        .await;
+    assert_eq!(
+        offline,
+        json!([true, true, true, false]),
+        "send, interrupt and compress are disabled, the prompt box is not"
+    );
     b.reply("a", &long).await;
     b.send_prompt("a", "/tool ls {\"path\":\"/tmp\"}\nwhile away")
         .await;
@@ -131,6 +186,8 @@ async fn two_pages_share_a_session_and_a_cut_page_catches_up_exactly_once() {
     b.streaming_words("a", 5).await;
     proxy.restore();
     b.conn_state("b", "open").await;
+    b.wait("b", "() => !document.querySelector('#send').disabled")
+        .await;
     b.reply("a", &last).await;
     b.reply("b", &last).await;
 
@@ -143,7 +200,17 @@ async fn two_pages_share_a_session_and_a_cut_page_catches_up_exactly_once() {
         "() => document.querySelector('#transcript li.msg.assistant.status-interrupted')";
     b.wait("a", interrupted).await;
     b.wait("b", interrupted).await;
+    // Compress asks first: declined, nothing happens; accepted, one
+    // summary.
+    b.dialogs("b", &[false, true]).await;
     b.click("b", "#compress").await;
+    let asked = b.wait_dialogs("b", 1).await;
+    assert!(
+        asked[0].starts_with("Compress this session?"),
+        "the question: {asked:?}"
+    );
+    b.click("b", "#compress").await;
+    b.wait_dialogs("b", 2).await;
     let compacted = "() => document.querySelector('#transcript li.compacted')";
     b.wait("a", compacted).await;
     b.wait("b", compacted).await;
@@ -159,6 +226,11 @@ async fn two_pages_share_a_session_and_a_cut_page_catches_up_exactly_once() {
     let stored = seqs(events);
     let latest = all["latest_seq"].as_u64().expect("latest_seq");
     assert_eq!(stored, (1..=latest).collect::<Vec<_>>());
+    let compactions = events
+        .iter()
+        .filter(|e| e["type"] == "session.compacted")
+        .count();
+    assert_eq!(compactions, 1, "one compression: the accepted one");
     let replies: Vec<Value> = events
         .iter()
         .filter(|e| e["type"] == "message.complete")
@@ -265,8 +337,9 @@ async fn the_console_is_served_without_a_token_with_its_types_and_a_strict_csp()
     assert_eq!(header(&head, "referrer-policy"), "no-referrer");
     assert!(body.contains("src=\"/console/console.js\""), "{body}");
 
-    // Every module the page loads, and every module they import, is served
-    // as JavaScript.
+    // Every module the page loads, and every module they import (paths
+    // relative to the importing module, so the client library's directory
+    // too), is served as JavaScript.
     let mut todo = vec!["console.js".to_string()];
     let mut seen = BTreeSet::new();
     while let Some(name) = todo.pop() {
@@ -280,13 +353,22 @@ async fn the_console_is_served_without_a_token_with_its_types_and_a_strict_csp()
             "text/javascript; charset=utf-8",
             "{name}"
         );
+        let dir = name.rsplit_once('/').map_or("", |(d, _)| d);
         for import in js.split("from \"./").skip(1) {
             if let Some((file, _)) = import.split_once('"') {
-                todo.push(file.to_string());
+                todo.push(if dir.is_empty() {
+                    file.to_string()
+                } else {
+                    format!("{dir}/{file}")
+                });
             }
         }
     }
-    assert!(seen.len() >= 3, "the modules: {seen:?}");
+    assert!(
+        seen.contains("tether-client/gateway.js"),
+        "the console loads the client library: {seen:?}"
+    );
+    assert!(seen.len() >= 10, "the modules: {seen:?}");
     let (status, head, _) = get(addr, "/console/console.css", "").await;
     assert_eq!(status, 200);
     assert_eq!(header(&head, "content-type"), "text/css; charset=utf-8");

@@ -8,6 +8,8 @@
 
 mod common;
 
+use common::Backend;
+
 use std::time::Duration;
 
 use common::{tempdir, Gateway};
@@ -202,10 +204,9 @@ impl Raw {
     }
 }
 
-#[tokio::test]
-async fn a_clients_close_is_echoed_with_its_code_and_the_connection_closed() {
+async fn a_clients_close_is_echoed_with_its_code_and_the_connection_closed(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &[]);
+    let gw = Gateway::start_on(&b, dir.path(), &[]);
     for (code, reason) in [(1000, ""), (1001, "going away"), (4000, "bye")] {
         let mut c = Raw::connect(&gw.addr).await;
         c.send(&masked(OP_CLOSE, &close_payload(code, reason)))
@@ -242,10 +243,9 @@ async fn a_clients_close_is_echoed_with_its_code_and_the_connection_closed() {
     ok.ok("gateway.ping", json!({})).await;
 }
 
-#[tokio::test]
-async fn a_frame_that_breaks_the_framing_rules_is_closed_with_1002() {
+async fn a_frame_that_breaks_the_framing_rules_is_closed_with_1002(b: Backend) {
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &[]);
+    let gw = Gateway::start_on(&b, dir.path(), &[]);
     let ping = json!({"jsonrpc":"2.0","id":1,"method":"gateway.ping"}).to_string();
     let cases: Vec<(&str, Vec<u8>)> = vec![
         (
@@ -290,12 +290,11 @@ async fn a_frame_that_breaks_the_framing_rules_is_closed_with_1002() {
     ok.ok("gateway.ping", json!({})).await;
 }
 
-#[tokio::test]
-async fn fragments_and_control_frames_between_them_are_still_accepted() {
+async fn fragments_and_control_frames_between_them_are_still_accepted(b: Backend) {
     // The 1002 cases above must not catch legal framing: a text message in
     // three fragments with a ping between them is answered normally.
     let dir = tempdir();
-    let gw = Gateway::start(dir.path(), &[]);
+    let gw = Gateway::start_on(&b, dir.path(), &[]);
     let mut c = Raw::connect(&gw.addr).await;
     let ping = json!({"jsonrpc":"2.0","id":9,"method":"gateway.ping"}).to_string();
     let (a, rest) = ping.as_bytes().split_at(5);
@@ -310,3 +309,9 @@ async fn fragments_and_control_frames_between_them_are_still_accepted() {
     c.send(&masked(OP_CLOSE, &close_payload(1000, ""))).await;
     assert_eq!(c.close_frame().await.map(|(code, _)| code), Some(1000));
 }
+
+backends!(
+    a_clients_close_is_echoed_with_its_code_and_the_connection_closed,
+    a_frame_that_breaks_the_framing_rules_is_closed_with_1002,
+    fragments_and_control_frames_between_them_are_still_accepted,
+);

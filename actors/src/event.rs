@@ -12,8 +12,8 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use tether_protocol::{
-    encode_event_frame, encode_event_params, format_ts, to_raw, DeltaPayload, EventParams,
-    EventType, SessionId, TraceId, TurnId,
+    encode_event_frame, encode_event_params, format_ts, to_raw, EventParams, EventType, SessionId,
+    TraceId, TurnId,
 };
 use tether_store::EventRow;
 
@@ -100,23 +100,47 @@ impl EventRecord {
     }
 
     /// The merge metadata of a `message.delta` / `reasoning.delta` that
-    /// belongs to a turn; `None` for any other event.
-    pub fn delta_meta(&self, session_id: &SessionId) -> Option<DeltaMeta> {
+    /// belongs to a turn, given the frame it was encoded into; `None` for
+    /// any other event (or a frame not laid out as [`frame_of`] makes it).
+    pub fn delta_meta(&self, session_id: &SessionId, frame: &Bytes) -> Option<DeltaMeta> {
         if !is_delta(self.kind) {
             return None;
         }
         let turn = self.turn.as_ref()?;
-        let payload: DeltaPayload = serde_json::from_str(self.payload.get()).ok()?;
+        // Borrowed: the text is only measured, never kept.
+        #[derive(Deserialize)]
+        struct Text<'a> {
+            #[serde(borrow)]
+            text: std::borrow::Cow<'a, str>,
+            offset: u64,
+        }
+        let payload: Text = serde_json::from_str(self.payload.get()).ok()?;
+        let escaped = escaped_text_in(frame, payload.offset)?;
         Some(DeltaMeta {
             kind: self.kind,
             session_id: session_id.clone(),
             turn_id: turn.turn_id.clone(),
-            trace_id: turn.trace_id.clone(),
-            ts: format_ts(self.ts_ms),
             offset: payload.offset,
-            text: payload.text,
+            text_len: payload.text.len() as u64,
+            escaped,
         })
     }
+}
+
+/// Where the JSON-escaped text of a delta sits in its frame. The frame is
+/// `{…,"payload":{"text":"ESCAPED","offset":N}}}`: `payload` is the last
+/// field of the params (see `EventParams`), so the text ends right before
+/// the fixed suffix, and it starts after the first `"payload":{"text":"`
+/// (no field before it can hold that with an unescaped quote).
+fn escaped_text_in(frame: &[u8], offset: u64) -> Option<std::ops::Range<usize>> {
+    const HEAD: &[u8] = br#""payload":{"text":""#;
+    let suffix = format!(r#"","offset":{offset}}}}}}}"#);
+    if !frame.ends_with(suffix.as_bytes()) {
+        return None;
+    }
+    let start = frame.windows(HEAD.len()).position(|w| w == HEAD)? + HEAD.len();
+    let end = frame.len() - suffix.len();
+    (start <= end).then_some(start..end)
 }
 
 fn is_delta(kind: EventType) -> bool {
@@ -124,18 +148,19 @@ fn is_delta(kind: EventType) -> bool {
 }
 
 /// A delta frame's fields, carried next to the frame so that an outbox
-/// under pressure can join consecutive deltas of one turn without parsing
-/// the frames it queued.
+/// can join consecutive deltas of one turn without parsing the frames it
+/// queued: a merged frame is the first frame with the escaped texts of the
+/// ones after it spliced in, so it is never encoded again.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeltaMeta {
     pub kind: EventType,
     pub session_id: SessionId,
     pub turn_id: TurnId,
-    pub trace_id: TraceId,
-    /// Already formatted: a merged frame keeps its first delta's `ts`.
-    pub ts: String,
     pub offset: u64,
-    pub text: String,
+    /// Bytes (UTF-8) of this delta's text: what the next offset follows.
+    pub text_len: u64,
+    /// The JSON-escaped text inside this delta's own frame.
+    escaped: std::ops::Range<usize>,
 }
 
 impl DeltaMeta {
@@ -149,29 +174,22 @@ impl DeltaMeta {
             && self.offset.checked_add(len) == Some(next.offset)
     }
 
-    /// This delta's notification frame with `text` in place of its own
-    /// text, encoded exactly as a live event frame is.
-    pub fn frame_with_text(&self, text: &str) -> Bytes {
-        // Same fields and order as `DeltaPayload`, borrowing the text.
-        #[derive(Serialize)]
-        struct Payload<'a> {
-            text: &'a str,
-            offset: u64,
-        }
-        let payload = to_raw(&Payload {
-            text,
-            offset: self.offset,
-        });
-        let params = encode_event_params(&EventParams {
-            kind: self.kind,
-            session_id: Some(&self.session_id),
-            seq: None,
-            turn_id: Some(&self.turn_id),
-            trace_id: Some(&self.trace_id),
-            ts: &self.ts,
-            payload: &payload,
-        });
-        frame_of(&params)
+    /// This delta's text as it is written in `frame` (its own frame).
+    pub fn escaped_text<'f>(&self, frame: &'f [u8]) -> &'f [u8] {
+        frame.get(self.escaped.clone()).unwrap_or_default()
+    }
+
+    /// `frame` (this delta's own) with `more`, escaped texts of the deltas
+    /// that continue it, appended to its text: the frame of one delta that
+    /// carries all of them, same ids, `ts` and offset, byte for byte what
+    /// encoding it whole would give.
+    pub fn spliced(&self, frame: &[u8], more: &[u8]) -> Bytes {
+        let at = self.escaped.end.min(frame.len());
+        let mut out = Vec::with_capacity(frame.len() + more.len());
+        out.extend_from_slice(&frame[..at]);
+        out.extend_from_slice(more);
+        out.extend_from_slice(&frame[at..]);
+        Bytes::from(out)
     }
 }
 
@@ -183,6 +201,7 @@ pub fn frame_of(params: &RawValue) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tether_protocol::DeltaPayload;
 
     fn delta(text: &str, offset: u64) -> EventRecord {
         EventRecord::new(
@@ -199,35 +218,45 @@ mod tests {
         )
     }
 
-    #[test]
-    fn a_delta_frame_re_encoded_from_its_meta_is_byte_identical() {
+    fn meta(rec: &EventRecord) -> Option<DeltaMeta> {
         let sid = SessionId::from("s_1");
-        let rec = delta("h\u{e9} \"x\"\n", 4);
-        let frame = frame_of(&rec.params_of(&sid));
-        let meta = rec.delta_meta(&sid).expect("a delta");
-        assert_eq!(meta.frame_with_text(&meta.text), frame);
+        rec.delta_meta(&sid, &frame_of(&rec.params_of(&sid)))
+    }
+
+    #[test]
+    fn a_spliced_delta_frame_is_byte_identical_to_one_encoded_whole() {
+        let sid = SessionId::from("s_1");
+        let first = delta("h\u{e9} \"x\"\n", 4);
+        let frame = frame_of(&first.params_of(&sid));
+        let m = first.delta_meta(&sid, &frame).expect("a delta");
+        assert_eq!(m.escaped_text(&frame), "h\u{e9} \\\"x\\\"\\n".as_bytes());
+        let next = delta("\t\\ end", 4 + m.text_len);
+        let next_frame = frame_of(&next.params_of(&sid));
+        let n = next.delta_meta(&sid, &next_frame).expect("a delta");
+        assert!(m.continued_by(&n, m.text_len));
+        let merged = m.spliced(&frame, n.escaped_text(&next_frame));
+        let whole = delta("h\u{e9} \"x\"\n\t\\ end", 4);
+        assert_eq!(merged, frame_of(&whole.params_of(&sid)));
     }
 
     #[test]
     fn only_deltas_of_a_turn_have_meta() {
-        let sid = SessionId::from("s_1");
         let mut rec = delta("a", 0);
         rec.turn = None;
-        assert_eq!(rec.delta_meta(&sid), None);
+        assert_eq!(meta(&rec), None);
         let user = EventRecord::new(
             EventType::MessageUser,
             &tether_protocol::TextPayload { text: "a".into() },
             None,
             0,
         );
-        assert_eq!(user.delta_meta(&sid), None);
+        assert_eq!(meta(&user), None);
     }
 
     #[test]
     fn continuation_needs_same_stream_and_adjacent_offset() {
-        let sid = SessionId::from("s_1");
-        let a = delta("abc", 10).delta_meta(&sid).expect("a delta");
-        let next = delta("d", 13).delta_meta(&sid).expect("a delta");
+        let a = meta(&delta("abc", 10)).expect("a delta");
+        let next = meta(&delta("d", 13)).expect("a delta");
         assert!(a.continued_by(&next, 3));
         assert!(!a.continued_by(&next, 2));
         let mut other_turn = next.clone();

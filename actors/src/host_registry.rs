@@ -51,21 +51,50 @@ struct RegistryFile {
 #[derive(Debug)]
 pub(crate) struct HostRegistry {
     /// `None`: no data directory, nothing is recorded.
-    snapshots: Option<watch::Sender<Vec<HostRecord>>>,
+    snapshots: Option<watch::Sender<Snapshot>>,
+    /// The version of the last snapshot on disk (or given up on).
+    written: watch::Receiver<u64>,
     hosts: BTreeMap<u32, HostRecord>,
+    version: u64,
+}
+
+/// The hosts alive now, numbered so that a flush knows when it is on disk.
+#[derive(Debug, Default, Clone)]
+struct Snapshot {
+    version: u64,
+    hosts: Vec<HostRecord>,
 }
 
 impl HostRegistry {
     /// Must be called inside a tokio runtime when `data_dir` is given.
     pub(crate) fn new(data_dir: Option<&Path>) -> Self {
+        let (written_tx, written) = watch::channel(0);
         let snapshots = data_dir.map(|d| {
-            let (tx, rx) = watch::channel(Vec::new());
-            tokio::spawn(persist(d.join(FILE_NAME), rx));
+            let (tx, rx) = watch::channel(Snapshot::default());
+            tokio::spawn(persist(d.join(FILE_NAME), rx, written_tx));
             tx
         });
         Self {
             snapshots,
+            written,
             hosts: BTreeMap::new(),
+            version: 0,
+        }
+    }
+
+    /// Resolves once the file holds what the registry holds now (at once
+    /// without a data directory): the drain waits for it, so a stopped
+    /// gateway leaves a file that lists no host.
+    pub(crate) fn flushed(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let target = if self.snapshots.is_some() {
+            self.version
+        } else {
+            0
+        };
+        let mut written = self.written.clone();
+        async move {
+            // An error means the writer task is gone: nothing more will be written.
+            let _ = written.wait_for(|v| *v >= target).await;
         }
     }
 
@@ -88,19 +117,22 @@ impl HostRegistry {
         }
     }
 
-    fn publish(&self) {
+    fn publish(&mut self) {
         if let Some(tx) = &self.snapshots {
-            tx.send_replace(self.hosts.values().cloned().collect());
+            self.version += 1;
+            tx.send_replace(Snapshot {
+                version: self.version,
+                hosts: self.hosts.values().cloned().collect(),
+            });
         }
     }
 }
 
 /// Writes each new snapshot of the registry, until the registry is dropped.
-async fn persist(path: PathBuf, mut rx: watch::Receiver<Vec<HostRecord>>) {
+async fn persist(path: PathBuf, mut rx: watch::Receiver<Snapshot>, on_disk: watch::Sender<u64>) {
     while rx.changed().await.is_ok() {
-        let file = RegistryFile {
-            hosts: rx.borrow_and_update().clone(),
-        };
+        let Snapshot { version, hosts } = rx.borrow_and_update().clone();
+        let file = RegistryFile { hosts };
         let target = path.clone();
         let written = tokio::task::spawn_blocking(move || write_atomically(&target, &file)).await;
         if let Ok(Err(e)) | Err(e) = written.map_err(std::io::Error::other) {
@@ -108,6 +140,7 @@ async fn persist(path: PathBuf, mut rx: watch::Receiver<Vec<HostRecord>>) {
             // crash; the gateway goes on.
             warn!(path = %path.display(), error = %e, "cannot write the host registry");
         }
+        on_disk.send_replace(version);
     }
 }
 

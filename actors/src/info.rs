@@ -30,5 +30,8 @@ pub fn info_from_row(row: &SessionRow, live: Option<u32>) -> SessionInfo {
         latest_seq: row.latest_seq,
         peers: live.unwrap_or(0),
         close_on_disconnect: row.close_on_disconnect,
+        // The registry knows how many peers a live session has, not who:
+        // that only the session answers (`SessionState::info`).
+        attached: None,
     }
 }

@@ -6,10 +6,17 @@
 //! merges a delta into the delta queued before it, drops a transient frame,
 //! or (when what waits for the peer is at the bound) closes the peer as a
 //! slow consumer so that it reconnects and resumes from its watermark
-//! (PROTOCOL 1.8). The transport's writer task is the only consumer. Frames
-//! are `Bytes` shared by every peer: a frame is serialized once per event,
-//! not once per peer; only a merged delta is encoded again, once, when the
-//! writer takes it.
+//! (PROTOCOL 1.8). The transport's writer task is the only consumer: it
+//! takes what is ready as one batch ([`OutboxReceiver::recv_batch`]) and
+//! writes it with one flush. Frames are `Bytes` shared by every peer: a
+//! frame is serialized once per event, not once per peer; a merged delta is
+//! the first delta's frame with the later texts spliced in, never encoded
+//! again.
+//!
+//! A peer may give a session a latency budget (`delivery.max_delay_ms`):
+//! a delta that arrives with nothing queued behind it may then wait up to
+//! that long for the deltas that continue it. It is written the moment any
+//! other frame is queued behind it, so nothing else ever waits for it.
 //!
 //! Replies count against the bound like every frame: a peer that sends
 //! requests and never reads is closed instead of making the gateway hold
@@ -22,9 +29,11 @@ mod queue;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use crate::event::DeltaMeta;
 use crate::metrics::OutboxMetrics;
@@ -35,6 +44,10 @@ use queue::{Admit, Bounds, Item, Kind, Queue};
 pub const CLOSE_SLOW_CONSUMER: u16 = 1013;
 /// WebSocket close code for a gateway going away.
 pub const CLOSE_GOING_AWAY: u16 = 1001;
+/// The most a writer takes in one batch (at least one frame, however
+/// large): about what one `write` moves on a loopback or LAN socket, and
+/// what bounds the frames a writer holds outside the counted queue.
+pub const WRITE_BATCH_BYTES: usize = 64 * 1024;
 
 /// What the transport writes, in order.
 #[derive(Debug, Clone, PartialEq)]
@@ -119,6 +132,8 @@ pub struct Outbox {
 #[derive(Debug)]
 pub struct OutboxReceiver {
     shared: Arc<Shared>,
+    /// Reused for each take, so a batch costs no allocation.
+    scratch: Vec<Item>,
 }
 
 /// Creates an outbox bounded by `max_frames` frames or `max_bytes` bytes
@@ -143,13 +158,24 @@ pub fn outbox(
         Outbox {
             shared: shared.clone(),
         },
-        OutboxReceiver { shared },
+        OutboxReceiver {
+            shared,
+            scratch: Vec::new(),
+        },
     )
 }
 
 impl Outbox {
-    /// Pushes one frame. Never blocks (the lock is only held to append).
+    /// Pushes one frame with no latency budget. Never blocks (the lock is
+    /// only held to append).
     pub fn push(&self, frame: Bytes, class: FrameClass) -> Pushed {
+        self.push_within(frame, class, Duration::ZERO)
+    }
+
+    /// Pushes one frame; a delta that starts a new frame may be held up to
+    /// `budget` for the deltas that continue it (only deltas: a budget
+    /// means nothing to any other class).
+    pub fn push_within(&self, frame: Bytes, class: FrameClass, budget: Duration) -> Pushed {
         let shared = &*self.shared;
         let bounds = shared.bounds;
         let mut guard = shared.lock();
@@ -158,7 +184,7 @@ impl Outbox {
             return Pushed::Closed;
         }
         if let FrameClass::Delta(meta) = &class {
-            if q.under_pressure(bounds) && q.merge(bounds, meta) {
+            if q.merge(bounds, meta, &frame) {
                 shared.metrics.coalesced();
                 // Nothing new to wake the writer for: the item it extends
                 // was announced when it was queued.
@@ -186,7 +212,10 @@ impl Outbox {
         q.push(match class {
             FrameClass::Reply => Item::Reply(frame),
             FrameClass::Durable | FrameClass::Transient => Item::Event(frame),
-            FrameClass::Delta(meta) => Item::Delta(QueuedDelta::new(frame, meta)),
+            FrameClass::Delta(meta) => {
+                let hold = (!budget.is_zero()).then(|| Instant::now() + budget);
+                Item::Delta(QueuedDelta::new(frame, meta, hold))
+            }
         });
         drop(guard);
         shared.ready.notify_one();
@@ -240,35 +269,62 @@ impl Drop for Outbox {
 
 /// What the consumer finds when it looks at the queue.
 enum Next {
-    Item(Outbound),
+    /// Items were moved to the caller's batch.
+    Taken,
     Empty,
+    /// Only a delta its budget holds until then.
+    Held(Instant),
     /// Empty, and nothing can be queued any more.
     Ended,
 }
 
 impl OutboxReceiver {
-    /// Next item to write; `None` once nothing more can come (every
-    /// producer is gone, or the outbox is closed and drained).
+    /// Waits until something is ready and moves all of it (up to
+    /// [`WRITE_BATCH_BYTES`]) to `out`, in order; `false` once nothing more
+    /// can come (every producer is gone, or the outbox is closed and
+    /// drained). A transport writes what it got with one flush.
     ///
-    /// Cancel-safe: an item is only taken from the queue when it is
-    /// returned, so this can sit in a `select!`.
+    /// Nothing waits for a batch to fill: the first frame queued into an
+    /// empty outbox is returned at once. Only a delta under a latency
+    /// budget waits, and only while nothing is queued behind it.
+    ///
+    /// Cancel-safe: items leave the queue only in the poll that returns
+    /// them, so this can sit in a `select!`.
+    pub async fn recv_batch(&mut self, out: &mut Vec<Outbound>) -> bool {
+        self.recv_upto(out, WRITE_BATCH_BYTES).await
+    }
+
+    /// Next item to write; `None` once nothing more can come. For
+    /// consumers that handle one frame at a time (tests, `POST /rpc`); a
+    /// socket writer uses [`Self::recv_batch`].
     pub async fn recv(&mut self) -> Option<Outbound> {
+        let mut one = Vec::with_capacity(1);
+        self.recv_upto(&mut one, 0).await;
+        one.pop()
+    }
+
+    /// Like `recv` but without waiting.
+    pub fn try_recv(&mut self) -> Option<Outbound> {
+        let mut one = Vec::with_capacity(1);
+        self.take(&mut one, 0);
+        one.pop()
+    }
+
+    async fn recv_upto(&mut self, out: &mut Vec<Outbound>, max_bytes: usize) -> bool {
         loop {
-            match self.take() {
-                Next::Item(item) => return Some(item),
-                Next::Ended => return None,
+            match self.take(out, max_bytes) {
+                Next::Taken => return true,
+                Next::Ended => return false,
                 // `notify_one` stores a permit when nobody waits, so an
                 // item queued between `take` and here still wakes us.
                 Next::Empty => self.shared.ready.notified().await,
+                Next::Held(until) => {
+                    tokio::select! {
+                        () = self.shared.ready.notified() => {}
+                        () = tokio::time::sleep_until(until) => {}
+                    }
+                }
             }
-        }
-    }
-
-    /// Like `recv` but without waiting (the writer batches what is ready).
-    pub fn try_recv(&mut self) -> Option<Outbound> {
-        match self.take() {
-            Next::Item(item) => Some(item),
-            Next::Empty | Next::Ended => None,
         }
     }
 
@@ -283,22 +339,32 @@ impl OutboxReceiver {
         self.shared.lock().closed = true;
     }
 
-    fn take(&mut self) -> Next {
+    /// Moves up to `max_bytes` of ready items (at least one) to `out`.
+    fn take(&mut self, out: &mut Vec<Outbound>, max_bytes: usize) -> Next {
+        let mut items = std::mem::take(&mut self.scratch);
         let mut q = self.shared.lock();
-        let Some(item) = q.take() else {
-            let ended = q.closed || self.shared.senders.load(Ordering::Acquire) == 0;
-            return if ended { Next::Ended } else { Next::Empty };
-        };
+        let ended = q.closed || self.shared.senders.load(Ordering::Acquire) == 0;
+        let held = q.take_batch(Instant::now(), ended, max_bytes, &mut items);
         drop(q);
-        if item.is_event() {
-            self.shared.metrics.delivered();
+        if items.is_empty() {
+            self.scratch = items;
+            return match held {
+                Some(until) => Next::Held(until),
+                None if ended => Next::Ended,
+                None => Next::Empty,
+            };
         }
-        Next::Item(match item {
+        let events = items.iter().filter(|i| i.is_event()).count();
+        self.shared.metrics.delivered_n(events as u64);
+        // Merged deltas are spliced outside the lock: producers never wait
+        // on it.
+        out.extend(items.drain(..).map(|item| match item {
             Item::Reply(frame) | Item::Event(frame) => Outbound::Frame(frame),
-            // Encoded outside the lock: producers never wait on it.
             Item::Delta(delta) => Outbound::Frame(delta.into_frame()),
             Item::Close { code, reason } => Outbound::Close { code, reason },
-        })
+        }));
+        self.scratch = items;
+        Next::Taken
     }
 }
 

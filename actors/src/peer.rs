@@ -37,7 +37,7 @@ use serde_json::Value;
 use tether_protocol::{
     encode_batch, encode_error, encode_event_frame, encode_event_params, format_ts, now_ms,
     parse_frame, to_raw, EventParams, EventType, GatewayReadyPayload, Incoming, Item, Limits,
-    PeerId, RpcError, SessionId,
+    PeerId, PeerTransport, RpcError, SessionId,
 };
 use tracing::debug;
 
@@ -54,6 +54,8 @@ pub struct Identity {
     pub profile: String,
     pub fixed: bool,
     pub can_attach: bool,
+    /// Told to the sessions it attaches to (`SessionInfo.attached`).
+    pub transport: PeerTransport,
 }
 
 pub enum PeerMsg {
@@ -138,7 +140,11 @@ impl Actor for Peer {
                 debug!(peer_id = %state.peer_id, "frame after the close; ignored");
             }
             PeerMsg::Text { text, permit } => {
-                state.on_text(&text).await;
+                // Boxed: ractor keeps this handler's future inline in the
+                // actor's loop, which lives as long as the connection; the
+                // request path's future is kilobytes, and every idle peer
+                // would carry it. One small allocation per request instead.
+                Box::pin(state.on_text(&text)).await;
                 drop(permit);
             }
             PeerMsg::Close { code, reason } => state.outbox.close(code, &reason),
@@ -253,10 +259,15 @@ impl PeerState {
         self.push_reply(encode_error(&Value::Null, err));
     }
 
-    fn link(&self) -> PeerLink {
+    /// This peer as a session attaches it, with the latency budget it
+    /// asked that session for (validated by the protocol crate: ≤ 1000 ms).
+    fn link(&self, delivery: Option<tether_protocol::Delivery>) -> PeerLink {
+        let ms = delivery.map_or(0, |d| d.max_delay_ms);
         PeerLink {
             peer_id: self.peer_id.clone(),
+            transport: self.identity.transport,
             outbox: self.outbox.clone(),
+            max_delay: std::time::Duration::from_millis(u64::from(ms)),
         }
     }
 

@@ -268,7 +268,7 @@ impl Actor for Session {
                 todos,
                 ..Turns::default()
             },
-            transcript: Transcript::NotLoaded,
+            transcript: Transcript::default(),
             compacting: None,
             pending_compress: None,
             marker_at_start: row.turn_marker,
@@ -394,6 +394,7 @@ impl SessionState {
             latest_seq: self.commit.committed_seq(),
             peers: self.peers.len() as u32,
             close_on_disconnect: self.close_on_disconnect,
+            attached: Some(self.attached()),
         }
     }
 

@@ -8,7 +8,7 @@
 //! can never disagree.
 
 use serde_json::Value;
-use tether_protocol::{format_ts, EventType, Message, MessageRole, TurnId};
+use tether_protocol::{format_ts, CompleteStatus, EventType, Message, MessageRole, TurnId};
 use tether_store::EventRow;
 
 /// The message count of a segment after an event of `kind` is appended.
@@ -21,14 +21,52 @@ pub fn count_after(kind: EventType, count: u64) -> u64 {
     }
 }
 
+/// The `error` event of a turn, whose message its `message.complete`'s
+/// transcript entry carries (the `error` event comes just before it:
+/// PROTOCOL Part 4, "A failed turn").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TurnError {
+    turn_id: String,
+    message: String,
+}
+
+impl TurnError {
+    /// The turn error `row` is, if it is one.
+    pub fn of(row: &EventRow) -> Option<TurnError> {
+        if row.kind != EventType::Error.as_str() {
+            return None;
+        }
+        let turn_id = row.turn_id.clone()?;
+        let payload: Value = serde_json::from_str(&row.payload).ok()?;
+        let message = payload.get("message")?.as_str()?.to_string();
+        Some(TurnError { turn_id, message })
+    }
+}
+
 /// Converts stored events (already restricted to the current segment) into
 /// transcript messages. Events that are not messages are skipped.
 pub fn messages_from_rows(rows: &[EventRow]) -> Vec<Message> {
-    rows.iter().filter_map(message_from_row).collect()
+    let mut turn_error = None;
+    let mut messages = Vec::new();
+    for row in rows {
+        if let Some(e) = TurnError::of(row) {
+            turn_error = Some(e);
+            continue;
+        }
+        if let Some(m) = message_from_row(row, turn_error.as_ref()) {
+            messages.push(m);
+        }
+        if EventType::parse(&row.kind).is_some_and(|k| k.is_transcript()) {
+            turn_error = None;
+        }
+    }
+    messages
 }
 
-/// One stored event as a transcript message, if it is one.
-pub fn message_from_row(row: &EventRow) -> Option<Message> {
+/// One stored event as a transcript message, if it is one; `turn_error` is
+/// the error event seen last, which a failed turn's message carries when
+/// it is that turn's.
+pub fn message_from_row(row: &EventRow, turn_error: Option<&TurnError>) -> Option<Message> {
     let kind = EventType::parse(&row.kind)?;
     let payload: Value = serde_json::from_str(&row.payload).ok()?;
     let text_field = |name: &str| {
@@ -52,12 +90,38 @@ pub fn message_from_row(row: &EventRow) -> Option<Message> {
         ),
         _ => return None,
     };
+    // A turn that did not complete keeps how it ended, so that a
+    // transcript read later still tells a cut-short reply from a whole one.
+    let status = match kind {
+        EventType::MessageComplete => payload
+            .get("status")
+            .and_then(Value::as_str)
+            .and_then(CompleteStatus::parse)
+            .filter(|s| *s != CompleteStatus::Complete),
+        _ => None,
+    };
+    let failure_reason = match status {
+        Some(_) => payload
+            .get("failure_reason")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        None => None,
+    };
+    let error = match (status, turn_error) {
+        (Some(_), Some(e)) if row.turn_id.as_deref() == Some(e.turn_id.as_str()) => {
+            Some(e.message.clone())
+        }
+        _ => None,
+    };
     Some(Message {
         seq: row.seq,
         role,
         text,
         turn_id: row.turn_id.as_deref().map(TurnId::from),
         ts: format_ts(row.ts_ms),
+        status,
+        failure_reason,
+        error,
     })
 }
 
@@ -73,6 +137,13 @@ mod tests {
             turn_id: None,
             trace_id: None,
             ts_ms: 0,
+        }
+    }
+
+    fn turn_row(seq: u64, kind: &str, payload: &str, turn: &str) -> EventRow {
+        EventRow {
+            turn_id: Some(turn.into()),
+            ..row(seq, kind, payload)
         }
     }
 
@@ -106,6 +177,58 @@ mod tests {
                 (3, MessageRole::User, "hi"),
                 (4, MessageRole::Tool, r#"{"a":1}"#),
                 (5, MessageRole::Assistant, "hello"),
+            ]
+        );
+    }
+
+    #[test]
+    fn an_assistant_message_keeps_how_its_turn_ended_unless_it_completed() {
+        let rows = vec![
+            row(
+                1,
+                "message.complete",
+                r#"{"text":"whole","status":"complete"}"#,
+            ),
+            row(
+                2,
+                "message.complete",
+                r#"{"text":"cut","status":"error","failure_reason":"host_crash","recoverable":true}"#,
+            ),
+            row(
+                3,
+                "message.complete",
+                r#"{"text":"","status":"interrupted","failure_reason":"dequeued"}"#,
+            ),
+            row(
+                4,
+                "message.complete",
+                r#"{"text":"st","status":"interrupted"}"#,
+            ),
+            turn_row(5, "error", r#"{"message":"boom"}"#, "t_5"),
+            turn_row(
+                6,
+                "message.complete",
+                r#"{"text":"","status":"error","failure_reason":"engine_error"}"#,
+                "t_5",
+            ),
+        ];
+        let got: Vec<_> = messages_from_rows(&rows)
+            .into_iter()
+            .map(|m| (m.status, m.failure_reason, m.error))
+            .collect();
+        let reason = |r: &str| Some(r.to_string());
+        assert_eq!(
+            got,
+            vec![
+                (None, None, None),
+                (Some(CompleteStatus::Error), reason("host_crash"), None),
+                (Some(CompleteStatus::Interrupted), reason("dequeued"), None),
+                (Some(CompleteStatus::Interrupted), None, None),
+                (
+                    Some(CompleteStatus::Error),
+                    reason("engine_error"),
+                    reason("boom")
+                ),
             ]
         );
     }

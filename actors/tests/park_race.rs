@@ -41,6 +41,7 @@ impl Asker {
             profile: "default".into(),
             fixed: false,
             can_attach: true,
+            transport: tether_protocol::PeerTransport::WebSocket,
         };
         let (peer, rx) = spawn_peer(ctx, identity).await.expect("peer");
         let mut asker = Asker {

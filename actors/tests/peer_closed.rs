@@ -42,6 +42,7 @@ async fn frames_that_arrive_after_the_close_are_not_executed() {
         profile: "default".into(),
         fixed: false,
         can_attach: true,
+        transport: tether_protocol::PeerTransport::WebSocket,
     };
     let (peer, mut rx) = spawn_peer(gw.ctx(), identity).await.expect("peer");
     assert_eq!(

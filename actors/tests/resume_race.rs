@@ -28,6 +28,7 @@ async fn resume_and_collect(
         profile: "default".into(),
         fixed: false,
         can_attach: true,
+        transport: tether_protocol::PeerTransport::WebSocket,
     };
     let (peer, mut rx) = spawn_peer(&ctx, identity).await.expect("peer");
     let ready = next_json(&mut rx).await;

@@ -54,6 +54,8 @@ pub fn on_pinned_thread<T: Send + 'static>(
 pub struct BenchGateway {
     pub handle: GatewayHandle,
     _dir: tempfile::TempDir,
+    /// On PostgreSQL, the bench's own database (dropped after the run).
+    _database: Option<tether_store::testing::TestDatabase>,
 }
 
 impl BenchGateway {
@@ -76,6 +78,15 @@ pub async fn start_gateway(config: GatewayConfig) -> anyhow::Result<BenchGateway
     start_gateway_with_hosts(config, None).await
 }
 
+/// A gateway without hosts on SQLite, or (with `postgres`, a server URL)
+/// on a database of its own created on that PostgreSQL server.
+pub async fn start_gateway_on(
+    config: GatewayConfig,
+    postgres: Option<&str>,
+) -> anyhow::Result<BenchGateway> {
+    start_gateway_store(config, None, Synchronous::default(), postgres).await
+}
+
 /// A gateway with compute hosts (`tether host` processes of this binary).
 pub async fn start_gateway_with_hosts(
     config: GatewayConfig,
@@ -90,12 +101,33 @@ pub async fn start_gateway_synchronous(
     hosts: Option<tether_actors::HostConfig>,
     synchronous: Synchronous,
 ) -> anyhow::Result<BenchGateway> {
+    start_gateway_store(config, hosts, synchronous, None).await
+}
+
+/// The gateway of every scenario: SQLite in a temporary directory, or a
+/// database of its own on the PostgreSQL server `postgres` names (its user
+/// must be allowed to create databases).
+pub async fn start_gateway_store(
+    config: GatewayConfig,
+    hosts: Option<tether_actors::HostConfig>,
+    synchronous: Synchronous,
+    postgres: Option<&str>,
+) -> anyhow::Result<BenchGateway> {
     let dir = tempfile::tempdir()?;
-    let cfg = StoreConfig {
-        synchronous,
-        ..StoreConfig::new(dir.path().join("tether.db"))
+    let (backend, database) = match postgres {
+        None => (
+            tether_store::Backend::Sqlite(StoreConfig {
+                synchronous,
+                ..StoreConfig::new(dir.path().join("tether.db"))
+            }),
+            None,
+        ),
+        Some(server) => {
+            let db = tether_store::testing::TestDatabase::create(server).await;
+            (tether_store::Backend::from_url(&db.url)?, Some(db))
+        }
     };
-    let store = tether_store::open(&cfg).await?;
+    let store = tether_store::open(&backend).await?;
     let handle = GatewayHandle::start(GatewayArgs {
         config,
         hosts,
@@ -105,7 +137,11 @@ pub async fn start_gateway_synchronous(
         writer_factory: store.writers,
     })
     .await?;
-    Ok(BenchGateway { handle, _dir: dir })
+    Ok(BenchGateway {
+        handle,
+        _dir: dir,
+        _database: database,
+    })
 }
 
 /// The live actor of a session (bringing it live if needed), to inject

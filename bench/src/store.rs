@@ -9,7 +9,7 @@ use serde_json::json;
 use tether_actors::hooks::LiveSession;
 use tether_actors::GatewayConfig;
 
-use super::harness::{drive, on_pinned_thread, pinned_runtime, process_cpu_s, start_gateway};
+use super::harness::{drive, on_pinned_thread, pinned_runtime, process_cpu_s, start_gateway_on};
 
 #[derive(Debug, Args)]
 pub struct StoreBench {
@@ -28,6 +28,11 @@ pub struct StoreBench {
     /// CPU the gateway runs on.
     #[arg(long, default_value_t = 0)]
     server_cpu: usize,
+    /// Run on PostgreSQL: a database of the bench's own, created (and
+    /// dropped) on the server this URL names; its user must be allowed to
+    /// create databases. Without it, SQLite in a temporary directory.
+    #[arg(long, value_name = "SERVER_URL")]
+    postgres: Option<String>,
 }
 
 pub fn run(b: StoreBench) -> anyhow::Result<()> {
@@ -35,7 +40,7 @@ pub fn run(b: StoreBench) -> anyhow::Result<()> {
     on_pinned_thread(cpu, move || {
         let rt = pinned_runtime("tether-gw", cpu, 1)?;
         rt.block_on(async move {
-            let gw = start_gateway(GatewayConfig::default()).await?;
+            let gw = start_gateway_on(GatewayConfig::default(), b.postgres.as_deref()).await?;
             let mut actors = Vec::new();
             for _ in 0..b.sessions {
                 actors.push(LiveSession::create(gw.handle.ctx()).await?);
@@ -53,6 +58,7 @@ pub fn run(b: StoreBench) -> anyhow::Result<()> {
             let total = (b.sessions * b.events) as f64;
             let report = json!({
                 "scenario": "store",
+                "backend": if b.postgres.is_some() { "postgres" } else { "sqlite" },
                 "sessions": b.sessions,
                 "events_per_session": b.events,
                 "batch": b.batch,

@@ -18,7 +18,7 @@ use tokio::sync::oneshot;
 use tokio_tungstenite::tungstenite::Message;
 
 use super::harness::{
-    connect, on_pinned_thread, peak_rss_kib, pinned_runtime, request, start_gateway_synchronous, Ws,
+    connect, on_pinned_thread, peak_rss_kib, pinned_runtime, request, start_gateway_store, Ws,
 };
 use super::store::cpu_label;
 use tether_store::Synchronous;
@@ -43,6 +43,11 @@ pub struct TurnsBench {
     /// The store's durability, as `tether serve --synchronous`.
     #[arg(long, value_enum, default_value = "full")]
     synchronous: Synchronous,
+    /// Run on PostgreSQL: a database of the bench's own, created (and
+    /// dropped) on the server this URL names; its user must be allowed to
+    /// create databases. Without it, SQLite in a temporary directory.
+    #[arg(long, value_name = "SERVER_URL")]
+    postgres: Option<String>,
     #[arg(long, default_value_t = 0)]
     server_cpu: usize,
     #[arg(long, default_value_t = 1)]
@@ -83,6 +88,7 @@ fn host_config(slots: usize, delay_ms: u64) -> anyhow::Result<HostConfig> {
 fn serve(
     server_cpu: usize,
     synchronous: Synchronous,
+    postgres: Option<String>,
     hosts: HostConfig,
     addr_tx: oneshot::Sender<std::net::SocketAddr>,
     done: oneshot::Receiver<()>,
@@ -95,7 +101,7 @@ fn serve(
             rate_limit_rps: 0,
             ..GatewayConfig::default()
         };
-        let gw = start_gateway_synchronous(config, Some(hosts), synchronous).await?;
+        let gw = start_gateway_store(config, Some(hosts), synchronous, postgres.as_deref()).await?;
         // Wait for the hosts to say hello.
         for _ in 0..500 {
             if gw.handle.ctx().hosts_up() > 0 {
@@ -118,9 +124,10 @@ pub fn run_turns(b: TurnsBench) -> anyhow::Result<()> {
     let hosts = host_config(b.hosts, b.delay_ms)?;
     let cpu = b.server_cpu;
     let synchronous = b.synchronous;
+    let postgres = b.postgres.clone();
     let server = std::thread::spawn(move || {
         on_pinned_thread(cpu, move || {
-            serve(cpu, synchronous, hosts, addr_tx, done_rx)
+            serve(cpu, synchronous, postgres, hosts, addr_tx, done_rx)
         })
     });
     let cb = b.clone();
@@ -164,6 +171,7 @@ pub fn run_turns(b: TurnsBench) -> anyhow::Result<()> {
     let n = latencies.len();
     let report = json!({
         "scenario": "turns",
+        "backend": if b.postgres.is_some() { "postgres" } else { "sqlite" },
         "sessions": b.sessions,
         "turns": n,
         "words": b.words,
@@ -233,7 +241,7 @@ pub fn run_crash(b: CrashBench) -> anyhow::Result<()> {
     let cpu = b.server_cpu;
     let server = std::thread::spawn(move || {
         on_pinned_thread(cpu, move || {
-            serve(cpu, Synchronous::default(), hosts, addr_tx, done_rx)
+            serve(cpu, Synchronous::default(), None, hosts, addr_tx, done_rx)
         })
     });
     let cb = b.clone();

@@ -14,7 +14,7 @@ use tether_actors::GatewayConfig;
 use tokio::sync::mpsc;
 
 use super::harness::{
-    events, on_pinned_thread, peak_rss_kib, pinned_runtime, process_cpu_s, start_gateway,
+    events, on_pinned_thread, peak_rss_kib, pinned_runtime, process_cpu_s, start_gateway_on,
 };
 use super::store::cpu_label;
 
@@ -38,6 +38,11 @@ pub struct WriterBench {
     /// CPU the gateway runs on.
     #[arg(long, default_value_t = 0)]
     server_cpu: usize,
+    /// Run on PostgreSQL: a database of the bench's own, created (and
+    /// dropped) on the server this URL names; its user must be allowed to
+    /// create databases. Without it, SQLite in a temporary directory.
+    #[arg(long, value_name = "SERVER_URL")]
+    postgres: Option<String>,
 }
 
 /// Plays the sessions: sends appends, counts commits, sends more.
@@ -101,7 +106,7 @@ pub fn run(b: WriterBench) -> anyhow::Result<()> {
     on_pinned_thread(cpu, move || {
         let rt = pinned_runtime("tether-gw", cpu, 1)?;
         rt.block_on(async move {
-            let gw = start_gateway(GatewayConfig::default()).await?;
+            let gw = start_gateway_on(GatewayConfig::default(), b.postgres.as_deref()).await?;
             let (load, mut outcomes) = WriterLoad::start(gw.handle.ctx(), b.sessions).await?;
             let appends = (b.events / b.append_events.max(1)).max(1);
             let target = (b.sessions * appends * b.append_events) as u64;
@@ -122,6 +127,7 @@ pub fn run(b: WriterBench) -> anyhow::Result<()> {
             let cpu = process_cpu_s() - cpu0;
             let report = json!({
                 "scenario": "writer",
+                "backend": if b.postgres.is_some() { "postgres" } else { "sqlite" },
                 "sessions": b.sessions,
                 "append_events": b.append_events,
                 "appends_per_session": appends,

@@ -34,6 +34,7 @@ pub(super) struct FileConfig {
     listen: Option<SocketAddr>,
     data_dir: Option<PathBuf>,
     database_url: Option<String>,
+    database_connect_timeout_s: Option<u64>,
     heartbeat_s: Option<u64>,
     ring_events: Option<usize>,
     outbox_frames: Option<usize>,
@@ -96,6 +97,7 @@ impl ServeArgs {
         fill!(
             listen,
             data_dir,
+            database_connect_timeout_s,
             heartbeat_s,
             ring_events,
             outbox_frames,

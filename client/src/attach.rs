@@ -14,7 +14,7 @@
 //! it twice).
 
 use std::collections::{HashMap, VecDeque};
-use std::io::BufRead;
+use std::io::{BufRead, IsTerminal};
 use std::time::Duration;
 
 use clap::Args;
@@ -25,7 +25,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::conn::{ClientError, Conn, Event, Incoming, Reply};
-use super::view::View;
+use super::view::{bracket, clip, styled, View};
 use super::{exit, Target, EXIT_HELP};
 
 const BACKOFF_FIRST: Duration = Duration::from_millis(100);
@@ -89,9 +89,14 @@ pub async fn run(args: AttachArgs) -> Result<u8, ClientError> {
         backoff: BACKOFF_FIRST,
         retry_at: Instant::now(),
     };
-    a.view
-        .transcript(&first)
-        .map_err(ClientError::io("stdout"))?;
+    a.view.history(&first).map_err(ClientError::io("stdout"))?;
+    // After the history, so that it is the line just above the prompt; on
+    // stderr, so that `attach ID > log` keeps a clean transcript.
+    eprintln!(
+        "{}",
+        banner(&first, styled(std::io::stderr().is_terminal()))
+    );
+    a.view.running(&first).map_err(ClientError::io("stdout"))?;
     loop {
         if a.view.closed {
             return Ok(exit::OK);
@@ -119,6 +124,34 @@ pub async fn run(args: AttachArgs) -> Result<u8, ClientError> {
             }
             _ = tokio::time::sleep_until(a.retry_at), if a.conn.is_none() => a.reconnect().await?,
         }
+    }
+}
+
+/// The line `attach` starts with: what it is attached to, and how to use
+/// it (a first-time user has nothing else to go by).
+fn banner(r: &ResumeResult, styled: bool) -> String {
+    let s = &r.session;
+    let title = if s.title.is_empty() {
+        "(untitled)".to_string()
+    } else {
+        format!("{:?}", clip(&s.title, 60))
+    };
+    let text = format!(
+        "attached to {} {title} ({}, seq {}): type a prompt and press Enter to send it; \
+         Ctrl-C interrupts the running turn, or quits when none runs",
+        s.session_id,
+        s.status.as_str(),
+        r.latest_seq
+    );
+    bracket(&text, styled)
+}
+
+/// "1 missed event", "3 missed events".
+fn missed_events(n: usize) -> String {
+    if n == 1 {
+        "1 missed event".to_string()
+    } else {
+        format!("{n} missed events")
     }
 }
 
@@ -238,7 +271,7 @@ impl Attach {
             .view
             .replay(&events, &r)
             .map_err(ClientError::io("stdout"))?;
-        eprintln!("[reconnected, {missed} missed events]");
+        eprintln!("[reconnected, {}]", missed_events(missed));
         while let Some(line) = self.unsent.pop_front() {
             self.submit(line).await;
             if self.conn.is_none() {

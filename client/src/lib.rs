@@ -1,4 +1,4 @@
-//! The terminal client: `tether new | sessions | send | attach`.
+//! The terminal client: `tether new | sessions | send | attach | hosts`.
 //!
 //! These commands are ordinary protocol clients living in the same binary as
 //! the gateway, so that a shell (or a script) can drive a session without
@@ -14,7 +14,9 @@
 
 mod attach;
 mod conn;
+mod hosts;
 mod new;
+mod outcome;
 mod send;
 mod sessions;
 mod view;
@@ -40,6 +42,9 @@ pub enum ClientCommand {
     /// Follow a session: print its transcript, stream live events, and
     /// submit each line of stdin as a prompt.
     Attach(attach::AttachArgs),
+    /// List this gateway's compute hosts (`--pids`: only their pids, for
+    /// `kill -9 $(tether hosts --pids)`).
+    Hosts(hosts::HostsArgs),
 }
 
 /// How to reach the gateway; shared by every client command.
@@ -91,6 +96,7 @@ pub fn main(cmd: ClientCommand) -> ExitCode {
         ClientCommand::Sessions(_) => "sessions",
         ClientCommand::Send(_) => "send",
         ClientCommand::Attach(_) => "attach",
+        ClientCommand::Hosts(_) => "hosts",
     };
     // One thread is plenty for one connection; the stdin reader of `attach`
     // has its own.
@@ -110,6 +116,7 @@ pub fn main(cmd: ClientCommand) -> ExitCode {
             ClientCommand::Sessions(args) => sessions::run(args).await,
             ClientCommand::Send(args) => send::run(args).await,
             ClientCommand::Attach(args) => attach::run(args).await,
+            ClientCommand::Hosts(args) => hosts::run(args).await,
         }
     });
     // Do not wait for tasks still blocked on stdin or the socket.

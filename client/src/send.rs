@@ -15,6 +15,7 @@ use tether_protocol::{ResumeResult, SubmitResult};
 use tokio::signal::unix::{signal, SignalKind};
 
 use super::conn::{ClientError, Conn, Event, Incoming};
+use super::outcome;
 use super::view::{bracket, styled, summary, TurnText};
 use super::{exit, Target, EXIT_HELP};
 
@@ -159,21 +160,14 @@ impl Turn {
     }
 
     /// The exit status for the turn's `message.complete`, explaining a
-    /// failure on stderr.
+    /// failure on stderr in the words `attach` uses for it.
     fn verdict(&self, e: &Event) -> u8 {
-        match e.payload["status"].as_str() {
-            Some("complete") => exit::OK,
-            Some("interrupted") => {
-                eprintln!("tether send: the turn was interrupted");
-                exit::FAILED
-            }
-            _ => {
-                let why = self
-                    .error
-                    .clone()
-                    .or_else(|| e.payload["failure_reason"].as_str().map(str::to_string))
-                    .unwrap_or_else(|| "unknown error".into());
-                eprintln!("tether send: the turn failed: {why}");
+        let status = e.payload["status"].as_str().unwrap_or("error");
+        let reason = e.payload["failure_reason"].as_str();
+        match outcome::line(status, reason, self.error.as_deref()) {
+            None => exit::OK,
+            Some(ending) => {
+                eprintln!("tether send: {ending}");
                 exit::FAILED
             }
         }

@@ -16,6 +16,7 @@ use serde_json::Value;
 use tether_protocol::{Message, MessageRole, ResumeResult};
 
 use super::conn::Event;
+use super::outcome;
 
 /// How much of one turn's assistant text is already printed.
 #[derive(Debug, Default)]
@@ -125,14 +126,7 @@ pub fn summary(e: &Event) -> Option<String> {
         "session.compacted" => Some(format!("compacted: {}", clip(&text("summary"), 200))),
         "session.closed" => Some(format!("session closed ({})", text("reason"))),
         "error" => Some(format!("error: {}", text("message"))),
-        "message.complete" => match p["status"].as_str() {
-            Some("interrupted") if p["failure_reason"] == "dequeued" => {
-                Some("dropped from the queue".into())
-            }
-            Some("interrupted") => Some("interrupted".into()),
-            // The turn's `error` event, just before, said why.
-            _ => None,
-        },
+        // How a turn ended is `outcome::line`, with the turn's error.
         _ => None,
     }
 }
@@ -150,6 +144,9 @@ pub struct View {
     open: HashSet<String>,
     /// Completed turns: late deltas of these are ignored.
     done: HashSet<String>,
+    /// The `error` event's message of a turn not complete yet: it is told
+    /// with the turn's ending, on one line.
+    errors: HashMap<String, String>,
     /// The cursor is not at the start of a line.
     mid_line: bool,
     /// `session.closed` was shown.
@@ -165,6 +162,7 @@ impl View {
             texts: HashMap::new(),
             open: HashSet::new(),
             done: HashSet::new(),
+            errors: HashMap::new(),
             mid_line: false,
             closed: false,
         }
@@ -185,14 +183,28 @@ impl View {
 
     /// Prints the transcript messages after the watermark and the running
     /// turn's text so far, then moves the watermark to the resume's cut.
-    /// Used for the first attach and after a `resync`.
+    /// Used after a `resync` or a new epoch.
     pub fn transcript(&mut self, r: &ResumeResult) -> std::io::Result<()> {
+        self.history(r)?;
+        self.running(r)
+    }
+
+    /// The transcript messages after the watermark (each turn that did not
+    /// complete with its ending), moving the watermark to the resume's
+    /// cut; the running turn's text is [`View::running`]'s.
+    pub fn history(&mut self, r: &ResumeResult) -> std::io::Result<()> {
         let mut out = String::new();
         let since = self.watermark;
         for m in r.messages.iter().flatten().filter(|m| m.seq > since) {
             self.message(m, &mut out);
         }
         self.watermark = self.watermark.max(r.latest_seq);
+        self.emit(&out)
+    }
+
+    /// The running turn's text so far, if a turn runs.
+    pub fn running(&mut self, r: &ResumeResult) -> std::io::Result<()> {
+        let mut out = String::new();
         self.active_turn(r, &mut out);
         self.emit(&out)
     }
@@ -247,6 +259,16 @@ impl View {
                 let rest = tt.rest(&m.text).to_string();
                 self.text(out, &rest);
                 self.end_line(out);
+                if let Some(status) = m.status {
+                    let ending = outcome::line(
+                        status.as_str(),
+                        m.failure_reason.as_deref(),
+                        m.error.as_deref(),
+                    );
+                    if let Some(ending) = ending {
+                        self.line(out, &bracket(&ending, self.styled));
+                    }
+                }
                 if let Some(t) = turn {
                     self.complete(&t);
                 }
@@ -319,10 +341,23 @@ impl View {
                     .to_string();
                 self.text(out, &rest);
                 self.end_line(out);
-                if let Some(s) = summary(e) {
-                    self.line(out, &bracket(&s, self.styled));
+                let error = self.errors.remove(&turn);
+                let ending = outcome::line(
+                    e.payload["status"].as_str().unwrap_or("complete"),
+                    e.payload["failure_reason"].as_str(),
+                    error.as_deref(),
+                );
+                if let Some(ending) = ending {
+                    self.line(out, &bracket(&ending, self.styled));
                 }
                 self.complete(&turn);
+            }
+            // A turn's error is always followed by its `message.complete`
+            // (PROTOCOL Part 4, "A failed turn"): told there, with the
+            // reason, instead of twice.
+            "error" if e.turn_id.is_some() && !self.done.contains(&turn) => {
+                let message = e.payload["message"].as_str().unwrap_or_default();
+                self.errors.insert(turn, message.to_string());
             }
             "session.closed" => {
                 self.closed = true;
@@ -339,6 +374,7 @@ impl View {
     }
 
     fn complete(&mut self, turn: &str) {
+        self.errors.remove(turn);
         self.texts.remove(turn);
         self.open.remove(turn);
         self.done.insert(turn.to_string());

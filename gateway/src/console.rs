@@ -4,7 +4,11 @@
 //!
 //! Its files are embedded with `include_str!`: nothing to build, nothing to
 //! find on disk at run time, and the page always matches the binary that
-//! serves it. They hold no data (everything comes over `/ws`), which is why
+//! serves it. Its connection is the JavaScript client library's
+//! (`clients/typescript/src`, served under `/console/tether-client/`), so
+//! reconnects and the exactly-once rules live in one implementation.
+//!
+//! They hold no data (everything comes over `/ws`), which is why
 //! they are served without a token (`crate::auth` lets these paths through)
 //! while the socket they open needs one.
 //!
@@ -24,11 +28,35 @@ use crate::server::AppState;
 
 const INDEX_HTML: &str = include_str!("console/index.html");
 const CONSOLE_JS: &str = include_str!("console/console.js");
-const CONNECTION_JS: &str = include_str!("console/connection.js");
 const SESSION_VIEW_JS: &str = include_str!("console/session_view.js");
 const TRANSCRIPT_JS: &str = include_str!("console/transcript.js");
 const CONSOLE_CSS: &str = include_str!("console/console.css");
 const ICON_SVG: &str = include_str!("console/icon.svg");
+
+/// One module of tether-client, as `(file name, source)`.
+macro_rules! client_module {
+    ($name:literal) => {
+        (
+            $name,
+            include_str!(concat!("../../clients/typescript/src/", $name)),
+        )
+    };
+}
+
+/// tether-client's modules (clients/typescript/src), which import each
+/// other by relative path, hence one directory of their own.
+const CLIENT_LIBRARY: &[(&str, &str)] = &[
+    client_module!("index.js"),
+    client_module!("gateway.js"),
+    client_module!("session.js"),
+    client_module!("stream.js"),
+    client_module!("turn.js"),
+    client_module!("text.js"),
+    client_module!("transport.js"),
+    client_module!("backoff.js"),
+    client_module!("emitter.js"),
+    client_module!("errors.js"),
+];
 
 /// Same-origin only. `connect-src 'self'` covers `ws://` to the page's own
 /// host and port (CSP Level 3).
@@ -46,6 +74,7 @@ pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/", get(index))
         .route("/console/{file}", get(asset))
+        .route("/console/tether-client/{file}", get(client_library))
 }
 
 async fn index() -> Response {
@@ -57,12 +86,18 @@ const JS: &str = "text/javascript; charset=utf-8";
 async fn asset(Path(name): Path<String>) -> Response {
     match name.as_str() {
         "console.js" => file(CONSOLE_JS, JS),
-        "connection.js" => file(CONNECTION_JS, JS),
         "session_view.js" => file(SESSION_VIEW_JS, JS),
         "transcript.js" => file(TRANSCRIPT_JS, JS),
         "console.css" => file(CONSOLE_CSS, "text/css; charset=utf-8"),
         "icon.svg" => file(ICON_SVG, "image/svg+xml"),
         _ => status_text(StatusCode::NOT_FOUND, "not found"),
+    }
+}
+
+async fn client_library(Path(name): Path<String>) -> Response {
+    match CLIENT_LIBRARY.iter().find(|(n, _)| *n == name) {
+        Some((_, body)) => file(body, JS),
+        None => status_text(StatusCode::NOT_FOUND, "not found"),
     }
 }
 
@@ -94,7 +129,12 @@ mod tests {
 
     #[test]
     fn only_the_console_paths_skip_the_token() {
-        for ok in ["/", "/console/console.js", "/console/x"] {
+        for ok in [
+            "/",
+            "/console/console.js",
+            "/console/x",
+            "/console/tether-client/index.js",
+        ] {
             assert!(is_console_path(ok), "{ok}");
         }
         for no in ["/ws", "/rpc", "/console", "/v1/sessions/x/events", "//"] {

@@ -91,6 +91,7 @@ pub async fn post_rpc(
         profile: caller.profile,
         fixed: caller.fixed,
         can_attach: false,
+        transport: tether_protocol::PeerTransport::Http,
     };
     let (peer, mut rx) = match tether_actors::spawn_peer(&app.ctx, identity).await {
         Ok(p) => p,

@@ -131,9 +131,10 @@ async fn readyz(State(app): State<AppState>) -> Response {
 /// messages; agent events are small and there may be tens of thousands of
 /// idle sockets, so start small and let the buffers grow on demand.
 /// tungstenite zero-fills its read chunk up front, so the read size is
-/// resident for every idle peer: 4 KiB holds any client request (they are
-/// a few hundred bytes) and a larger frame is just read in more chunks.
-const READ_BUFFER: usize = 4 * 1024;
+/// resident for every idle peer: 2 KiB holds any usual client request
+/// (they are a few hundred bytes) and a larger frame is just read in more
+/// chunks (a 64 KiB prompt in 32 reads).
+const READ_BUFFER: usize = 2 * 1024;
 const WRITE_BUFFER: usize = 16 * 1024;
 
 async fn ws_upgrade(

@@ -22,6 +22,15 @@
 //!   comment `: resync` and goes on live: the client rebuilds its view with
 //!   `session.resume` over `POST /rpc`. A `: keep-alive` comment goes out
 //!   every 15 s.
+//! - **Batches.** What the peer's outbox has ready is written as one body
+//!   chunk (one `write` on the socket), never one chunk per event; an event
+//!   queued into an empty outbox is a chunk of one, at once.
+//! - **Budget.** `?max_delay_ms=N` is the resume's `delivery.max_delay_ms`
+//!   (deltas merged under a latency budget; over 1000 is 400).
+//! - **Mid-turn.** When the stream starts while a turn runs, one
+//!   `message.delta` at offset 0 carrying the turn's text so far follows the
+//!   replay (SSE has no `active_turn`), so the deltas after it apply by
+//!   their offset.
 //! - **End.** The stream ends after `session.closed` (nothing can follow
 //!   it; a reconnecting `EventSource` then gets 404 and stops), when the
 //!   peer is closed as a slow consumer (the client reconnects with
@@ -31,10 +40,12 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
+use axum::body::Body;
 use axum::extract::{ConnectInfo, Path, Query, State};
+use axum::http::header;
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
 use futures::StreamExt;
 use ractor::ActorRef;
 use serde::Deserialize;
@@ -42,6 +53,10 @@ use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use tether_actors::metrics::Transport;
 use tether_actors::{Identity, Outbound, OutboxReceiver, PeerMsg};
+use tether_protocol::{
+    encode_event_params, format_ts, now_ms, to_raw, DeltaPayload, EventParams, EventType,
+    SessionId, TraceId, TurnId,
+};
 use tokio::sync::watch;
 use tracing::warn;
 
@@ -59,6 +74,7 @@ const RESUME_ID: &str = "sse-resume";
 pub struct EventsQuery {
     profile: Option<String>,
     last_seen: Option<String>,
+    max_delay_ms: Option<String>,
 }
 
 /// Stops the peer when the response stream is dropped (client gone).
@@ -94,6 +110,16 @@ pub async fn session_events(
             }
         },
     };
+    let max_delay_ms = match query.max_delay_ms.as_deref().map(str::parse::<u32>) {
+        None => None,
+        Some(Ok(n)) => Some(n),
+        Some(Err(_)) => {
+            return status_text(
+                StatusCode::BAD_REQUEST,
+                "max_delay_ms must be a non-negative integer",
+            )
+        }
+    };
     let caller = crate::auth::caller_of(caller);
     // A token fixes the profile; naming another one finds nothing (404),
     // exactly as an unknown session.
@@ -118,6 +144,9 @@ pub async fn session_events(
     if let Some(n) = last_seen {
         params["last_seen"] = json!(n);
     }
+    if let Some(ms) = max_delay_ms {
+        params["delivery"] = json!({ "max_delay_ms": ms });
+    }
     let request =
         json!({"jsonrpc": "2.0", "id": RESUME_ID, "method": "session.resume", "params": params});
 
@@ -125,6 +154,7 @@ pub async fn session_events(
         profile: caller.profile,
         fixed: caller.fixed,
         can_attach: true,
+        transport: tether_protocol::PeerTransport::Sse,
     };
     let (peer, mut rx) = match tether_actors::spawn_peer(&app.ctx, identity).await {
         Ok(p) => p,
@@ -160,29 +190,66 @@ pub async fn session_events(
         return status_text(status, message);
     }
     let result = &reply["result"];
-    let mut first: Vec<Event> = Vec::new();
+    let mut first = String::new();
     if result["resync"] == true {
-        first.push(Event::default().comment("resync"));
+        first.push_str(": resync\n\n");
     }
     if let Some(events) = result["events"].as_array() {
         for params in events {
             let kind = params["type"].as_str().unwrap_or("event");
-            first.push(event(kind, params["seq"].as_u64(), &params.to_string()));
+            write_event(
+                &mut first,
+                kind,
+                params["seq"].as_u64(),
+                &params.to_string(),
+            );
         }
+    }
+    if let Some(text) = mid_turn_delta(&session_id, &result["active_turn"]) {
+        write_event(&mut first, "message.delta", None, &text);
     }
     let live = Live {
         rx,
+        batch: Vec::new(),
         shutdown: app.shutdown.clone(),
         done: false,
         closing: false,
         _guard: guard,
         _open: app.ctx.metrics.open_connection(Transport::Sse),
     };
-    let stream = futures::stream::iter(first.into_iter().map(Ok::<Event, Infallible>))
-        .chain(futures::stream::unfold(live, next_live));
-    Sse::new(stream)
-        .keep_alive(KeepAlive::new().interval(KEEP_ALIVE).text("keep-alive"))
+    let first = (!first.is_empty()).then(|| Ok::<Bytes, Infallible>(Bytes::from(first)));
+    let stream = futures::stream::iter(first).chain(futures::stream::unfold(live, next_live));
+    (
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        Body::from_stream(stream),
+    )
         .into_response()
+}
+
+/// The `message.delta` params that give a stream joining mid-turn the
+/// turn's text so far, at offset 0; `None` when no turn runs. The deltas
+/// queued behind the resume continue from there (one that repeats text
+/// already in it carries it at the same offset, which changes nothing).
+fn mid_turn_delta(session_id: &str, active: &Value) -> Option<String> {
+    let turn_id = TurnId::from(active.get("turn_id")?.as_str()?);
+    let trace_id = TraceId::from(active.get("trace_id")?.as_str()?);
+    let text = active.get("text")?.as_str()?.to_owned();
+    let session_id = SessionId::from(session_id);
+    let payload = to_raw(&DeltaPayload { text, offset: 0 });
+    let ts = format_ts(now_ms());
+    let params = encode_event_params(&EventParams {
+        kind: EventType::MessageDelta,
+        session_id: Some(&session_id),
+        seq: None,
+        turn_id: Some(&turn_id),
+        trace_id: Some(&trace_id),
+        ts: &ts,
+        payload: &payload,
+    });
+    Some(params.get().to_owned())
 }
 
 /// Skips `gateway.ready` (and anything else before it) up to the resume's
@@ -203,6 +270,8 @@ async fn resume_reply(rx: &mut OutboxReceiver) -> Option<Value> {
 
 struct Live {
     rx: OutboxReceiver,
+    /// Reused for each batch the outbox hands over.
+    batch: Vec<Outbound>,
     shutdown: watch::Receiver<bool>,
     /// Set after `session.closed`: the next poll ends the stream.
     done: bool,
@@ -228,47 +297,92 @@ struct Head<'a> {
     seq: Option<u64>,
 }
 
-async fn next_live(mut st: Live) -> Option<(Result<Event, Infallible>, Live)> {
+/// What the live stream woke up for.
+enum Woke {
+    Ready(bool),
+    Drain,
+    Quiet,
+}
+
+/// The next body chunk: every event the outbox had ready, encoded into
+/// one buffer (one `write`), or a keep-alive comment after a quiet
+/// [`KEEP_ALIVE`]; `None` ends the stream.
+async fn next_live(mut st: Live) -> Option<(Result<Bytes, Infallible>, Live)> {
     if st.done {
         return None;
     }
     loop {
-        let item = if st.closing {
+        let more = if st.closing {
             // Draining: what is queued (the endings of the turns the drain
             // just wrote) still goes out, then the stream ends.
-            st.rx.try_recv()
+            if let Some(item) = st.rx.try_recv() {
+                st.batch.push(item);
+            }
+            !st.batch.is_empty()
         } else {
-            tokio::select! {
-                item = st.rx.recv() => item,
-                _ = st.shutdown.wait_for(|s| *s) => {
+            let woke = tokio::select! {
+                more = st.rx.recv_batch(&mut st.batch) => Woke::Ready(more),
+                _ = st.shutdown.wait_for(|s| *s) => Woke::Drain,
+                () = tokio::time::sleep(KEEP_ALIVE) => Woke::Quiet,
+            };
+            match woke {
+                Woke::Ready(more) => more,
+                Woke::Drain => {
                     st.closing = true;
                     continue;
                 }
+                Woke::Quiet => return Some((Ok(Bytes::from_static(b": keep-alive\n\n")), st)),
             }
         };
-        let Outbound::Frame(bytes) = item? else {
-            // Slow consumer: end; the client resumes from its watermark.
+        if !more {
             return None;
-        };
-        let Ok(frame) = serde_json::from_slice::<Frame>(&bytes) else {
+        }
+        let mut chunk = String::new();
+        for item in st.batch.drain(..) {
+            // A close (slow consumer) ends the stream after what came
+            // before it: the client resumes from its watermark.
+            let Outbound::Frame(bytes) = item else {
+                st.done = true;
+                break;
+            };
+            if st.done {
+                break;
+            }
+            st.done = encode_frame(&mut chunk, &bytes);
+        }
+        if chunk.is_empty() {
+            if st.done {
+                return None;
+            }
             continue;
-        };
-        let (Some("event"), Some(params)) = (frame.method, frame.params) else {
-            continue;
-        };
-        let Ok(head) = serde_json::from_str::<Head>(params.get()) else {
-            continue;
-        };
-        st.done = head.kind == "session.closed";
-        let ev = event(head.kind, head.seq, params.get());
-        return Some((Ok(ev), st));
+        }
+        return Some((Ok(Bytes::from(chunk)), st));
     }
 }
 
-fn event(kind: &str, seq: Option<u64>, data: &str) -> Event {
-    let mut ev = Event::default();
+/// Appends the SSE form of one outbox frame (an event notification; any
+/// other frame is skipped); whether it was `session.closed`, after which
+/// nothing can follow.
+fn encode_frame(chunk: &mut String, bytes: &[u8]) -> bool {
+    let Ok(frame) = serde_json::from_slice::<Frame>(bytes) else {
+        return false;
+    };
+    let (Some("event"), Some(params)) = (frame.method, frame.params) else {
+        return false;
+    };
+    let Ok(head) = serde_json::from_str::<Head>(params.get()) else {
+        return false;
+    };
+    write_event(chunk, head.kind, head.seq, params.get());
+    head.kind == "session.closed"
+}
+
+/// `id: SEQ` (durable events only), `event: TYPE`, `data: PARAMS`, as
+/// axum's `Event` writes them; the params are one line of JSON.
+fn write_event(out: &mut String, kind: &str, seq: Option<u64>, data: &str) {
+    use std::fmt::Write;
     if let Some(seq) = seq {
-        ev = ev.id(seq.to_string());
+        let _ = writeln!(out, "id: {seq}");
     }
-    ev.event(kind).data(data)
+    let _ = write!(out, "event: {kind}\ndata: {data}\n\n");
 }

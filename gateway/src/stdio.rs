@@ -24,17 +24,36 @@ pub async fn serve_stdio(
         profile: "default".into(),
         fixed: false,
         can_attach: true,
+        transport: tether_protocol::PeerTransport::Stdio,
     };
     let (peer, mut rx) = tether_actors::spawn_peer(ctx, identity).await?;
+    // One `write` per batch: every frame that was ready, one per line,
+    // copied into one buffer (tokio's stdout hands each write to a
+    // blocking thread, so fewer writes is fewer hops too).
     let writer = tokio::spawn(async move {
         let mut out = tokio::io::stdout();
-        while let Some(item) = rx.recv().await {
-            let Outbound::Frame(bytes) = item else { break };
-            if out.write_all(&bytes).await.is_err() || out.write_all(b"\n").await.is_err() {
-                break;
+        let mut batch = Vec::new();
+        let mut buf = Vec::new();
+        'write: while rx.recv_batch(&mut batch).await {
+            let mut closing = false;
+            for item in batch.drain(..) {
+                match item {
+                    Outbound::Frame(bytes) if !closing => {
+                        buf.extend_from_slice(&bytes);
+                        buf.push(b'\n');
+                    }
+                    _ => closing = true,
+                }
             }
-            // Flush only when nothing else is ready: one write per burst.
-            if rx.is_empty() && out.flush().await.is_err() {
+            if out.write_all(&buf).await.is_err() || out.flush().await.is_err() {
+                break 'write;
+            }
+            buf.clear();
+            // One huge frame (a `/big` reply) must not stay resident.
+            if buf.capacity() > 1 << 20 {
+                buf = Vec::new();
+            }
+            if closing {
                 break;
             }
         }

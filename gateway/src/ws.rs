@@ -42,6 +42,7 @@ pub async fn serve_socket(
         profile: caller.profile,
         fixed: caller.fixed,
         can_attach: true,
+        transport: tether_protocol::PeerTransport::WebSocket,
     };
     let (peer, rx) = match tether_actors::spawn_peer(&app.ctx, identity).await {
         Ok(p) => p,
@@ -165,9 +166,16 @@ fn close_code_for(e: &axum::Error) -> Option<(u16, &'static str)> {
 }
 
 /// Drains the outbox into the socket until a close is written, the client
-/// closes, or the socket fails. Every way out ends with `sink.close()`: it
-/// sends the echo tungstenite queued for a client's Close (a `Close`
-/// message sent after that one is refused) and otherwise flushes ours.
+/// closes, or the socket fails. Each batch the outbox hands over (whatever
+/// was ready, up to `WRITE_BATCH_BYTES`) is fed frame by frame into
+/// tungstenite's write buffer and flushed once: one `write` per batch
+/// while it fits the buffer, however many frames it holds, and each frame
+/// stays a text frame of its own (never a JSON array). Nothing waits for a
+/// batch to fill: a frame queued into an empty outbox is a batch of one.
+///
+/// Every way out ends with `sink.close()`: it sends the echo tungstenite
+/// queued for a client's Close (a `Close` message sent after that one is
+/// refused) and otherwise flushes ours.
 async fn write_loop(
     mut sink: futures::stream::SplitSink<WebSocket, Message>,
     mut rx: OutboxReceiver,
@@ -175,9 +183,10 @@ async fn write_loop(
     mut client_closed: oneshot::Receiver<()>,
 ) {
     let mut closed_gone = false;
+    let mut batch = Vec::new();
     loop {
-        let item = tokio::select! {
-            item = rx.recv() => item,
+        let more = tokio::select! {
+            more = rx.recv_batch(&mut batch) => more,
             Some(()) = pings.recv() => {
                 if sink.send(Message::Ping(bytes::Bytes::new())).await.is_err() {
                     break;
@@ -193,34 +202,26 @@ async fn write_loop(
                 continue;
             }
         };
-        let Some(item) = item else { break };
+        if !more {
+            break;
+        }
         let mut close = None;
-        match item {
-            Outbound::Frame(bytes) => {
-                if feed(&mut sink, bytes).await.is_err() {
-                    break;
+        let mut failed = false;
+        for item in batch.drain(..) {
+            match item {
+                Outbound::Frame(bytes) if !failed && close.is_none() => {
+                    failed = feed(&mut sink, bytes).await.is_err();
                 }
-                // Write whatever else is ready, then flush once.
-                let mut failed = false;
-                while let Some(next) = rx.try_recv() {
-                    match next {
-                        Outbound::Frame(bytes) => {
-                            if feed(&mut sink, bytes).await.is_err() {
-                                failed = true;
-                                break;
-                            }
-                        }
-                        Outbound::Close { code, reason } => {
-                            close = Some((code, reason));
-                            break;
-                        }
-                    }
+                Outbound::Close { code, reason } if close.is_none() => {
+                    close = Some((code, reason));
                 }
-                if failed || sink.flush().await.is_err() {
-                    break;
-                }
+                // Nothing follows a close (the outbox queues none) or a
+                // failed write.
+                _ => {}
             }
-            Outbound::Close { code, reason } => close = Some((code, reason)),
+        }
+        if failed || sink.flush().await.is_err() {
+            break;
         }
         if let Some((code, reason)) = close {
             let _ = sink

@@ -51,11 +51,20 @@ impl EventType {
         )
     }
 
+    /// What a transcript is read from: its own events
+    /// ([`EventType::is_transcript`]) and `error`, whose message a failed
+    /// turn's entry carries (`Message.error`). The store reads a segment by
+    /// it and a branch copies by it, so both see a turn's error.
+    pub fn feeds_transcript(&self) -> bool {
+        self.is_transcript() || *self == EventType::Error
+    }
+
     /// Transcript events: what a resume's `messages` and a turn's history are
     /// derived from (`message.user`, `message.system`, `message.complete`,
     /// `tool.complete`, and `session.compacted`, whose summary opens a new
-    /// history segment). The one list: the store reads a segment by it, the
-    /// session counts and keeps messages by it, a branch copies by it.
+    /// history segment). The one list: the session counts and keeps
+    /// messages by it ([`EventType::feeds_transcript`] adds what they are
+    /// read with).
     pub fn is_transcript(&self) -> bool {
         matches!(
             self,

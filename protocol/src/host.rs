@@ -226,7 +226,30 @@ pub trait HostLine: DeserializeOwned {
     }
 }
 
-impl HostLine for ToHost {}
+impl HostLine for ToHost {
+    /// `turn.start` carries the session's whole history, so it is read
+    /// straight into [`TurnStart`]: serde's internally tagged enum would first
+    /// buffer every key and value of it, the largest line a host reads, a
+    /// second time.
+    fn decode(line: &str) -> Result<Self, serde_json::Error> {
+        if !tag_is(line, "turn.start") {
+            return serde_json::from_str(line);
+        }
+        // The struct ignores the `type` key it does not name.
+        Ok(ToHost::TurnStart(serde_json::from_str(line)?))
+    }
+}
+
+/// Whether `line` is an object whose `type` is `kind` (a scan that
+/// allocates nothing unless the tag has escapes).
+fn tag_is(line: &str, kind: &str) -> bool {
+    #[derive(Deserialize)]
+    struct Tag<'a> {
+        #[serde(rename = "type", borrow)]
+        kind: Cow<'a, str>,
+    }
+    serde_json::from_str::<Tag>(line).is_ok_and(|t| t.kind == kind)
+}
 
 impl HostLine for FromHost {
     /// `event` frames, nearly every line a busy host writes, are read
@@ -235,11 +258,6 @@ impl HostLine for FromHost {
     /// and value allocated), then build the payload as a [`Value`]. Finding
     /// the tag first costs a scan that allocates nothing.
     fn decode(line: &str) -> Result<Self, serde_json::Error> {
-        #[derive(Deserialize)]
-        struct Tag<'a> {
-            #[serde(rename = "type", borrow)]
-            kind: Cow<'a, str>,
-        }
         #[derive(Deserialize)]
         struct EventFrame {
             turn_id: TurnId,
@@ -251,8 +269,7 @@ impl HostLine for FromHost {
             kind: String,
             payload: Option<Box<RawValue>>,
         }
-        let is_event = serde_json::from_str::<Tag>(line).is_ok_and(|t| t.kind == "event");
-        if !is_event {
+        if !tag_is(line, "event") {
             return serde_json::from_str(line);
         }
         let frame: EventFrame = serde_json::from_str(line)?;

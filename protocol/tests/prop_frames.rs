@@ -335,6 +335,7 @@ fn request() -> impl Strategy<Value = Request> {
                 messages,
                 engine,
                 follow_profile_config: follow,
+                delivery: None,
             })
         });
     let resume = (
@@ -351,6 +352,7 @@ fn request() -> impl Strategy<Value = Request> {
                 last_seen,
                 omit_messages,
                 attach,
+                delivery: None,
             })
         });
     let detach = (session_id(), opt_text()).prop_map(|(session_id, profile)| {
@@ -1075,14 +1077,22 @@ fn message() -> impl Strategy<Value = Message> {
         text(),
         option::of(turn_id()),
         text(),
+        option::of(proptest::sample::select(CompleteStatus::ALL)),
+        option::of(text()),
+        option::of(text()),
     )
-        .prop_map(|(seq, role, text, turn_id, ts)| Message {
-            seq,
-            role,
-            text,
-            turn_id,
-            ts,
-        })
+        .prop_map(
+            |(seq, role, text, turn_id, ts, status, failure_reason, error)| Message {
+                seq,
+                role,
+                text,
+                turn_id,
+                ts,
+                status,
+                failure_reason,
+                error,
+            },
+        )
 }
 
 fn from_host() -> impl Strategy<Value = FromHost> {

@@ -1,5 +1,5 @@
-//! The dialect-neutral store API. SQLite implements it today; PostgreSQL will implement the same
-//! traits, so nothing outside `sqlite/` may depend on SQL specifics.
+//! The dialect-neutral store API, implemented by SQLite (`sqlite/`) and PostgreSQL
+//! (`postgres/`); nothing outside those two may depend on SQL specifics.
 
 use std::sync::Arc;
 
@@ -96,8 +96,9 @@ pub trait StoreRead: Send + Sync {
     ) -> Result<Vec<EventRow>, StoreError>;
 
     /// The transcript events of the current history segment: the latest `session.compacted`
-    /// event (if any) and every later event whose type is a transcript type
-    /// ([`EventType::is_transcript`](tether_protocol::EventType::is_transcript)); ascending seq.
+    /// event (if any) and every later event whose type feeds the transcript
+    /// ([`EventType::feeds_transcript`](tether_protocol::EventType::feeds_transcript): the
+    /// transcript types and `error`); ascending seq.
     async fn segment_events(&self, session_id: &SessionId) -> Result<Vec<EventRow>, StoreError>;
 
     /// The latest `todo.updated` event of a session, if any.

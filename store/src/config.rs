@@ -55,3 +55,35 @@ impl StoreConfig {
         }
     }
 }
+
+/// Settings of a PostgreSQL store (`--database-url postgres://…`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PostgresConfig {
+    /// `postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?…]` (libpq's URL form, as sqlx parses it).
+    pub url: String,
+    /// How long opening retries a server that cannot be reached before giving up.
+    pub connect_timeout: Duration,
+    /// Size of the read pool (the handoff queue has a pool of its own, of two).
+    pub read_connections: u32,
+    /// A write statement running longer is treated as a lost connection (and the server is
+    /// told to cancel it): a half-open TCP connection must not hang the writer forever.
+    pub statement_timeout: Duration,
+    /// How long the writer waits for the server to come back when the answer to a batch was
+    /// lost, to tell whether it committed, before it answers 5072 (`postgres/writer.rs`).
+    /// Meanwhile writes wait; after it they are answered 5072 at once.
+    pub in_doubt_wait: Duration,
+}
+
+impl PostgresConfig {
+    /// The defaults for `url`: 30 s connect timeout, 4 read connections, 10 s statements, 5 s
+    /// for a commit in doubt.
+    pub fn new(url: impl Into<String>) -> Self {
+        PostgresConfig {
+            url: url.into(),
+            connect_timeout: Duration::from_secs(30),
+            read_connections: 4,
+            statement_timeout: Duration::from_secs(10),
+            in_doubt_wait: Duration::from_secs(5),
+        }
+    }
+}

@@ -1,4 +1,4 @@
-//! tether persistence: the Store API and its SQLite implementation.
+//! tether persistence: the Store API and its SQLite and PostgreSQL implementations.
 //!
 //! The store knows nothing of actors. It offers two halves:
 //!
@@ -10,9 +10,9 @@
 //! Beside them, [`HandoffStore`]: the handoff work queue, whose transitions are single-statement
 //! compare-and-sets on a connection of their own (why: `sqlite/handoffs.rs`).
 //!
-//! The traits are dialect-neutral: SQLite ([`open_sqlite`]) is the embedded default, and a
-//! PostgreSQL implementation will sit behind the same traits. A gateway opens its store with
-//! [`open`], the one place that picks the backend. SQL lives only in `sqlite/`.
+//! The traits are dialect-neutral: SQLite ([`open_sqlite`]) is the embedded default, PostgreSQL
+//! ([`open_postgres`]) sits behind the same traits. A gateway opens its store with [`open`], the
+//! one place that picks the backend. SQL lives only in `sqlite/` and `postgres/`.
 //!
 //! Errors are [`StoreError`]s whose [`code`](StoreError::code) is the wire code (5070/5071/5072).
 #![forbid(unsafe_code)]
@@ -21,6 +21,7 @@
 mod api;
 #[cfg(feature = "cli")]
 mod cli;
+mod columns;
 mod config;
 mod cursor;
 mod error;
@@ -28,11 +29,13 @@ mod handoff;
 mod lock;
 mod model;
 mod open;
+mod open_error;
+mod postgres;
 mod rules;
 mod sqlite;
 
 pub use api::{Opened, StoreRead, StoreWrite};
-pub use config::{StoreConfig, Synchronous};
+pub use config::{PostgresConfig, StoreConfig, Synchronous};
 pub use cursor::list_cursor_after;
 pub use error::StoreError;
 pub use handoff::{
@@ -41,11 +44,10 @@ pub use handoff::{
 };
 pub use lock::{LockError, StoreLock, LOCK_FILE};
 pub use model::{EventRow, NewSession, SessionPatch, SessionRow, WriteOp};
-pub use open::{open, Store, WriterFactory};
+pub use open::{open, Backend, Store, WriterFactory};
+pub use open_error::{mask_url, OpenError};
+pub use postgres::{open_postgres, open_postgres_writer};
 pub use sqlite::{open_sqlite, open_sqlite_writer};
 
-/// Hooks for tests of this crate and of its users; not part of the supported API.
 #[doc(hidden)]
-pub mod testing {
-    pub use crate::sqlite::open_sqlite_writer_with_page_headroom;
-}
+pub mod testing;

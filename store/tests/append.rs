@@ -2,6 +2,8 @@
 
 mod common;
 
+use common::Backend;
+
 use tether_protocol::SessionStatus;
 use tether_store::{EventRow, SessionPatch, StoreError, WriteOp};
 
@@ -11,9 +13,8 @@ fn seqs(events: &[EventRow]) -> Vec<u64> {
     events.iter().map(|e| e.seq).collect()
 }
 
-#[tokio::test]
-async fn one_commit_appends_to_several_sessions() {
-    let (_dir, _cfg, mut store) = common::fresh().await;
+async fn one_commit_appends_to_several_sessions(b: Backend) {
+    let (_db, mut store) = common::fresh(b).await;
     common::commit_ok(
         &mut store,
         &[
@@ -64,9 +65,8 @@ async fn one_commit_appends_to_several_sessions() {
     );
 }
 
-#[tokio::test]
-async fn events_since_pages_exactly() {
-    let (_dir, _cfg, mut store) = common::fresh().await;
+async fn events_since_pages_exactly(b: Backend) {
+    let (_db, mut store) = common::fresh(b).await;
     // 300 events: more than one INSERT chunk.
     common::commit_ok(
         &mut store,
@@ -114,9 +114,8 @@ async fn events_since_pages_exactly() {
         .is_empty());
 }
 
-#[tokio::test]
-async fn a_bad_op_fails_alone() {
-    let (_dir, _cfg, mut store) = common::fresh().await;
+async fn a_bad_op_fails_alone(b: Backend) {
+    let (_db, mut store) = common::fresh(b).await;
     common::commit_ok(
         &mut store,
         &[
@@ -204,9 +203,8 @@ async fn a_bad_op_fails_alone() {
     );
 }
 
-#[tokio::test]
-async fn an_append_with_no_events_only_patches() {
-    let (_dir, _cfg, mut store) = common::fresh().await;
+async fn an_append_with_no_events_only_patches(b: Backend) {
+    let (_db, mut store) = common::fresh(b).await;
     common::commit_ok(&mut store, &[create("s_1", "default", 1, 0)]).await;
     common::commit_ok(&mut store, &[append("s_1", 2, 0, 4)]).await;
     let row = store
@@ -218,15 +216,13 @@ async fn an_append_with_no_events_only_patches() {
     assert_eq!((row.latest_seq, row.message_count), (1, 4));
 }
 
-#[tokio::test]
-async fn an_empty_batch_is_fine() {
-    let (_dir, _cfg, mut store) = common::fresh().await;
+async fn an_empty_batch_is_fine(b: Backend) {
+    let (_db, mut store) = common::fresh(b).await;
     assert!(store.writer.commit(vec![]).await.is_empty());
 }
 
-#[tokio::test]
-async fn a_cancelled_commit_leaves_the_writer_usable() {
-    let (_dir, _cfg, mut store) = common::fresh().await;
+async fn a_cancelled_commit_leaves_the_writer_usable(b: Backend) {
+    let (_db, mut store) = common::fresh(b).await;
     common::commit_ok(&mut store, &[create("s_1", "default", 1, 0)]).await;
     let big: Vec<WriteOp> = (0..50)
         .map(|i| append("s_1", 2 + i * 100, 100, 0))
@@ -247,3 +243,62 @@ async fn a_cancelled_commit_leaves_the_writer_usable() {
         .unwrap();
     assert_eq!(seqs(&events), (1..=latest + 3).collect::<Vec<_>>());
 }
+
+/// An op the database itself refuses (PostgreSQL's text cannot hold a NUL byte; SQLite's can)
+/// fails alone: the rest of its batch commits, and nothing of it is written.
+async fn an_op_the_database_refuses_fails_alone(b: Backend) {
+    let (db, mut store) = common::fresh(b).await;
+    common::commit_ok(
+        &mut store,
+        &[
+            create("s_a", "default", 1, 0),
+            create("s_b", "default", 2, 0),
+        ],
+    )
+    .await;
+    let mut bad = evs(2, 2);
+    bad[1].payload = "{\"text\":\"nul \u{0}\"}".to_string();
+    let results = store
+        .writer
+        .commit(vec![
+            append("s_a", 2, 2, 2),
+            WriteOp::Append {
+                session_id: sid("s_b"),
+                events: bad,
+                patch: SessionPatch::default(),
+            },
+            append("s_a", 4, 1, 3),
+            append("s_b", 2, 1, 1),
+        ])
+        .await;
+    assert_eq!(results[0], Ok(()));
+    assert_eq!(results[2], Ok(()));
+    let b_latest = if db.is_postgres() {
+        assert!(
+            matches!(results[1], Err(StoreError::Invalid(_))),
+            "{:?}",
+            results[1]
+        );
+        // With the NUL append refused, seq 2 of s_b was still free.
+        assert_eq!(results[3], Ok(()));
+        2
+    } else {
+        assert_eq!(results[1], Ok(()));
+        assert!(matches!(results[3], Err(StoreError::Conflict(_))));
+        3
+    };
+    let a = store.reader.events_since(&sid("s_a"), 0, 10).await.unwrap();
+    assert_eq!(seqs(&a), vec![1, 2, 3, 4]);
+    let bs = store.reader.events_since(&sid("s_b"), 0, 10).await.unwrap();
+    assert_eq!(seqs(&bs), (1..=b_latest).collect::<Vec<_>>());
+}
+
+backends!(
+    an_op_the_database_refuses_fails_alone,
+    one_commit_appends_to_several_sessions,
+    events_since_pages_exactly,
+    a_bad_op_fails_alone,
+    an_append_with_no_events_only_patches,
+    an_empty_batch_is_fine,
+    a_cancelled_commit_leaves_the_writer_usable,
+);

@@ -28,7 +28,7 @@ fn assert_full(result: &Result<(), StoreError>) {
 
 #[tokio::test]
 async fn a_seeded_create_that_does_not_fit_leaves_nothing() {
-    let (_dir, cfg, store) = common::fresh().await;
+    let (_dir, cfg, store) = common::fresh_sqlite().await;
     let mut writer = open_sqlite_writer_with_page_headroom(&cfg, 4)
         .await
         .unwrap();
@@ -65,7 +65,7 @@ async fn a_seeded_create_that_does_not_fit_leaves_nothing() {
 
 #[tokio::test]
 async fn a_full_append_fails_alone_and_the_rest_of_the_batch_commits() {
-    let (_dir, cfg, mut store) = common::fresh().await;
+    let (_dir, cfg, mut store) = common::fresh_sqlite().await;
     common::commit_ok(
         &mut store,
         &[
@@ -126,7 +126,7 @@ async fn a_full_append_fails_alone_and_the_rest_of_the_batch_commits() {
 /// them anyway.
 #[tokio::test]
 async fn when_sqlite_drops_the_whole_transaction_the_good_ops_still_commit() {
-    let (_dir, cfg, mut store) = common::fresh().await;
+    let (_dir, cfg, mut store) = common::fresh_sqlite().await;
     common::commit_ok(
         &mut store,
         &[

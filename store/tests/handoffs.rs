@@ -2,30 +2,29 @@
 
 mod common;
 
+use common::Backend;
+
 use std::collections::HashSet;
 use std::sync::Arc;
 
 use tether_protocol::{HandoffId, HandoffState, SessionStatus};
 use tether_store::{
-    open_sqlite, CompleteOutcome, FailOutcome, HandoffRow, HandoffStore, Opened, RequestOutcome,
-    SessionPatch, WriteOp, MAX_HANDOFF_ERROR_BYTES,
+    CompleteOutcome, FailOutcome, HandoffRow, HandoffStore, Opened, RequestOutcome, SessionPatch,
+    WriteOp, MAX_HANDOFF_ERROR_BYTES,
 };
 
 use common::{create, sid};
 
 /// A store with the sessions `ids` in `profile`.
-async fn store_with(
-    profile: &str,
-    ids: &[&str],
-) -> (tempfile::TempDir, tether_store::StoreConfig, Opened) {
-    let (dir, cfg, mut store) = common::fresh().await;
+async fn store_with(b: Backend, profile: &str, ids: &[&str]) -> (common::Db, Opened) {
+    let (db, mut store) = common::fresh(b).await;
     let ops: Vec<_> = ids
         .iter()
         .enumerate()
         .map(|(i, id)| create(id, profile, 1_000 + i as i64, 0))
         .collect();
     common::commit_ok(&mut store, &ops).await;
-    (dir, cfg, store)
+    (db, store)
 }
 
 async fn requested(h: &dyn HandoffStore, profile: &str, session: &str, target: &str) -> HandoffRow {
@@ -35,9 +34,8 @@ async fn requested(h: &dyn HandoffStore, profile: &str, session: &str, target: &
     }
 }
 
-#[tokio::test]
-async fn a_handoff_walks_pending_running_completed_and_then_a_new_one_may_start() {
-    let (_dir, _cfg, store) = store_with("default", &["s_1"]).await;
+async fn a_handoff_walks_pending_running_completed_and_then_a_new_one_may_start(b: Backend) {
+    let (_db, store) = store_with(b, "default", &["s_1"]).await;
     let h = store.handoffs.as_ref();
     assert_eq!(h.latest("default", &sid("s_1")).await.unwrap(), None);
 
@@ -89,9 +87,8 @@ async fn a_handoff_walks_pending_running_completed_and_then_a_new_one_may_start(
     assert_eq!(latest.state, HandoffState::Pending);
 }
 
-#[tokio::test]
-async fn fail_honours_only_if_pending_and_keeps_at_most_500_bytes_of_error() {
-    let (_dir, _cfg, store) = store_with("default", &["s_1", "s_2", "s_3"]).await;
+async fn fail_honours_only_if_pending_and_keeps_at_most_500_bytes_of_error(b: Backend) {
+    let (_db, store) = store_with(b, "default", &["s_1", "s_2", "s_3"]).await;
     let h = store.handoffs.as_ref();
 
     // only_if_pending never fails a running handoff.
@@ -162,9 +159,8 @@ async fn fail_honours_only_if_pending_and_keeps_at_most_500_bytes_of_error() {
     );
 }
 
-#[tokio::test]
-async fn every_call_is_scoped_by_profile() {
-    let (_dir, _cfg, store) = store_with("alice", &["s_a"]).await;
+async fn every_call_is_scoped_by_profile(b: Backend) {
+    let (_db, store) = store_with(b, "alice", &["s_a"]).await;
     let h = store.handoffs.as_ref();
 
     assert_eq!(
@@ -208,9 +204,8 @@ async fn every_call_is_scoped_by_profile() {
     );
 }
 
-#[tokio::test]
-async fn a_closed_session_cannot_be_handed_off() {
-    let (_dir, _cfg, mut store) = store_with("default", &["s_1"]).await;
+async fn a_closed_session_cannot_be_handed_off(b: Backend) {
+    let (_db, mut store) = store_with(b, "default", &["s_1"]).await;
     let closing = WriteOp::Append {
         session_id: sid("s_1"),
         events: common::evs(2, 1),
@@ -234,9 +229,8 @@ async fn a_closed_session_cannot_be_handed_off() {
     );
 }
 
-#[tokio::test]
-async fn claims_take_the_oldest_pending_handoff_of_their_target() {
-    let (_dir, _cfg, store) = store_with("default", &["s_1", "s_2", "s_3", "s_4"]).await;
+async fn claims_take_the_oldest_pending_handoff_of_their_target(b: Backend) {
+    let (_db, store) = store_with(b, "default", &["s_1", "s_2", "s_3", "s_4"]).await;
     let h = store.handoffs.as_ref();
     let a = requested(h, "default", "s_1", "phone").await;
     let other = requested(h, "default", "s_2", "laptop").await;
@@ -259,12 +253,11 @@ async fn claims_take_the_oldest_pending_handoff_of_their_target() {
     );
 }
 
-#[tokio::test]
-async fn handoffs_survive_reopening_the_store() {
-    let (_dir, cfg, store) = store_with("default", &["s_1"]).await;
+async fn handoffs_survive_reopening_the_store(b: Backend) {
+    let (db, store) = store_with(b, "default", &["s_1"]).await;
     let row = requested(store.handoffs.as_ref(), "default", "s_1", "phone").await;
     drop(store);
-    let reopened = open_sqlite(&cfg).await.unwrap();
+    let reopened = db.open().await;
     assert_eq!(
         reopened
             .handoffs
@@ -280,13 +273,12 @@ async fn handoffs_survive_reopening_the_store() {
 /// Claims from two independently opened stores on one file (two connections, as two gateways
 /// would have), many at once, while the event writer commits: every handoff is claimed
 /// exactly once and nothing fails.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn concurrent_claims_from_two_connections_never_share_a_handoff() {
+async fn concurrent_claims_from_two_connections_never_share_a_handoff(b: Backend) {
     const SESSIONS: usize = 60;
     let ids: Vec<String> = (0..SESSIONS).map(|i| format!("s_{i:03}")).collect();
     let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
-    let (_dir, cfg, mut store) = store_with("default", &refs).await;
-    let other = open_sqlite(&cfg).await.unwrap();
+    let (db, mut store) = store_with(b, "default", &refs).await;
+    let other = db.other_handoffs().await;
     let mut expected = HashSet::new();
     for id in &ids {
         expected.insert(
@@ -296,7 +288,7 @@ async fn concurrent_claims_from_two_connections_never_share_a_handoff() {
         );
     }
 
-    let stores: [Arc<dyn HandoffStore>; 2] = [store.handoffs.clone(), other.handoffs.clone()];
+    let stores: [Arc<dyn HandoffStore>; 2] = [store.handoffs.clone(), other];
     let mut claimers = Vec::new();
     for k in 0..8 {
         let h = stores[k % 2].clone();
@@ -323,11 +315,10 @@ async fn concurrent_claims_from_two_connections_never_share_a_handoff() {
 }
 
 /// Requests for one session racing from two connections: exactly one is accepted.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn concurrent_requests_for_one_session_admit_exactly_one() {
-    let (_dir, cfg, store) = store_with("default", &["s_1"]).await;
-    let other = open_sqlite(&cfg).await.unwrap();
-    let stores: [Arc<dyn HandoffStore>; 2] = [store.handoffs.clone(), other.handoffs.clone()];
+async fn concurrent_requests_for_one_session_admit_exactly_one(b: Backend) {
+    let (db, store) = store_with(b, "default", &["s_1"]).await;
+    let other = db.other_handoffs().await;
+    let stores: [Arc<dyn HandoffStore>; 2] = [store.handoffs.clone(), other];
     let mut tasks = Vec::new();
     for k in 0..10 {
         let h = stores[k % 2].clone();
@@ -347,3 +338,14 @@ async fn concurrent_requests_for_one_session_admit_exactly_one() {
     }
     assert_eq!(accepted, 1);
 }
+
+backends!(
+    a_handoff_walks_pending_running_completed_and_then_a_new_one_may_start,
+    fail_honours_only_if_pending_and_keeps_at_most_500_bytes_of_error,
+    every_call_is_scoped_by_profile,
+    a_closed_session_cannot_be_handed_off,
+    claims_take_the_oldest_pending_handoff_of_their_target,
+    handoffs_survive_reopening_the_store,
+    concurrent_claims_from_two_connections_never_share_a_handoff,
+    concurrent_requests_for_one_session_admit_exactly_one,
+);

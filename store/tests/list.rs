@@ -2,6 +2,8 @@
 
 mod common;
 
+use common::Backend;
+
 use std::collections::HashSet;
 
 use tether_protocol::SessionStatus;
@@ -66,9 +68,8 @@ async fn walk(store: &tether_store::Opened, include_closed: bool, limit: u32) ->
     seen
 }
 
-#[tokio::test]
-async fn pages_visit_every_session_once_newest_first() {
-    let (_dir, _cfg, mut store) = common::fresh().await;
+async fn pages_visit_every_session_once_newest_first(b: Backend) {
+    let (_db, mut store) = common::fresh(b).await;
     let all = seed(&mut store).await;
     let open: Vec<String> = all
         .iter()
@@ -83,9 +84,8 @@ async fn pages_visit_every_session_once_newest_first() {
     }
 }
 
-#[tokio::test]
-async fn exact_fit_has_no_next_cursor() {
-    let (_dir, _cfg, mut store) = common::fresh().await;
+async fn exact_fit_has_no_next_cursor(b: Backend) {
+    let (_db, mut store) = common::fresh(b).await;
     let all = seed(&mut store).await;
     let (page, next) = store
         .reader
@@ -105,9 +105,8 @@ async fn exact_fit_has_no_next_cursor() {
 
 /// Pages bounded in bytes end after the row that passes the bound (so each
 /// holds at least one), and their cursors walk every session once.
-#[tokio::test]
-async fn byte_bounded_pages_end_after_the_row_that_passes_and_go_on_exactly() {
-    let (_dir, _cfg, mut store) = common::fresh().await;
+async fn byte_bounded_pages_end_after_the_row_that_passes_and_go_on_exactly(b: Backend) {
+    let (_db, mut store) = common::fresh(b).await;
     let all = seed(&mut store).await;
     // Every row counts its title ("title of s_NN") and id ("s_NN"): 17 bytes.
     for (max, per_page) in [
@@ -146,9 +145,8 @@ async fn byte_bounded_pages_end_after_the_row_that_passes_and_go_on_exactly() {
     }
 }
 
-#[tokio::test]
-async fn bad_cursor_and_zero_limit_are_invalid() {
-    let (_dir, _cfg, store) = common::fresh().await;
+async fn bad_cursor_and_zero_limit_are_invalid(b: Backend) {
+    let (_db, store) = common::fresh(b).await;
     let err = store
         .reader
         .list_sessions("p", false, Some("not a cursor"), 10)
@@ -163,11 +161,18 @@ async fn bad_cursor_and_zero_limit_are_invalid() {
     assert!(matches!(err, StoreError::Invalid(_)), "{err:?}");
 }
 
-#[tokio::test]
-async fn open_sessions_are_counted_across_profiles() {
-    let (_dir, _cfg, mut store) = common::fresh().await;
+async fn open_sessions_are_counted_across_profiles(b: Backend) {
+    let (_db, mut store) = common::fresh(b).await;
     assert_eq!(store.reader.count_open_sessions().await.unwrap(), 0);
     seed(&mut store).await;
     // 23 in `p` of which 5 closed (0, 5, 10, 15, 20), 5 in `q`.
     assert_eq!(store.reader.count_open_sessions().await.unwrap(), 18 + 5);
 }
+
+backends!(
+    pages_visit_every_session_once_newest_first,
+    exact_fit_has_no_next_cursor,
+    byte_bounded_pages_end_after_the_row_that_passes_and_go_on_exactly,
+    bad_cursor_and_zero_limit_are_invalid,
+    open_sessions_are_counted_across_profiles,
+);

@@ -4,6 +4,8 @@
 
 mod common;
 
+use common::Backend;
+
 use serde_json::json;
 use tether_protocol::SessionStatus;
 use tether_store::{EventRow, Opened, SessionPatch, SessionRow, StoreError, WriteOp};
@@ -103,6 +105,7 @@ async fn state(store: &Opened) -> Vec<(SessionRow, Vec<EventRow>)> {
 
 /// Runs the scenario with `run` on a fresh store; returns its results and the final state.
 async fn with<F>(
+    b: &Backend,
     run: F,
 ) -> (
     Vec<Result<(), StoreError>>,
@@ -111,7 +114,7 @@ async fn with<F>(
 where
     F: AsyncFnOnce(&mut Opened, Vec<WriteOp>) -> Vec<Result<(), StoreError>>,
 {
-    let (_dir, _cfg, mut store) = common::fresh().await;
+    let (_db, mut store) = common::fresh(b.clone()).await;
     common::commit_ok(
         &mut store,
         &[
@@ -124,13 +127,14 @@ where
     (results, state(&store).await)
 }
 
-#[tokio::test]
-async fn fast_slow_and_single_op_commits_agree() {
+async fn fast_slow_and_single_op_commits_agree(b: Backend) {
     // Appends and patches only: the fast path.
-    let fast =
-        with(async |store: &mut Opened, ops: Vec<WriteOp>| store.writer.commit(ops).await).await;
+    let fast = with(&b, async |store: &mut Opened, ops: Vec<WriteOp>| {
+        store.writer.commit(ops).await
+    })
+    .await;
     // A create in the batch sends it down the savepoint path.
-    let slow = with(async |store: &mut Opened, ops: Vec<WriteOp>| {
+    let slow = with(&b, async |store: &mut Opened, ops: Vec<WriteOp>| {
         let mut batch = vec![create("s_c", "default", 3, 0)];
         batch.extend(ops);
         let mut results = store.writer.commit(batch).await;
@@ -139,7 +143,7 @@ async fn fast_slow_and_single_op_commits_agree() {
     })
     .await;
     // One op per commit.
-    let single = with(async |store: &mut Opened, ops: Vec<WriteOp>| {
+    let single = with(&b, async |store: &mut Opened, ops: Vec<WriteOp>| {
         let mut results = Vec::new();
         for op in ops {
             results.extend(store.writer.commit(vec![op]).await);
@@ -179,3 +183,5 @@ async fn fast_slow_and_single_op_commits_agree() {
     assert_eq!(slow, fast, "slow path differs from fast path");
     assert_eq!(single, fast, "single-op commits differ from fast path");
 }
+
+backends!(fast_slow_and_single_op_commits_agree,);

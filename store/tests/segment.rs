@@ -2,6 +2,8 @@
 
 mod common;
 
+use common::Backend;
+
 use tether_store::{EventRow, SessionPatch, WriteOp};
 
 use common::{create, ev, sid};
@@ -18,9 +20,8 @@ fn append(id: &str, events: Vec<EventRow>) -> WriteOp {
     }
 }
 
-#[tokio::test]
-async fn without_compaction_the_whole_transcript() {
-    let (_dir, _cfg, mut store) = common::fresh().await;
+async fn without_compaction_the_whole_transcript(b: Backend) {
+    let (_db, mut store) = common::fresh(b).await;
     common::commit_ok(
         &mut store,
         &[
@@ -35,19 +36,25 @@ async fn without_compaction_the_whole_transcript() {
                     ev(7, "message.complete"),
                     ev(8, "message.system"),
                     ev(9, "status.update"),
+                    ev(10, "error"),
+                    ev(11, "message.complete"),
                 ],
             ),
         ],
     )
     .await;
     let segment = store.reader.segment_events(&sid("s_1")).await.unwrap();
+    // An `error` is read with the transcript: a failed turn's entry carries
+    // its message.
     assert_eq!(
         kinds(&segment),
         vec![
             (2, "message.user"),
             (5, "tool.complete"),
             (7, "message.complete"),
-            (8, "message.system")
+            (8, "message.system"),
+            (10, "error"),
+            (11, "message.complete")
         ]
     );
     assert!(store
@@ -58,9 +65,8 @@ async fn without_compaction_the_whole_transcript() {
         .is_empty());
 }
 
-#[tokio::test]
-async fn after_a_compaction_only_it_and_later_transcript_events() {
-    let (_dir, _cfg, mut store) = common::fresh().await;
+async fn after_a_compaction_only_it_and_later_transcript_events(b: Backend) {
+    let (_db, mut store) = common::fresh(b).await;
     // Another session's compaction must not cut this one's segment.
     common::commit_ok(
         &mut store,
@@ -101,3 +107,8 @@ async fn after_a_compaction_only_it_and_later_transcript_events() {
         vec![(2, "session.compacted")]
     );
 }
+
+backends!(
+    without_compaction_the_whole_transcript,
+    after_a_compaction_only_it_and_later_transcript_events,
+);

@@ -2,15 +2,16 @@
 
 mod common;
 
+use common::Backend;
+
 use serde_json::json;
 use tether_protocol::SessionStatus;
 use tether_store::{SessionPatch, StoreError, WriteOp};
 
 use common::{create, ev, new_session, sid};
 
-#[tokio::test]
-async fn created_session_is_visible_in_its_profile_only() {
-    let (_dir, _cfg, mut store) = common::fresh().await;
+async fn created_session_is_visible_in_its_profile_only(b: Backend) {
+    let (_db, mut store) = common::fresh(b).await;
     let mut session = new_session("s_1", "alice", 1_000);
     session.parent_session_id = Some(sid("s_0"));
     session.close_on_disconnect = true;
@@ -76,9 +77,8 @@ async fn created_session_is_visible_in_its_profile_only() {
     );
 }
 
-#[tokio::test]
-async fn a_duplicate_session_id_is_a_conflict_and_changes_nothing() {
-    let (_dir, _cfg, mut store) = common::fresh().await;
+async fn a_duplicate_session_id_is_a_conflict_and_changes_nothing(b: Backend) {
+    let (_db, mut store) = common::fresh(b).await;
     common::commit_ok(&mut store, &[create("s_1", "alice", 1, 1)]).await;
     let results = store.writer.commit(vec![create("s_1", "bob", 2, 5)]).await;
     assert!(
@@ -99,9 +99,8 @@ async fn a_duplicate_session_id_is_a_conflict_and_changes_nothing() {
     );
 }
 
-#[tokio::test]
-async fn seed_events_must_start_at_one_and_be_contiguous() {
-    let (_dir, _cfg, mut store) = common::fresh().await;
+async fn seed_events_must_start_at_one_and_be_contiguous(b: Backend) {
+    let (_db, mut store) = common::fresh(b).await;
     let bad_start = WriteOp::CreateSession {
         session: new_session("s_1", "default", 1),
         events: vec![ev(2, "session.created")],
@@ -133,9 +132,8 @@ async fn seed_events_must_start_at_one_and_be_contiguous() {
     }
 }
 
-#[tokio::test]
-async fn patches_set_and_clear_fields() {
-    let (_dir, _cfg, mut store) = common::fresh().await;
+async fn patches_set_and_clear_fields(b: Backend) {
+    let (_db, mut store) = common::fresh(b).await;
     common::commit_ok(&mut store, &[create("s_1", "default", 1, 0)]).await;
     let marker = json!({"turn_id": "t_1", "trace_id": "r_1"});
     common::commit_ok(
@@ -205,9 +203,8 @@ async fn patches_set_and_clear_fields() {
     assert_eq!(cleared.title, "renamed");
 }
 
-#[tokio::test]
-async fn patching_an_unknown_session_fails() {
-    let (_dir, _cfg, mut store) = common::fresh().await;
+async fn patching_an_unknown_session_fails(b: Backend) {
+    let (_db, mut store) = common::fresh(b).await;
     let results = store
         .writer
         .commit(vec![WriteOp::Patch {
@@ -223,3 +220,11 @@ async fn patching_an_unknown_session_fails() {
         "{results:?}"
     );
 }
+
+backends!(
+    created_session_is_visible_in_its_profile_only,
+    a_duplicate_session_id_is_a_conflict_and_changes_nothing,
+    seed_events_must_start_at_one_and_be_contiguous,
+    patches_set_and_clear_fields,
+    patching_an_unknown_session_fails,
+);

@@ -1,6 +1,7 @@
 //! Writer throughput, for the record (not an assertion on time: machines differ).
 //!
-//! `cargo test -p tether-store --release -- --ignored --nocapture`
+//! `cargo test -p tether-store --release --test throughput -- --ignored --nocapture` (the
+//! PostgreSQL run needs `TETHER_TEST_POSTGRES`, see `common`).
 
 mod common;
 
@@ -8,7 +9,7 @@ use std::time::Instant;
 
 use tether_store::{EventRow, SessionPatch, WriteOp};
 
-use common::{create, sid};
+use common::{create, sid, Backend};
 
 const SESSIONS: u64 = 20;
 
@@ -28,9 +29,9 @@ fn event(seq: u64) -> EventRow {
 
 /// Appends `ops` × `events_per_op` events round-robin over the sessions, `ops_per_commit` appends
 /// per `commit` call, and prints the rate.
-async fn run(ops: u64, events_per_op: u64, ops_per_commit: u64) {
+async fn run(b: &Backend, ops: u64, events_per_op: u64, ops_per_commit: u64) {
     let (n_ops, per_op) = (ops, events_per_op);
-    let (_dir, _cfg, mut store) = common::fresh().await;
+    let (_db, mut store) = common::fresh(b.clone()).await;
     let creates: Vec<WriteOp> = (0..SESSIONS)
         .map(|s| create(&format!("s_{s}"), "default", 1, 0))
         .collect();
@@ -68,7 +69,7 @@ async fn run(ops: u64, events_per_op: u64, ops_per_commit: u64) {
     let elapsed = start.elapsed();
     let events = n_ops * per_op;
     println!(
-        "store throughput: {events} events in {n_ops} appends of {per_op}, {ops_per_commit} appends/commit: \
+        "store throughput ({b:?}): {events} events in {n_ops} appends of {per_op}, {ops_per_commit} appends/commit: \
          {:.1} ms, {:.0} events/s",
         elapsed.as_secs_f64() * 1e3,
         events as f64 / elapsed.as_secs_f64()
@@ -91,12 +92,20 @@ async fn run(ops: u64, events_per_op: u64, ops_per_commit: u64) {
 #[tokio::test]
 #[ignore = "benchmark: run with --release -- --ignored --nocapture"]
 async fn writer_throughput() {
+    let mut backends = vec![Backend::Sqlite];
+    backends.extend(Backend::postgres());
+    for b in &backends {
+        shapes(b).await;
+    }
+}
+
+async fn shapes(b: &Backend) {
     // The issue's target shape: 200 appends × 250 events.
     for ops_per_commit in [1, 10, 50] {
-        run(200, 250, ops_per_commit).await;
+        run(b, 200, 250, ops_per_commit).await;
     }
     // Closer to live traffic: many small appends gathered into group commits.
     for ops_per_commit in [1, 50] {
-        run(5_000, 5, ops_per_commit).await;
+        run(b, 5_000, 5, ops_per_commit).await;
     }
 }

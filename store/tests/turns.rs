@@ -3,14 +3,15 @@
 
 mod common;
 
+use common::Backend;
+
 use serde_json::json;
 use tether_store::{SessionPatch, WriteOp};
 
 use common::{create, ev, sid};
 
-#[tokio::test]
-async fn latest_todos_is_the_newest_todo_event() {
-    let (_dir, _cfg, mut store) = common::fresh().await;
+async fn latest_todos_is_the_newest_todo_event(b: Backend) {
+    let (_db, mut store) = common::fresh(b).await;
     common::commit_ok(&mut store, &[create("s_1", "default", 1, 0)]).await;
     assert!(store
         .reader
@@ -47,9 +48,8 @@ async fn latest_todos_is_the_newest_todo_event() {
         .is_none());
 }
 
-#[tokio::test]
-async fn sessions_with_a_turn_marker_are_found_until_it_is_cleared() {
-    let (_dir, _cfg, mut store) = common::fresh().await;
+async fn sessions_with_a_turn_marker_are_found_until_it_is_cleared(b: Backend) {
+    let (_db, mut store) = common::fresh(b).await;
     common::commit_ok(
         &mut store,
         &[
@@ -90,3 +90,8 @@ async fn sessions_with_a_turn_marker_are_found_until_it_is_cleared() {
     let found = store.reader.sessions_with_turn_marker().await.unwrap();
     assert_eq!(found, vec![("alice".to_string(), sid("s_2"))]);
 }
+
+backends!(
+    latest_todos_is_the_newest_todo_event,
+    sessions_with_a_turn_marker_are_found_until_it_is_cleared,
+);

@@ -10,7 +10,12 @@
 //   {"id":4,"cmd":"fill","page":"a","selector":"#prompt","text":"hi"}
 //   {"id":5,"cmd":"click","page":"a","selector":"#send"}
 //   {"id":6,"cmd":"screenshot","page":"a","path":"/tmp/x.png"}
-//   {"id":7,"cmd":"quit"}
+//   {"id":7,"cmd":"dialogs","page":"a","answers":[false,true]}
+//   {"id":8,"cmd":"quit"}
+//
+// `dialogs` queues how the page's next dialogs (`confirm()`, ...) are
+// answered, in order (true accepts, false dismisses; with none queued a
+// dialog is dismissed), and returns the messages of the dialogs seen so far.
 //
 // Answers are {"id":N,"ok":true,"value":...} or {"id":N,"ok":false,"error":"..."}.
 // What the pages log, and their errors, go to stderr for the test's output.
@@ -49,6 +54,9 @@ const context = await chromium.launchPersistentContext(profile, {
 });
 
 const pages = new Map();
+// Per page: answers for its next dialogs, and the messages of those seen.
+const dialogAnswers = new Map();
+const dialogsSeen = new Map();
 
 function page(name) {
   const p = pages.get(name);
@@ -62,6 +70,13 @@ async function open(name, url) {
   const p = await context.newPage();
   p.on("console", (m) => process.stderr.write(`[page ${name}] ${m.type()}: ${m.text()}\n`));
   p.on("pageerror", (e) => process.stderr.write(`[page ${name}] uncaught: ${e.message}\n`));
+  dialogAnswers.set(name, []);
+  dialogsSeen.set(name, []);
+  p.on("dialog", async (d) => {
+    dialogsSeen.get(name).push(d.message());
+    const accept = dialogAnswers.get(name).shift() === true;
+    await (accept ? d.accept() : d.dismiss()).catch(() => {});
+  });
   pages.set(name, p);
   await p.goto(url);
   return null;
@@ -92,6 +107,10 @@ async function run(c) {
       return page(c.page).fill(c.selector, c.text);
     case "click":
       return page(c.page).click(c.selector);
+    case "dialogs":
+      page(c.page);
+      dialogAnswers.get(c.page).push(...(c.answers || []));
+      return dialogsSeen.get(c.page).slice();
     case "screenshot":
       await page(c.page).screenshot({ path: c.path });
       return c.path;

@@ -37,6 +37,7 @@ impl Conn {
             profile: "default".into(),
             fixed: false,
             can_attach: true,
+            transport: tether_protocol::PeerTransport::WebSocket,
         };
         let (peer, rx) = tether_actors::spawn_peer(ctx, identity).await.ok()?;
         let mut c = Conn {

@@ -90,14 +90,37 @@ pub struct Harness {
     pub gw: GatewayHandle,
     pub reader: Arc<dyn StoreRead>,
     pub dir: tempfile::TempDir,
+    /// On PostgreSQL, the run's own database (dropped with the harness).
+    pub database: Option<tether_store::testing::TestDatabase>,
 }
 
 /// A gateway on a fresh store with `slots` echo hosts streaming a word
 /// every `delay_ms`.
 pub async fn start(slots: usize, delay_ms: u64, core_policy: Option<RestartPolicy>) -> Harness {
+    start_on(None, slots, delay_ms, core_policy).await
+}
+
+/// [`start`] on SQLite, or with `postgres` (a server URL) on a database of
+/// its own on that PostgreSQL server.
+pub async fn start_on(
+    postgres: Option<&str>,
+    slots: usize,
+    delay_ms: u64,
+    core_policy: Option<RestartPolicy>,
+) -> Harness {
     let dir = tempfile::tempdir().expect("tempdir");
-    let cfg = StoreConfig::new(dir.path().join("tether.db"));
-    let store = tether_store::open(&cfg).await.expect("open store");
+    let (backend, database) = match postgres {
+        None => (
+            tether_store::Backend::Sqlite(StoreConfig::new(dir.path().join("tether.db"))),
+            None,
+        ),
+        Some(server) => {
+            let db = tether_store::testing::TestDatabase::create(server).await;
+            let backend = tether_store::Backend::from_url(&db.url).expect("url");
+            (backend, Some(db))
+        }
+    };
+    let store = tether_store::open(&backend).await.expect("open store");
     let reader = store.reader.clone();
     let mut hosts = HostConfig::new(vec![
         env!("CARGO_BIN_EXE_tether").to_string(),
@@ -127,7 +150,12 @@ pub async fn start(slots: usize, delay_ms: u64, core_policy: Option<RestartPolic
     })
     .await
     .expect("start gateway");
-    Harness { gw, reader, dir }
+    Harness {
+        gw,
+        reader,
+        dir,
+        database,
+    }
 }
 
 /// What the run did, for the closing report.

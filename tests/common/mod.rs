@@ -1,5 +1,15 @@
 //! Test harness: starts the real `tether` binary and speaks its protocol.
+//!
+//! Suites that touch the store run on both backends: a test written as
+//! `async fn name(b: Backend)` and listed in its file's `backends!(...)`
+//! becomes `sqlite::name` and `postgres::name`, and starts its gateways with
+//! [`Gateway::start_on`]. On PostgreSQL each gateway gets a throwaway
+//! database on the server `TETHER_TEST_POSTGRES` names (kept across its
+//! restarts, dropped with it); without that variable the PostgreSQL runs
+//! are skipped, loudly, unless `TETHER_REQUIRE_POSTGRES=1` (CI).
 #![allow(dead_code)]
+
+pub mod terminal;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -15,24 +25,102 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 /// How long a test waits for any single frame before failing.
 pub const FRAME_WAIT: Duration = Duration::from_secs(10);
 
+/// Which store a test's gateways use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Backend {
+    /// SQLite in the gateway's data directory (the default).
+    Sqlite,
+    /// A database of its own on this PostgreSQL server.
+    Postgres(String),
+}
+
+impl Backend {
+    /// PostgreSQL, if a server is configured (see the module doc).
+    pub fn postgres() -> Option<Backend> {
+        tether_store::testing::postgres_server().map(Backend::Postgres)
+    }
+}
+
+/// Runs each named `async fn(Backend)` as a test on SQLite and on PostgreSQL.
+#[macro_export]
+macro_rules! backends {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::common::Backend::Sqlite).await
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    if let Some(b) = $crate::common::Backend::postgres() {
+                        super::$name(b).await
+                    }
+                }
+            )*
+        }
+    };
+}
+
 /// A running `tether serve` on 127.0.0.1:0 with its own data dir.
 pub struct Gateway {
     child: Option<Child>,
     pub addr: String,
     pub data_dir: PathBuf,
     extra: Vec<String>,
+    /// The PostgreSQL database of a gateway started on PostgreSQL; dropped
+    /// (after the process) with the gateway.
+    database: Option<tether_store::testing::TestDatabase>,
 }
 
+/// Set to a host command (`--host-command`'s value) to run the suites with
+/// another compute host than the built-in echo engine: `.ci/run` runs
+/// `tests/turns.rs` once more with the Python library's echo host
+/// (clients/python/examples/echo_host.py). Tests that pass their own
+/// `--host-command` keep it.
+pub const HOST_COMMAND_ENV: &str = "TETHER_TEST_HOST_COMMAND";
+
 impl Gateway {
+    /// A gateway on SQLite in `data_dir`.
     pub fn start(data_dir: &Path, extra: &[&str]) -> Gateway {
-        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        Gateway::start_on(&Backend::Sqlite, data_dir, extra)
+    }
+
+    /// A gateway on `backend` (a fresh database on PostgreSQL), with
+    /// `data_dir` for everything else.
+    pub fn start_on(backend: &Backend, data_dir: &Path, extra: &[&str]) -> Gateway {
+        let mut extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        if let Ok(host) = std::env::var(HOST_COMMAND_ENV) {
+            if !host.trim().is_empty() && !extra.iter().any(|a| a == "--host-command") {
+                extra.extend(["--host-command".to_string(), host]);
+            }
+        }
+        let database = match backend {
+            Backend::Sqlite => None,
+            Backend::Postgres(server) => {
+                let db = tether_store::testing::TestDatabase::create_blocking(server);
+                extra.push("--database-url".into());
+                extra.push(db.url.clone());
+                Some(db)
+            }
+        };
         let (child, addr) = spawn(data_dir, &extra);
         Gateway {
             child: Some(child),
             addr,
             data_dir: data_dir.to_path_buf(),
             extra,
+            database,
         }
+    }
+
+    /// The PostgreSQL database's URL, for a gateway on PostgreSQL.
+    pub fn database_url(&self) -> Option<&str> {
+        self.database.as_ref().map(|db| db.url.as_str())
     }
 
     /// The gateway process's pid (while it runs).
@@ -419,6 +507,25 @@ pub fn seqs(events: &[Value]) -> Vec<u64> {
         .iter()
         .map(|e| e["seq"].as_u64().expect("seq"))
         .collect()
+}
+
+/// What the browser tests need, as the README names it.
+pub const BROWSER_SETUP: &str =
+    "apt-get install -y chromium nodejs npm && npm ci --prefix tests/browser";
+
+/// A test that cannot run on this machine: under `require` (a variable CI
+/// sets to 1) that is a failure; otherwise one loud line, written straight
+/// to the process's stderr because libtest captures `eprintln!` of a
+/// passing test, and a skip nobody sees reads as a pass.
+pub fn skip(test: &str, why: &str, setup: &str, require: &str) {
+    if std::env::var(require).as_deref() == Ok("1") {
+        panic!("{require}=1 but {test} cannot run: {why}");
+    }
+    use std::io::Write as _;
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "SKIPPED: {test} did not run: {why} (to run it: {setup})"
+    );
 }
 
 pub fn tempdir() -> tempfile::TempDir {

@@ -28,9 +28,7 @@ pub fn missing_prerequisite() -> Option<String> {
         .join("node_modules/playwright-core")
         .exists()
     {
-        return Some(format!(
-            "{BROWSER_DIR}/node_modules is missing: run `npm ci --prefix tests/browser`"
-        ));
+        return Some(format!("{BROWSER_DIR}/node_modules is missing"));
     }
     let node = std::process::Command::new("node").arg("--version").output();
     if !node.is_ok_and(|o| o.status.success()) {
@@ -143,6 +141,38 @@ impl Browser {
     pub async fn screenshot(&mut self, page: &str, path: &Path) {
         self.cmd(json!({"cmd": "screenshot", "page": page, "path": path}))
             .await;
+    }
+
+    /// Queues how the page answers its next dialogs (true accepts); the
+    /// messages of the dialogs it has shown so far.
+    pub async fn dialogs(&mut self, page: &str, answers: &[bool]) -> Vec<String> {
+        let seen = self
+            .cmd(json!({"cmd": "dialogs", "page": page, "answers": answers}))
+            .await;
+        seen.as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|m| m.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Waits until the page has shown `n` dialogs; their messages.
+    pub async fn wait_dialogs(&mut self, page: &str, n: usize) -> Vec<String> {
+        let deadline = tokio::time::Instant::now() + PAGE_WAIT;
+        loop {
+            let seen = self.dialogs(page, &[]).await;
+            if seen.len() >= n {
+                return seen;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "page {page} showed {} dialogs, not {n}",
+                seen.len()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// Closes the browser cleanly (Drop kills what is left).

@@ -299,10 +299,17 @@ impl HostSupervisorState {
     }
 
     fn finish_shutdown_if_done(&mut self) {
-        if self.live_hosts() == 0 {
-            for reply in self.shutdown_replies.drain(..) {
-                let _ = reply.send(());
-            }
+        if self.live_hosts() == 0 && !self.shutdown_replies.is_empty() {
+            // Answered once hosts.json lists no host: a gateway that has
+            // stopped leaves nothing for the next one to reap.
+            let replies: Vec<_> = self.shutdown_replies.drain(..).collect();
+            let flushed = self.registry.flushed();
+            tokio::spawn(async move {
+                flushed.await;
+                for reply in replies {
+                    let _ = reply.send(());
+                }
+            });
         }
     }
 

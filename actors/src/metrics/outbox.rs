@@ -19,11 +19,13 @@ pub struct OutboxMetrics {
 }
 
 impl OutboxMetrics {
-    /// An event frame (durable or transient, a merged delta counting once)
-    /// was taken by a connection's writer. Replies are not counted: they
+    /// `n` event frames (durable or transient, a merged delta counting
+    /// once) were taken by a connection's writer. Replies are not counted: they
     /// answer the peer's own requests and are not fan-out.
-    pub(crate) fn delivered(&self) {
-        self.delivered.fetch_add(1, Ordering::Relaxed);
+    pub(crate) fn delivered_n(&self, n: u64) {
+        if n > 0 {
+            self.delivered.fetch_add(n, Ordering::Relaxed);
+        }
     }
 
     /// A delta was merged into the delta queued before it.

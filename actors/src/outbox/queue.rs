@@ -20,10 +20,16 @@
 //!
 //! Replies count like every other frame: a peer that asks and never reads
 //! would otherwise make the gateway hold every answer it asked for.
+//!
+//! Deltas: a delta that continues the delta queued last is merged into it
+//! (see [`Queue::merge`]), and the last item may be a delta held back by
+//! its peer's latency budget; it is released the moment anything is
+//! queued behind it (see [`Queue::take_batch`]).
 
 use std::collections::VecDeque;
 
 use bytes::Bytes;
+use tokio::time::Instant;
 
 use super::delta::QueuedDelta;
 use crate::event::DeltaMeta;
@@ -137,38 +143,64 @@ impl Queue {
         }
     }
 
-    /// Deltas are merged once what waits is half the bound (by frames or
-    /// by bytes), not only when it is full: the merged deltas then take one
-    /// slot instead of many, which keeps the other half free for durable
-    /// frames, so a long stream of deltas alone cannot bring the peer to
-    /// the bound where its next durable frame would close it. Merging
-    /// costs no latency (only the last queued item, which the writer has
-    /// not reached yet, is ever extended) but does cost one re-encoding,
-    /// which is why a peer that keeps up gets the deltas as they came.
-    pub fn under_pressure(&self, bounds: Bounds) -> bool {
-        let (frames, bytes) = self.waiting();
-        frames.saturating_mul(2) >= bounds.max_frames || bytes.saturating_mul(2) >= bounds.max_bytes
-    }
-
-    /// Joins `next` to the last queued item if that item is a delta it
-    /// continues (only the last item is a candidate, so a delta is never
-    /// moved across a frame queued after its predecessor), that item is not
-    /// the head (the head does not count, so growing it would grow what the
-    /// bound does not cover) and the text still fits the byte bound.
-    pub fn merge(&mut self, bounds: Bounds, next: &DeltaMeta) -> bool {
+    /// Joins `next` (whose frame is `frame`) to the last queued item if
+    /// that item is a delta it continues: the last item only, so a delta is
+    /// never moved across a frame queued after its predecessor. Whatever
+    /// is still queued is merged, not only under pressure: a peer then gets
+    /// fewer, larger frames exactly when its writer is behind, and a peer
+    /// that keeps up (its queue empty at each push) gets every delta as it
+    /// came. The merged frame stays within [`super::delta::MAX_MERGED_FRAME`];
+    /// behind the head it must also fit the byte bound. The head may grow
+    /// too (it is not being written until taken): the cap bounds it.
+    pub fn merge(&mut self, bounds: Bounds, next: &DeltaMeta, frame: &[u8]) -> bool {
         let (_, waiting) = self.waiting();
-        let len = next.text.len();
-        if self.items.len() < 2 || waiting.saturating_add(len) > bounds.max_bytes {
-            return false;
-        }
+        let is_head = self.items.len() == 1;
         let Some(Item::Delta(last)) = self.items.back_mut() else {
             return false;
         };
-        if !last.continued_by(next) {
+        let Some(add) = last.would_add(next, frame) else {
+            return false;
+        };
+        if !is_head && waiting.saturating_add(add) > bounds.max_bytes {
             return false;
         }
-        self.bytes += last.merge(next);
+        self.bytes += last.merge(next, frame);
         true
+    }
+
+    /// Moves ready items to `out`, oldest first, until `max_bytes` are
+    /// taken (at least one item, however large). The last item stays when
+    /// it is a delta its budget still holds at `now` (unless `release`:
+    /// nothing more can come, so nothing is worth waiting for); its
+    /// deadline is returned then, so the writer knows how long to wait for
+    /// it when nothing else is ready.
+    ///
+    /// Nothing else is ever held: a held delta is the last item by
+    /// definition, so a frame queued behind it (durable, a reply, another
+    /// delta that could not join it, a close) releases it with itself.
+    pub fn take_batch(
+        &mut self,
+        now: Instant,
+        release: bool,
+        max_bytes: usize,
+        out: &mut Vec<Item>,
+    ) -> Option<Instant> {
+        let mut taken = 0usize;
+        while let Some(front) = self.items.front() {
+            if let (1, Item::Delta(d), false) = (self.items.len(), front, release) {
+                if d.held_at(now) {
+                    return d.hold_until;
+                }
+            }
+            if taken >= max_bytes && !out.is_empty() {
+                return None;
+            }
+            taken = taken.saturating_add(front.counted().unwrap_or(0));
+            if let Some(item) = self.take() {
+                out.push(item);
+            }
+        }
+        None
     }
 
     pub fn push(&mut self, item: Item) {
@@ -323,19 +355,129 @@ mod tests {
         assert!(q.take().is_none());
     }
 
+    fn held_delta(text: &str, offset: u64, until: Option<Instant>) -> Item {
+        use crate::event::{frame_of, EventRecord, TurnTag};
+        use std::sync::Arc;
+        use tether_protocol::{DeltaPayload, EventType, SessionId, TraceId, TurnId};
+        let sid = SessionId::from("s_1");
+        let rec = EventRecord::new(
+            EventType::MessageDelta,
+            &DeltaPayload {
+                text: text.into(),
+                offset,
+            },
+            Some(TurnTag {
+                turn_id: TurnId::from("t_1"),
+                trace_id: TraceId::from("tr"),
+            }),
+            0,
+        );
+        let frame = frame_of(&rec.params_of(&sid));
+        let meta = rec.delta_meta(&sid, &frame).expect("a delta");
+        Item::Delta(QueuedDelta::new(frame, Arc::new(meta), until))
+    }
+
+    fn kinds(items: &[Item]) -> Vec<&'static str> {
+        items
+            .iter()
+            .map(|i| match i {
+                Item::Reply(_) => "reply",
+                Item::Event(_) => "event",
+                Item::Delta(_) => "delta",
+                Item::Close { .. } => "close",
+            })
+            .collect()
+    }
+
     #[test]
-    fn pressure_is_half_of_what_waits_behind_the_head() {
+    fn only_a_last_delta_within_its_budget_is_held() {
+        let now = Instant::now();
+        let later = now + std::time::Duration::from_millis(50);
         let mut q = Queue::default();
-        offer(&mut q, Kind::Kept, frame(1_000));
-        assert!(!q.under_pressure(BOUNDS));
-        offer(&mut q, Kind::Kept, frame(1));
-        assert!(!q.under_pressure(BOUNDS));
-        offer(&mut q, Kind::Kept, frame(1));
-        assert!(q.under_pressure(BOUNDS), "2 of 4 frames wait");
+        q.push(frame(1));
+        q.push(held_delta("a", 0, Some(later)));
+        let mut out = Vec::new();
+        assert_eq!(q.take_batch(now, false, usize::MAX, &mut out), Some(later));
+        assert_eq!(kinds(&out), ["event"], "what is before it goes out");
+        out.clear();
+        // Nothing behind it: still held, and nothing is taken.
+        assert_eq!(q.take_batch(now, false, usize::MAX, &mut out), Some(later));
+        assert!(out.is_empty());
+        // Its deadline passed: it goes.
+        assert_eq!(q.take_batch(later, false, usize::MAX, &mut out), None);
+        assert_eq!(kinds(&out), ["delta"]);
+    }
+
+    #[test]
+    fn a_frame_behind_a_held_delta_releases_it() {
+        let now = Instant::now();
+        let later = now + std::time::Duration::from_secs(60);
+        for behind in [frame(1), reply(1), held_delta("x", 9, Some(later))] {
+            let mut q = Queue::default();
+            q.push(held_delta("a", 0, Some(later)));
+            q.push(behind);
+            let mut out = Vec::new();
+            let held = q.take_batch(now, false, usize::MAX, &mut out);
+            assert_eq!(kinds(&out)[0], "delta", "the held delta goes first");
+            // A delta behind it is held in its turn; anything else is not.
+            assert_eq!(held.is_some(), out.len() == 1);
+        }
+        // A close behind it, or no producer left: nothing is held.
         let mut q = Queue::default();
-        offer(&mut q, Kind::Kept, frame(1));
-        offer(&mut q, Kind::Kept, frame(50));
-        assert!(q.under_pressure(BOUNDS), "50 of 100 bytes wait");
+        q.push(held_delta("a", 0, Some(later)));
+        let mut out = Vec::new();
+        assert_eq!(q.take_batch(now, true, usize::MAX, &mut out), None);
+        assert_eq!(kinds(&out), ["delta"]);
+    }
+
+    #[test]
+    fn a_held_head_still_takes_continuations_but_not_past_64_kib() {
+        use crate::event::{frame_of, EventRecord, TurnTag};
+        use tether_protocol::{DeltaPayload, EventType, SessionId, TraceId, TurnId};
+        let sid = SessionId::from("s_1");
+        let next = |text: &str, offset: u64| {
+            let rec = EventRecord::new(
+                EventType::MessageDelta,
+                &DeltaPayload {
+                    text: text.into(),
+                    offset,
+                },
+                Some(TurnTag {
+                    turn_id: TurnId::from("t_1"),
+                    trace_id: TraceId::from("tr"),
+                }),
+                0,
+            );
+            let frame = frame_of(&rec.params_of(&sid));
+            let meta = rec.delta_meta(&sid, &frame).expect("a delta");
+            (frame, meta)
+        };
+        let later = Instant::now() + std::time::Duration::from_secs(60);
+        let mut q = Queue::default();
+        q.push(held_delta("a", 0, Some(later)));
+        let (f, m) = next("b", 1);
+        assert!(
+            q.merge(BOUNDS, &m, &f),
+            "the head is extended while it waits"
+        );
+        assert_eq!(q.waiting(), (0, 0));
+        let big = "y".repeat(70_000);
+        let (f, m) = next(&big, 2);
+        assert!(!q.merge(BOUNDS, &m, &f), "past 64 KiB: a frame of its own");
+    }
+
+    #[test]
+    fn a_batch_stops_at_its_byte_budget_but_takes_one_frame_at_least() {
+        let mut q = Queue::default();
+        for _ in 0..3 {
+            q.push(frame(40));
+        }
+        let mut out = Vec::new();
+        q.take_batch(Instant::now(), false, 50, &mut out);
+        assert_eq!(out.len(), 2, "40 taken, under 50: one more");
+        out.clear();
+        q.take_batch(Instant::now(), false, 0, &mut out);
+        assert_eq!(out.len(), 1);
     }
 
     #[test]

@@ -42,11 +42,9 @@ fn record(kind: EventType, turn: &str, text: &str, offset: u64) -> EventRecord {
 fn delta_of(kind: EventType, turn: &str, text: &str, offset: u64) -> (Bytes, FrameClass) {
     let sid = SessionId::from("s_1");
     let rec = record(kind, turn, text, offset);
-    let meta = rec.delta_meta(&sid).expect("a delta");
-    (
-        frame_of(&rec.params_of(&sid)),
-        FrameClass::Delta(Arc::new(meta)),
-    )
+    let frame = frame_of(&rec.params_of(&sid));
+    let meta = rec.delta_meta(&sid, &frame).expect("a delta");
+    (frame, FrameClass::Delta(Arc::new(meta)))
 }
 
 fn delta(text: &str, offset: u64) -> (Bytes, FrameClass) {
@@ -228,7 +226,7 @@ async fn recv_wakes_on_a_push_and_ends_with_the_last_producer() {
 }
 
 #[tokio::test]
-async fn contiguous_deltas_are_coalesced_under_pressure_and_keep_all_text() {
+async fn contiguous_deltas_that_wait_are_merged_and_keep_all_text() {
     let (tx, mut rx, metrics) = pressured();
     assert_eq!(push_delta(&tx, delta("hé", 0)), Pushed::Queued);
     assert_eq!(push_delta(&tx, delta("llo \"w", 3)), Pushed::Coalesced);
@@ -249,19 +247,140 @@ async fn contiguous_deltas_are_coalesced_under_pressure_and_keep_all_text() {
 }
 
 #[tokio::test]
-async fn deltas_are_not_merged_without_pressure() {
+async fn a_delta_is_merged_only_while_it_waits() {
     let (tx, mut rx, metrics) = with_metrics(4, 100_000);
+    // Queued, not taken yet: even the head is extended (budget 0 merges
+    // what is already queued).
     assert_eq!(push_delta(&tx, delta("a", 0)), Pushed::Queued);
-    assert_eq!(push_delta(&tx, delta("b", 1)), Pushed::Queued);
+    assert_eq!(push_delta(&tx, delta("b", 1)), Pushed::Coalesced);
+    assert_eq!(summary(&rx.try_recv().expect("the merged delta")).1, "ab");
+    // The writer took it: the next delta is a frame of its own.
+    assert_eq!(push_delta(&tx, delta("c", 2)), Pushed::Queued);
     let got: Vec<_> = drain(&mut rx).iter().map(summary).collect();
+    assert_eq!(got, [("message.delta".into(), "c".into(), 2)]);
+    assert_eq!(metrics.snapshot().coalesced, 1);
+}
+
+#[tokio::test]
+async fn a_merged_frame_stays_within_64_kib() {
+    let (tx, mut rx) = plain(1024, 4 << 20);
+    let word = "x".repeat(1000);
+    let mut offset = 0;
+    for _ in 0..200 {
+        tx.push(delta(&word, offset).0, delta(&word, offset).1);
+        offset += word.len() as u64;
+    }
+    let got = drain(&mut rx);
+    assert!(got.len() > 1, "200 KB of text cannot be one frame");
+    let mut text = String::new();
+    for item in &got {
+        let Outbound::Frame(f) = item else {
+            panic!("a frame")
+        };
+        assert!(f.len() <= 64 * 1024, "{} bytes", f.len());
+        let (_, t, o) = summary(item);
+        assert_eq!(
+            o,
+            text.len() as u64,
+            "each frame starts where the last ended"
+        );
+        text.push_str(&t);
+    }
+    assert_eq!(text, word.repeat(200));
+}
+
+#[tokio::test]
+async fn recv_batch_takes_everything_ready_at_once() {
+    let (tx, mut rx) = plain(100, 1 << 20);
+    for i in 0..5u8 {
+        tx.push(Bytes::from(vec![i]), FrameClass::Durable);
+    }
+    let mut batch = Vec::new();
+    assert!(rx.recv_batch(&mut batch).await);
+    assert_eq!(batch.len(), 5);
+    // One batch is at most WRITE_BATCH_BYTES (and at least one frame).
+    for _ in 0..3 {
+        tx.push(frame(WRITE_BATCH_BYTES / 2 + 1), FrameClass::Durable);
+    }
+    batch.clear();
+    assert!(rx.recv_batch(&mut batch).await);
+    assert_eq!(batch.len(), 2);
+    batch.clear();
+    assert!(rx.recv_batch(&mut batch).await);
+    assert_eq!(batch.len(), 1);
+}
+
+/// A budget long enough that no test ever reaches it unless time is
+/// advanced on purpose.
+const LONG: std::time::Duration = std::time::Duration::from_secs(3600);
+
+#[tokio::test]
+async fn a_held_delta_waits_for_its_continuations_and_goes_out_with_the_next_frame() {
+    let (tx, mut rx, metrics) = with_metrics(100, 1 << 20);
+    let (f, c) = delta("a", 0);
+    assert_eq!(tx.push_within(f, c, LONG), Pushed::Queued);
+    assert_eq!(rx.try_recv(), None, "held by its budget");
+    let (f, c) = delta("b", 1);
+    assert_eq!(tx.push_within(f, c, LONG), Pushed::Coalesced);
+    assert_eq!(rx.try_recv(), None, "still held");
+    // A durable frame behind it: the delta goes out first, at once.
+    assert_eq!(tx.push(frame(3), FrameClass::Durable), Pushed::Queued);
+    let mut batch = Vec::new();
+    assert!(rx.recv_batch(&mut batch).await);
+    assert_eq!(batch.len(), 2);
+    assert_eq!(summary(&batch[0]).1, "ab");
+    assert_eq!(batch[1], Outbound::Frame(frame(3)));
+    assert_eq!(metrics.snapshot().coalesced, 1);
+}
+
+#[tokio::test]
+async fn a_delta_that_cannot_join_releases_the_held_one() {
+    let (tx, mut rx) = plain(100, 1 << 20);
+    let (f, c) = delta("a", 0);
+    tx.push_within(f, c, LONG);
+    // Another stream: queued behind, so the first is released, and the
+    // new one is held in its turn.
+    let (f, c) = delta_of(EventType::ReasoningDelta, "t_1", "r", 0);
+    assert_eq!(tx.push_within(f, c, LONG), Pushed::Queued);
+    let got: Vec<_> = drain(&mut rx).iter().map(summary).collect();
+    assert_eq!(got, [("message.delta".into(), "a".into(), 0)]);
+    assert_eq!(rx.try_recv(), None, "the reasoning delta is held now");
+    tx.push(frame(1), FrameClass::Reply);
+    let got: Vec<_> = drain(&mut rx).iter().map(summary).collect();
+    assert_eq!(got[0], ("reasoning.delta".into(), "r".into(), 0));
+    assert_eq!(got.len(), 2);
+}
+
+#[tokio::test]
+async fn a_held_delta_goes_out_when_its_budget_is_spent() {
+    let (tx, mut rx) = plain(100, 1 << 20);
+    let (f, c) = delta("a", 0);
+    tx.push_within(f, c, std::time::Duration::from_millis(5));
+    // Nothing else is pushed: only the deadline can wake the writer (this
+    // checks that it does, not how long it took).
+    let mut batch = Vec::new();
+    assert!(rx.recv_batch(&mut batch).await);
     assert_eq!(
-        got,
-        [
-            ("message.delta".into(), "a".into(), 0),
-            ("message.delta".into(), "b".into(), 1)
-        ]
+        batch.iter().map(summary).collect::<Vec<_>>(),
+        [("message.delta".into(), "a".into(), 0)]
     );
-    assert_eq!(metrics.snapshot().coalesced, 0);
+}
+
+#[tokio::test]
+async fn nothing_is_held_once_nothing_more_can_come() {
+    let (tx, mut rx) = plain(100, 1 << 20);
+    let (f, c) = delta("a", 0);
+    tx.push_within(f, c, LONG);
+    drop(tx);
+    assert_eq!(summary(&rx.recv().await.expect("released")).1, "a");
+    assert_eq!(rx.recv().await, None);
+    let (tx, mut rx) = plain(100, 1 << 20);
+    let (f, c) = delta("a", 0);
+    tx.push_within(f, c, LONG);
+    tx.close(CLOSE_GOING_AWAY, "bye");
+    let got = drain(&mut rx);
+    assert_eq!(summary(&got[0]).1, "a");
+    assert!(matches!(got[1], Outbound::Close { code: 1001, .. }));
 }
 
 #[tokio::test]
@@ -343,7 +462,7 @@ async fn merging_respects_the_byte_bound() {
     let first = delta("abcd", 0);
     let bound = first.0.len() + 2;
     let (tx, mut rx, metrics) = with_metrics(100, bound);
-    // Behind a head: a delta at the head is never extended.
+    // Behind a head, a merge must fit the bound.
     assert_eq!(tx.push(frame(1), FrameClass::Durable), Pushed::Queued);
     assert_eq!(push_delta(&tx, first), Pushed::Queued);
     assert_eq!(push_delta(&tx, delta("ef", 4)), Pushed::Coalesced);

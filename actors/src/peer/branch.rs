@@ -141,7 +141,10 @@ impl PeerState {
                 continue;
             };
             let mut rec = match kind {
-                k if k.is_transcript() && k != EventType::SessionCompacted => {
+                // A turn's `error` too, so the branch's transcript says
+                // why a turn failed as the parent's does.
+                EventType::Error if row.turn_id.is_none() => continue,
+                k if k.feeds_transcript() && k != EventType::SessionCompacted => {
                     EventRecord::from_row(row).ok_or_else(|| {
                         RpcError::new(
                             tether_protocol::codes::STORAGE_UNAVAILABLE,

@@ -260,7 +260,7 @@ impl PeerState {
         let Some(profile) = self.scope(p.profile.as_deref()) else {
             return Err(RpcError::session_not_found());
         };
-        let attach = (p.attach && self.identity.can_attach).then(|| self.link());
+        let attach = (p.attach && self.identity.can_attach).then(|| self.link(p.delivery));
         let registry = self.ctx.registry()?;
         let prof = profile.clone();
         let CreatedSession { result, actor } = ask(
@@ -290,7 +290,7 @@ impl PeerState {
             return Err(RpcError::session_not_found());
         };
         let attach = p.attach && self.identity.can_attach;
-        let peer = attach.then(|| self.link());
+        let peer = attach.then(|| self.link(p.delivery));
         // Scoped already: `key.0` is the profile to ask in.
         let key = (profile, p.session_id.clone());
         let reached = self

@@ -4,8 +4,9 @@
 
 use ractor::{ActorRef, RpcReplyPort};
 use tether_protocol::{
-    now_ms, CompleteStatus, CreateParams, CreateResult, EventType, MessageCompletePayload,
-    RpcError, SeedRole, SessionCreatedPayload, SessionId, SessionStatus, TextPayload,
+    now_ms, AttachedPeer, CompleteStatus, CreateParams, CreateResult, EventType,
+    MessageCompletePayload, RpcError, SeedRole, SessionCreatedPayload, SessionId, SessionInfo,
+    SessionStatus, TextPayload,
 };
 use tether_store::{NewSession, SessionRow};
 
@@ -181,7 +182,13 @@ impl RegistryState {
             append_gen: 0,
         };
         let info_row = row.clone();
-        let attached = u32::from(attach.is_some());
+        let attached: Vec<AttachedPeer> = attach
+            .iter()
+            .map(|peer| AttachedPeer {
+                peer_id: peer.peer_id.clone(),
+                transport: peer.transport,
+            })
+            .collect();
         match self
             .spawn_session(myself, key, row, barrier, None, initial)
             .await
@@ -192,7 +199,10 @@ impl RegistryState {
                 }
                 let _ = reply.send(Ok(CreatedSession {
                     result: CreateResult {
-                        session: info_from_row(&info_row, Some(attached)),
+                        session: SessionInfo {
+                            attached: Some(attached.clone()),
+                            ..info_from_row(&info_row, Some(attached.len() as u32))
+                        },
                         epoch: self.ctx.epoch.to_string(),
                     },
                     actor,

@@ -53,7 +53,8 @@ impl SessionState {
         let h = self.commit.committed_seq();
         let joining = match peer {
             Some(peer) if params.attach => {
-                self.attach_slot(peer.peer_id, PeerSlot::new(peer.outbox, Some(Vec::new())));
+                let peer_id = peer.peer_id.clone();
+                self.attach_slot(peer_id, PeerSlot::new(peer, Some(Vec::new())));
                 true
             }
             _ => false,
@@ -176,11 +177,12 @@ impl SessionState {
                     return;
                 }
             }
-            self.attach_slot(peer.peer_id, PeerSlot::new(peer.outbox, None));
+            let peer_id = peer.peer_id.clone();
+            self.attach_slot(peer_id, PeerSlot::new(peer, None));
             return;
         }
         let peer_id = peer.peer_id.clone();
-        self.attach_slot(peer.peer_id, PeerSlot::new(peer.outbox, Some(Vec::new())));
+        self.attach_slot(peer_id.clone(), PeerSlot::new(peer, Some(Vec::new())));
         let reader = self.ctx.reader.clone();
         let id = self.id.clone();
         let myself = myself.clone();
@@ -217,7 +219,7 @@ impl SessionState {
             .map(|f| (f, FrameClass::Durable))
             .chain(held);
         for (frame, class) in frames {
-            if slot.outbox.push(frame, class) == Pushed::Closed {
+            if slot.outbox.push_within(frame, class, slot.max_delay) == Pushed::Closed {
                 self.detach(peer_id);
                 return;
             }

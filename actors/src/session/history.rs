@@ -11,10 +11,21 @@ use tether_protocol::{EventType, Message, RpcError};
 use tether_store::EventRow;
 
 use super::{SessionMsg, SessionState};
-use crate::transcript::{message_from_row, messages_from_rows};
+use crate::transcript::{message_from_row, messages_from_rows, TurnError};
+
+/// The segment in memory, and what an assistant message needs from the
+/// events before it.
+#[derive(Debug, Default)]
+pub(crate) struct Transcript {
+    segment: Segment,
+    /// The last `error` event of a turn: its `message.complete` comes next
+    /// and carries the message (as [`messages_from_rows`] does from the
+    /// store), so both paths derive the same transcript.
+    turn_error: Option<TurnError>,
+}
 
 #[derive(Debug, Default)]
-pub(crate) enum Transcript {
+enum Segment {
     #[default]
     NotLoaded,
     /// The store read of everything committed so far is under way;
@@ -32,21 +43,24 @@ impl Transcript {
     /// Keeps the in-memory transcript current with an emitted event; the
     /// message it is, if it is one.
     pub(super) fn note(&mut self, row: &EventRow, kind: EventType) -> Option<Message> {
+        if let Some(e) = TurnError::of(row) {
+            self.turn_error = Some(e);
+        }
         if !kind.is_transcript() {
             return None;
         }
-        let message = message_from_row(row)?;
+        let message = message_from_row(row, self.turn_error.take().as_ref())?;
         let compaction = kind == EventType::SessionCompacted;
-        match self {
-            Transcript::NotLoaded => {}
-            Transcript::Loading { buffer, reset, .. } => {
+        match &mut self.segment {
+            Segment::NotLoaded => {}
+            Segment::Loading { buffer, reset, .. } => {
                 if compaction {
                     buffer.clear();
                     *reset = true;
                 }
                 buffer.push(message.clone());
             }
-            Transcript::Ready(messages) => {
+            Segment::Ready(messages) => {
                 if compaction {
                     messages.clear();
                 }
@@ -60,8 +74,8 @@ impl Transcript {
 impl SessionState {
     /// Messages with `seq < before`, if the transcript is in memory.
     pub(super) fn history_before(&self, before: u64) -> Option<Vec<Message>> {
-        match &self.transcript {
-            Transcript::Ready(messages) => Some(
+        match &self.transcript.segment {
+            Segment::Ready(messages) => Some(
                 messages
                     .iter()
                     .take_while(|m| m.seq < before)
@@ -74,7 +88,7 @@ impl SessionState {
 
     /// Starts loading the segment from the store (once).
     pub(super) fn load_transcript(&mut self, myself: &ActorRef<SessionMsg>) {
-        if !matches!(self.transcript, Transcript::NotLoaded) {
+        if !matches!(self.transcript.segment, Segment::NotLoaded) {
             return;
         }
         // Committed events are in the store; the ones still pending are
@@ -85,7 +99,7 @@ impl SessionState {
             .pending_durable()
             .filter_map(|d| d.message.clone())
             .collect();
-        self.transcript = Transcript::Loading {
+        self.transcript.segment = Segment::Loading {
             buffer,
             reset: false,
         };
@@ -110,7 +124,8 @@ impl SessionState {
         myself: &ActorRef<SessionMsg>,
         result: Result<Vec<Message>, RpcError>,
     ) {
-        let Transcript::Loading { buffer, reset, .. } = std::mem::take(&mut self.transcript) else {
+        let Segment::Loading { buffer, reset, .. } = std::mem::take(&mut self.transcript.segment)
+        else {
             return;
         };
         match result {
@@ -119,13 +134,13 @@ impl SessionState {
                     messages.clear();
                 }
                 messages.extend(buffer);
-                self.transcript = Transcript::Ready(messages);
+                self.transcript.segment = Segment::Ready(messages);
                 self.dispatch_turn(myself);
                 self.resume_pending_compress(myself);
             }
             Err(e) => {
                 tracing::warn!(session_id = %self.id, error = %e, "transcript load failed");
-                self.transcript = Transcript::NotLoaded;
+                self.transcript.segment = Segment::NotLoaded;
                 if let Some(turn_id) = self.turns.running.as_ref().map(|t| t.tag.turn_id.clone()) {
                     let msg = format!("could not read the session history: {}", e.message);
                     self.finish_turn(

@@ -1,23 +1,32 @@
 //! The session's peers: their outboxes, the frames held for a joining
 //! peer, and the fan-out that pushes one shared frame to all of them.
 
+use std::time::Duration;
+
 use bytes::Bytes;
 use ractor::RpcReplyPort;
-use tether_protocol::PeerId;
+use tether_protocol::{AttachedPeer, PeerId, PeerTransport};
 use tracing::debug;
 
 use super::SessionState;
 use crate::outbox::{FrameClass, Outbox, Pushed};
 
-/// A peer as a session sees it: an id and the outbox to push frames into.
+/// A peer as a session sees it: an id, the outbox to push frames into, and
+/// the latency budget it asked this session for (`delivery.max_delay_ms`).
 #[derive(Debug, Clone)]
 pub struct PeerLink {
     pub peer_id: PeerId,
+    pub transport: PeerTransport,
     pub outbox: Outbox,
+    pub max_delay: Duration,
 }
 
 pub(super) struct PeerSlot {
     pub outbox: Outbox,
+    /// Told in `SessionInfo.attached`.
+    pub transport: PeerTransport,
+    /// How long a delta to this peer may wait for its continuations.
+    pub max_delay: Duration,
     /// `None` once joined; while joining, live frames are held here.
     pub held: Option<Vec<(Bytes, FrameClass)>>,
     /// Whether dropping the slot closes the peer's connection (see Drop).
@@ -25,9 +34,11 @@ pub(super) struct PeerSlot {
 }
 
 impl PeerSlot {
-    pub fn new(outbox: Outbox, held: Option<Vec<(Bytes, FrameClass)>>) -> Self {
+    pub fn new(link: PeerLink, held: Option<Vec<(Bytes, FrameClass)>>) -> Self {
         Self {
-            outbox,
+            outbox: link.outbox,
+            transport: link.transport,
+            max_delay: link.max_delay,
             held,
             armed: true,
         }
@@ -59,6 +70,21 @@ impl SessionState {
         if let Some(mut old) = self.peers.insert(peer_id, slot) {
             old.armed = false;
         }
+    }
+
+    /// Who is attached, in peer id order (so that two answers list them
+    /// alike).
+    pub(super) fn attached(&self) -> Vec<AttachedPeer> {
+        let mut attached: Vec<AttachedPeer> = self
+            .peers
+            .iter()
+            .map(|(peer_id, slot)| AttachedPeer {
+                peer_id: peer_id.clone(),
+                transport: slot.transport,
+            })
+            .collect();
+        attached.sort_by(|a, b| a.peer_id.as_str().cmp(b.peer_id.as_str()));
+        attached
     }
 
     /// The peer leaves; whether it was attached.
@@ -104,7 +130,10 @@ impl SessionState {
                     }
                 }
                 None => {
-                    if slot.outbox.push(frame.clone(), class.clone()) == Pushed::Closed {
+                    let pushed =
+                        slot.outbox
+                            .push_within(frame.clone(), class.clone(), slot.max_delay);
+                    if pushed == Pushed::Closed {
                         gone.push(peer_id.clone());
                     }
                 }

@@ -91,12 +91,10 @@ impl SessionState {
             .last_activity_ms
             .store(now, std::sync::atomic::Ordering::Relaxed);
         if !rec.kind.is_durable() {
-            let params = rec.params_of(&self.id);
-            let frame = TransientFrame {
-                frame: frame_of(&params),
-                // Deltas carry what a pressured outbox needs to merge them.
-                delta: rec.delta_meta(&self.id).map(Arc::new),
-            };
+            let frame = frame_of(&rec.params_of(&self.id));
+            // Deltas carry what an outbox needs to merge them.
+            let delta = rec.delta_meta(&self.id, &frame).map(Arc::new);
+            let frame = TransientFrame { frame, delta };
             if let Some(t) = self.commit.emit_transient(frame) {
                 self.fan_out(&t.frame, transient_class(t.delta));
             }

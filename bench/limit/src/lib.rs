@@ -21,9 +21,10 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
 
 /// tungstenite's read buffer is 128 KiB by default and all of it becomes
-/// resident (it is zeroed before the first read); 4 KiB is what tether's
-/// gateway uses, so idle memory compares like for like.
-const READ_BUFFER: usize = 4 * 1024;
+/// resident (it is zeroed before the first read); 2 KiB is what tether's
+/// gateway uses (gateway/src/server.rs), so idle memory compares like for
+/// like.
+const READ_BUFFER: usize = 2 * 1024;
 
 /// What the broadcaster reads of a frame; every other field is the payload.
 #[derive(Deserialize)]

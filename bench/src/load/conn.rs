@@ -41,6 +41,21 @@ pub struct Event {
     pub flood: Option<Flood>,
     /// Socket.IO's recovery offset (the packet's last argument).
     pub offset: Option<String>,
+    /// Turn shape: a durable event (tether: it has a `seq`; the baselines:
+    /// any of a turn's five non-delta messages).
+    pub durable: bool,
+    /// Turn shape: the deltas this frame carries (a merged tether delta
+    /// carries several: one per word, each word ending with a space).
+    pub pieces: u32,
+    /// Turn shape: the turn's `message.complete`.
+    pub complete: bool,
+}
+
+/// Turn shape: the deltas in a delta frame's text, one per word (every
+/// word of a benchmark turn ends with a space, and nothing else in a
+/// compact frame holds one).
+pub fn spaces(text: &str) -> u32 {
+    u32::try_from(text.bytes().filter(|&b| b == b' ').count()).unwrap_or(u32::MAX)
 }
 
 /// What one read gave.

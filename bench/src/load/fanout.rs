@@ -88,7 +88,7 @@ pub async fn run(b: &LoadBench, url: &str, pid: Option<u32>) -> anyhow::Result<V
 }
 
 /// A client's reader: records every event until the connection ends.
-async fn read(mut conn: super::conn::Conn, tally: Shared) {
+pub(super) async fn read(mut conn: super::conn::Conn, tally: Shared) {
     loop {
         match conn.next().await {
             Ok(Frame::Event(e)) => tally.lock().record(e, unix_micros()),
@@ -211,7 +211,7 @@ fn harvest(
 }
 
 /// Why the ramp stops after this step, if it does.
-fn stop_reason(step: &Value, max_p99_ms: f64) -> Option<String> {
+pub(super) fn stop_reason(step: &Value, max_p99_ms: f64) -> Option<String> {
     let ratio = step["delivered_ratio"].as_f64().unwrap_or(0.0);
     let p99 = step["latency_ms"]["p99"].as_f64().unwrap_or(f64::INFINITY);
     let closed = step["closed_clients"].as_u64().unwrap_or(0);

@@ -11,13 +11,8 @@ use super::conn::{flood_in, Conn, Event, Frame};
 const EVENT_HEAD: &str = r#"{"room":"#;
 
 pub fn parse(text: &str) -> Option<Frame> {
-    text.starts_with(EVENT_HEAD).then(|| {
-        Frame::Event(Event {
-            seq: None,
-            flood: flood_in(text),
-            offset: None,
-        })
-    })
+    text.starts_with(EVENT_HEAD)
+        .then(|| Frame::Event(super::turns::baseline_event(text, flood_in(text), None)))
 }
 
 /// Joins `room` and waits until the join is in effect.

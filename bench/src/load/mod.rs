@@ -31,6 +31,7 @@ mod storm;
 mod tally;
 mod target;
 mod tether;
+mod turns;
 
 use std::path::PathBuf;
 
@@ -68,6 +69,9 @@ pub enum ScenarioKind {
     Storm,
     /// Server memory per idle subscribed connection.
     Idle,
+    /// Agent turns on a schedule (5 durable events and 10 deltas each),
+    /// stepped up in durable deliveries/s.
+    Turns,
 }
 
 #[derive(Debug, Args, Clone)]
@@ -94,7 +98,8 @@ pub struct LoadBench {
     #[arg(long, default_value_t = 100)]
     pub payload_bytes: usize,
     /// fanout: the deliveries/s aimed at, step by step (deliveries = events
-    /// × clients of their room).
+    /// × clients of their room); turns: the durable deliveries/s (5 per
+    /// turn per client).
     #[arg(
         long,
         value_delimiter = ',',
@@ -170,6 +175,7 @@ pub fn run(b: LoadBench) -> anyhow::Result<()> {
                 ScenarioKind::Fanout => fanout::run(&args, &url, pid).await,
                 ScenarioKind::Storm => storm::run(&args, &url, pid).await,
                 ScenarioKind::Idle => idle::run(&args, &url, pid).await,
+                ScenarioKind::Turns => turns::run(&args, &url, pid).await,
             }
         })
     })?;
@@ -179,6 +185,7 @@ pub fn run(b: LoadBench) -> anyhow::Result<()> {
             ScenarioKind::Fanout => "fanout",
             ScenarioKind::Storm => "storm",
             ScenarioKind::Idle => "idle",
+            ScenarioKind::Turns => "turns",
         },
         "target": b.target.name(),
         "server_cpu": cpu_label(b.server_cpu),

@@ -22,6 +22,8 @@ pub struct Sample {
     pub children_peak_kib: u64,
     /// Current resident set (VmRSS) of the server, KiB.
     pub server_rss_kib: u64,
+    /// The largest current VmRSS of one descendant (a compute host), KiB.
+    pub child_max_rss_kib: u64,
 }
 
 /// Reads `pid` and its descendants; zeros when `pid` is unknown or gone.
@@ -38,6 +40,7 @@ pub fn sample(pid: Option<u32>) -> Sample {
     for child in descendants(pid) {
         s.children_cpu_s += cpu_s(child);
         s.children_peak_kib += status_kib(child, "VmHWM:");
+        s.child_max_rss_kib = s.child_max_rss_kib.max(status_kib(child, "VmRSS:"));
     }
     s
 }

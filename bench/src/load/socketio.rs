@@ -42,11 +42,11 @@ pub fn parse(text: &str) -> Option<Frame> {
     let offset = text
         .strip_suffix("\"]")
         .and_then(|s| s.rfind('"').map(|i| s[i + 1..].to_owned()));
-    Some(Frame::Event(Event {
-        seq: None,
-        flood: flood_in(text),
+    Some(Frame::Event(super::turns::baseline_event(
+        text,
+        flood_in(text),
         offset,
-    }))
+    )))
 }
 
 /// A connected Socket.IO client.

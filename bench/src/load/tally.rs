@@ -8,7 +8,7 @@
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use super::conn::Event;
+use super::conn::{Event, Flood};
 
 /// A client's tally, shared between its task and the scenario.
 #[derive(Clone, Default)]
@@ -48,11 +48,26 @@ pub struct Tally {
     pub latencies_us: Vec<u32>,
     /// Receive time of the latest event, unix microseconds.
     pub last_at_us: u64,
+    /// Turn shape: the benchmark events are whole turns, each counted
+    /// (and timed) at its `message.complete`, numbered by the turn's
+    /// first message (tether: its `tool.start`).
+    pub turns: bool,
+    /// Turn shape: the number of the turn under way.
+    pending: Option<Flood>,
+    /// Event frames received in this phase, durable ones, and the deltas
+    /// they carried (a merged delta carries several).
+    pub frames: u64,
+    pub durable: u64,
+    pub pieces: u64,
 }
 
 impl Tally {
     /// Starts a publishing phase of `expected` events per room.
     pub fn reset(&mut self, expected: u64, timing: bool) {
+        self.pending = None;
+        self.frames = 0;
+        self.durable = 0;
+        self.pieces = 0;
         self.expected = expected;
         self.timing = timing;
         self.seen = vec![0; usize::try_from(expected.div_ceil(64)).unwrap_or(0)];
@@ -81,7 +96,20 @@ impl Tally {
         if let Some(offset) = event.offset {
             self.offset = Some(offset);
         }
-        let Some(flood) = event.flood else { return };
+        self.frames += 1;
+        self.durable += u64::from(event.durable);
+        self.pieces += u64::from(event.pieces);
+        let flood = if !self.turns {
+            event.flood
+        } else if event.complete {
+            event.flood.or(self.pending.take())
+        } else {
+            if event.flood.is_some() {
+                self.pending = event.flood;
+            }
+            None
+        };
+        let Some(flood) = flood else { return };
         self.last_at_us = now_us;
         self.max_n = Some(self.max_n.map_or(flood.n, |m| m.max(flood.n)));
         let word = usize::try_from(flood.n / 64)
@@ -143,7 +171,6 @@ pub fn round3(v: f64) -> f64 {
 
 #[cfg(test)]
 mod tests {
-    use super::super::conn::Flood;
     use super::*;
 
     fn flood(n: u64) -> Event {

@@ -77,6 +77,11 @@ impl Target {
         })
     }
 
+    /// The server's WebSocket URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
     fn room(&self, k: usize) -> anyhow::Result<&str> {
         self.rooms
             .get(k)

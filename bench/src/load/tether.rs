@@ -10,7 +10,7 @@
 use anyhow::{anyhow, bail, Context};
 use serde_json::{json, Value};
 
-use super::conn::{flood_in, number_after, Conn, Event, Flood, Frame};
+use super::conn::{flood_in, number_after, spaces, Conn, Event, Flood, Frame};
 use super::publish::Schedule;
 use super::TargetKind;
 
@@ -24,15 +24,25 @@ pub fn parse(text: &str) -> Option<Frame> {
     if !text.starts_with(EVENT_HEAD) {
         return None;
     }
-    let flood = if text.contains(r#""type":"tool.start""#) {
+    let body = &text[EVENT_HEAD.len()..];
+    let delta = body.starts_with(r#"{"type":"message.delta""#);
+    let flood = if !delta && text.contains(r#""type":"tool.start""#) {
         flood_in(text)
     } else {
         None
     };
+    let seq = if delta {
+        None
+    } else {
+        number_after(text, "\"seq\":")
+    };
     Some(Frame::Event(Event {
-        seq: number_after(text, "\"seq\":"),
+        seq,
         flood,
         offset: None,
+        durable: seq.is_some(),
+        pieces: if delta { spaces(text) } else { 0 },
+        complete: body.starts_with(r#"{"type":"message.complete""#),
     }))
 }
 
@@ -132,7 +142,9 @@ pub async fn attach(
         on_event(Event {
             seq: e["seq"].as_u64(),
             flood,
-            offset: None,
+            durable: true,
+            complete: e["type"] == "message.complete",
+            ..Event::default()
         });
     }
     Ok(!result["resync"].as_bool().unwrap_or(false))

@@ -1,18 +1,22 @@
 // The console's entry point: one connection, the session list, and the
 // session that the URL's `#session=ID` names (docs/CONSOLE.md).
 //
-// The page URL's `?token=` is the credential. It goes on the WebSocket URL
-// (browsers cannot set headers on a WebSocket, PROTOCOL 1.1) and stays on
-// every link the page makes, so a link opened in a new tab works too.
+// The connection is tether-client's (clients/typescript, served at
+// /console/tether-client/): its reconnects, backoff and exactly-once
+// streams are the library's, not a second copy of them here.
+//
+// The page URL's `?token=` is the credential. The library puts it on the
+// WebSocket URL (browsers cannot set headers on a WebSocket, PROTOCOL 1.1)
+// and the page keeps it on every link it makes, so a link opened in a new
+// tab works too.
 
-import { Connection } from "./connection.js";
+import { connect } from "./tether-client/index.js";
 import { SessionView } from "./session_view.js";
 
 const LIST_PAGE = 25;
 
 const token = new URLSearchParams(location.search).get("token");
-const wsUrl = (location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/ws" +
-  (token ? "?token=" + encodeURIComponent(token) : "");
+const wsUrl = (location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/ws";
 
 function byId(id) {
   return document.getElementById(id);
@@ -26,7 +30,8 @@ const dom = {
   title: byId("info-title"),
   id: byId("info-id"),
   status: byId("info-status"),
-  peers: byId("info-peers"),
+  peers: byId("info-peer-count"),
+  attached: byId("info-attached"),
   messages: byId("info-messages"),
   watermark: byId("watermark"),
   notice: byId("notice"),
@@ -59,33 +64,36 @@ function sessionFromHash() {
 let view = null;
 let listCursor = null;
 
-const conn = new Connection(wsUrl, {
-  onState(state, detail) {
-    const c = byId("conn");
-    c.dataset.state = state;
-    let text = state + (detail ? " (" + detail + ")" : "");
-    if (state === "reconnecting" && !conn.ready && !token) {
-      // A browser hides the upgrade's 401; say what the likely cause is.
-      text += ": no answer yet; if the gateway has tokens, open this page as /?token=TOKEN";
-    }
-    byId("conn-text").textContent = text;
-    if (state !== "open" && view) {
-      view.disconnected();
-    }
-  },
-  onReady(ready) {
-    byId("gateway-meta").textContent = "profile " + ready.profile + " · " + ready.server + " " +
-      ready.version + " · " + ready.peer_id;
-    loadList(true);
-    if (view) {
-      view.connected(ready);
-    }
-  },
-  onEvent(ev) {
-    if (view) {
-      view.apply(ev);
-    }
-  },
+const gw = connect(wsUrl, { token: token || undefined });
+
+gw.on("state", (change) => {
+  const c = byId("conn");
+  const state = change.state;
+  c.dataset.state = state;
+  let detail = "";
+  if (state === "reconnecting" && change.delay !== undefined) {
+    detail = "in " + (change.delay / 1000).toFixed(1) + " s";
+  } else if (state === "closed" && change.error) {
+    detail = change.error.message;
+  }
+  let text = state + (detail ? " (" + detail + ")" : "");
+  if (state === "reconnecting" && !gw.ready && !token) {
+    // A browser hides the upgrade's 401; say what the likely cause is.
+    text += ": no answer yet; if the gateway has tokens, open this page as /?token=TOKEN";
+  }
+  byId("conn-text").textContent = text;
+  if (view) {
+    // Nothing can be sent, interrupted or compressed without a socket.
+    view.setConnected(state === "open");
+  }
+});
+
+gw.on("open", ({ ready }) => {
+  const meta = byId("gateway-meta");
+  meta.textContent = "profile " + ready.profile + " · " + ready.server + " " +
+    ready.version + " · " + ready.peer_id;
+  meta.dataset.peerId = ready.peer_id;
+  loadList(true);
 });
 
 function openFromHash() {
@@ -94,21 +102,15 @@ function openFromHash() {
     return;
   }
   if (view) {
-    const old = view.id;
     view.dispose();
-    // Stop its frames; a failure only means the socket is already gone.
-    conn.call("session.detach", { session_id: old }).catch(() => {});
     view = null;
   }
   dom.empty.hidden = id !== null;
   dom.body.hidden = id === null;
   dom.view.dataset.sessionId = "";
   if (id !== null) {
-    view = new SessionView(conn, id, dom);
+    view = new SessionView(gw, id, dom);
     view.notice("");
-    if (conn.state === "open") {
-      view.connected(conn.ready);
-    }
   }
   markCurrent();
 }
@@ -126,7 +128,7 @@ async function loadList(reset) {
   }
   let r;
   try {
-    r = await conn.call("session.list", params);
+    r = await gw.call("session.list", params);
   } catch (err) {
     return;
   }
@@ -182,7 +184,7 @@ byId("create-form").addEventListener("submit", async (e) => {
   e.preventDefault();
   const input = byId("new-title");
   try {
-    const r = await conn.call("session.create", { title: input.value.trim(), attach: false });
+    const r = await gw.call("session.create", { title: input.value.trim(), attach: false });
     input.value = "";
     location.hash = "#session=" + encodeURIComponent(r.session.session_id);
     loadList(true);
@@ -195,7 +197,8 @@ byId("create-form").addEventListener("submit", async (e) => {
 
 function submitPrompt() {
   const text = dom.prompt.value;
-  if (!text.trim() || !view) {
+  // Enter while disconnected: the text stays in the box for later.
+  if (!text.trim() || !view || dom.send.disabled) {
     return;
   }
   act("Send", async (v) => {
@@ -220,9 +223,26 @@ dom.prompt.addEventListener("keydown", (e) => {
 });
 dom.interrupt.addEventListener("click", () => act("Interrupt", (v) => v.interrupt(),
   (r) => (r.status === "idle" ? "Nothing was running." : "Interrupted.")));
-dom.compress.addEventListener("click", () => act("Compress", (v) => v.compress(),
-  (r) => (r.status === "pending" ? "Compression is pending; it applies when the host answers."
-    : "Compressed: " + r.removed + " messages summarised.")));
+// A compression replaces the session's history with a summary for good,
+// so it is asked for, and refused outright when there is nothing to
+// summarise (the button is disabled then; this is for a stale page).
+dom.compress.addEventListener("click", () => {
+  if (!view) {
+    return;
+  }
+  const n = view.compressible();
+  if (n === 0) {
+    view.notice("Nothing to compress: the session has no messages since its last summary.", "info");
+    return;
+  }
+  if (!window.confirm("Compress this session? Its " + n + " messages are replaced by a summary " +
+    "for the engine, for good.")) {
+    return;
+  }
+  act("Compress", (v) => v.compress(),
+    (r) => (r.status === "pending" ? "Compression is pending; it applies when the host answers."
+      : "Compressed: " + r.removed + " messages summarised."));
+});
 byId("refresh").addEventListener("click", () => loadList(true));
 byId("more").addEventListener("click", () => loadList(false));
 byId("include-closed").addEventListener("change", () => loadList(true));
@@ -230,4 +250,3 @@ byId("home").href = link("");
 
 window.addEventListener("hashchange", openFromHash);
 openFromHash();
-conn.start();

@@ -1,93 +1,89 @@
-// One open session: which of its events reach the screen, once each and in
-// order, across reconnects (PROTOCOL 1.4 session.resume, 1.5).
+// One open session: draws what `session.events()` of tether-client yields
+// (clients/typescript, served at /console/tether-client/). The library
+// holds the exactly-once rules (watermark, resume, resync, epoch, the
+// running turn's text across reconnects), so the page only draws: each
+// durable event once, in seq order, and each turn's deltas by offset.
 //
-// The rule is the protocol's own: the watermark is the highest seq drawn; a
-// durable event at or below it is a duplicate and dropped; the next one
-// must be watermark + 1. Every (re)connect resumes with `last_seen` = the
-// watermark, and live frames that arrive while that resume is in flight are
-// held and applied after its replay, so nothing is drawn out of order. A
-// closed session cannot be resumed (4002) but its events can still be read,
-// so it is shown read-only from `session.events.since`.
+// A closed session cannot be resumed (4002); the library then reads its
+// events from the store and the stream ends after its `session.closed`,
+// which makes the view read-only.
 
-import { RpcError } from "./connection.js";
+import { RpcError } from "./tether-client/index.js";
 import { Transcript } from "./transcript.js";
 
 // How often the header's facts (peer count above all) are refreshed: the
 // gateway does not announce attaches, so the page asks.
 const INFO_POLL_MS = 10000;
-// Pages of `session.events.since` when reading a closed session.
-const SINCE_PAGE = 1000;
 
 export class SessionView {
   // `dom`: the elements of the session pane (see console.js).
-  constructor(conn, id, dom) {
-    this.conn = conn;
+  constructor(gw, id, dom) {
+    this.gw = gw;
     this.id = id;
+    this.session = gw.session(id);
     this.dom = dom;
     this.transcript = new Transcript(dom.transcript);
     this.watermark = 0;
-    this.epoch = null;
-    this.resuming = false;
-    this.held = [];
-    this.generation = 0;
     this.disposed = false;
     this.closed = false;
+    this.connected = gw.state === "open";
     this.todosRevision = -1;
     this.info = { session_id: id };
+    this.libraryInfo = null;
     this.duplicates = 0;
     this.transcript.clear();
     dom.todos.hidden = true;
     dom.todoItems.replaceChildren();
+    dom.attached.replaceChildren();
     dom.view.dataset.sessionId = id;
     dom.view.dataset.duplicates = "0";
     this.showInfo();
     this.showWatermark();
     this.setClosed(false);
     this.poll = setInterval(() => this.refreshInfo(), INFO_POLL_MS);
+    this.stream = this.session.events();
+    this.follow();
   }
 
   dispose() {
     this.disposed = true;
-    this.generation += 1;
     clearInterval(this.poll);
+    // Ends the stream and stops its frames; a failure only means the
+    // socket is already gone.
+    this.session.detach().catch(() => {});
   }
 
-  // Called on every `gateway.ready`: the first connection and each one after
-  // a drop.
-  connected(ready) {
-    if (this.epoch && ready.epoch && ready.epoch !== this.epoch) {
-      // Another store: our seqs mean nothing there. Start over.
-      this.transcript.clear();
-      this.transcript.note("The gateway's event store changed (new epoch); reloaded from scratch.", "warn");
-      this.watermark = 0;
-      this.todosRevision = -1;
-      this.epoch = null;
-    }
-    this.resume();
-  }
-
-  disconnected() {
-    this.transcript.markStale();
-    // The resume in flight (if any) died with the socket; the next
-    // connection starts another.
-    this.generation += 1;
-    this.resuming = false;
-    this.held = [];
-  }
-
-  // A live event frame (of any session: the view keeps its own).
-  apply(ev) {
-    if (this.disposed || ev.session_id !== this.id) {
+  async follow() {
+    try {
+      for await (const ev of this.stream) {
+        if (this.disposed) {
+          break;
+        }
+        this.transcript.scrolled(() => this.draw(ev));
+        // The library's SessionInfo is renewed by each resume (the peer
+        // count with it) and by `session.info` events.
+        if (this.session.info && this.session.info !== this.libraryInfo) {
+          this.libraryInfo = this.session.info;
+          this.showInfo(this.session.info);
+        }
+      }
+    } catch (err) {
+      if (!this.disposed) {
+        const code = err instanceof RpcError ? " (" + err.code + ")" : "";
+        this.notice("Cannot open the session: " + err.message + code, "error");
+      }
       return;
     }
-    if (this.resuming) {
-      this.held.push(ev);
-      return;
+    if (!this.disposed && this.closed) {
+      this.showInfo({ status: "closed" });
     }
-    this.transcript.scrolled(() => this.applyNow(ev, false));
   }
 
-  applyNow(ev, replayed) {
+  draw(ev) {
+    if (ev.type === "reset") {
+      this.reset(ev);
+      return;
+    }
     if (typeof ev.seq !== "number") {
       if (ev.type === "message.delta" || ev.type === "reasoning.delta") {
         this.transcript.delta(ev);
@@ -95,20 +91,10 @@ export class SessionView {
       return;
     }
     if (ev.seq <= this.watermark) {
+      // The library promises this never happens; count it if it does.
       this.duplicates += 1;
       this.dom.view.dataset.duplicates = String(this.duplicates);
       return;
-    }
-    if (ev.seq !== this.watermark + 1) {
-      if (!replayed) {
-        // Never expected; if it happens, ask again from what we have.
-        console.warn("tether: seq gap", this.watermark, ev.seq);
-        this.held = [ev];
-        this.resume();
-        return;
-      }
-      this.transcript.note("Events " + (this.watermark + 1) + "–" + (ev.seq - 1) +
-        " are no longer stored.", "warn");
     }
     this.watermark = ev.seq;
     try {
@@ -116,6 +102,21 @@ export class SessionView {
       this.sideEffects(ev);
     } catch (err) {
       console.error("tether: could not draw event", ev, err);
+    }
+    this.showWatermark();
+  }
+
+  reset(ev) {
+    if (ev.reason === "epoch") {
+      // Another store: what is drawn belongs to the old one. Start over.
+      this.transcript.clear();
+      this.transcript.note("The gateway's event store changed (new epoch); reloaded from scratch.", "warn");
+      this.watermark = 0;
+      this.todosRevision = -1;
+      this.dom.todos.hidden = true;
+    } else {
+      this.transcript.note("Events " + (ev.after + 1) + "–" + ev.upto + " are no longer stored.", "warn");
+      this.watermark = ev.upto;
     }
     this.showWatermark();
   }
@@ -148,129 +149,19 @@ export class SessionView {
     }
   }
 
-  async resume() {
-    if (this.disposed || this.conn.state !== "open") {
-      return;
-    }
-    this.resuming = true;
-    const gen = ++this.generation;
-    try {
-      const r = await this.conn.call("session.resume", {
-        session_id: this.id, last_seen: this.watermark, omit_messages: true,
-      });
-      if (gen !== this.generation) {
-        return;
-      }
-      this.epoch = r.epoch;
-      console.info("tether: resumed " + this.id + " after seq " + this.watermark + ": " +
-        (r.resync ? "resync" : (r.events || []).length + " events replayed") +
-        (r.active_turn ? ", turn " + r.active_turn.turn_id + " running" : ""));
-      if (r.resync) {
-        await this.rebuild(gen, r.latest_seq);
-        if (gen !== this.generation) {
-          return;
-        }
-      } else {
-        this.transcript.scrolled(() => {
-          for (const ev of r.events || []) {
-            this.applyNow(ev, true);
-          }
-        });
-      }
-      this.showInfo(r.session);
-      if (r.todos) {
-        this.showTodos(r.todos);
-      }
-      if (r.active_turn) {
-        this.transcript.activeTurn(r.active_turn);
-      }
-      this.release();
-    } catch (err) {
-      if (gen !== this.generation) {
-        return;
-      }
-      this.resuming = false;
-      this.held = [];
-      if (err instanceof RpcError && err.code === 4002) {
-        this.readClosed(gen).catch(() => {
-          // A lost socket: the next `gateway.ready` reads on.
-        });
-      } else if (err instanceof RpcError) {
-        this.notice("Cannot open the session: " + err.message + " (" + err.code + ")", "error");
-      }
-      // Anything else is a lost socket: the next `gateway.ready` resumes.
-    }
-  }
-
-  // Frames held during a resume, now that its replay is drawn.
-  release() {
-    const held = this.held;
-    this.held = [];
-    this.resuming = false;
-    this.transcript.scrolled(() => {
-      for (const ev of held) {
-        this.applyNow(ev, false);
-      }
-    });
-  }
-
-  // More was missed than a resume replays: draw the transcript instead.
-  async rebuild(gen, latest) {
-    let r = null;
-    try {
-      r = await this.conn.call("session.resume", { session_id: this.id });
-    } catch (err) {
-      if (!(err instanceof RpcError)) {
-        throw err;
-      }
-    }
-    if (gen !== this.generation) {
-      return;
-    }
-    this.transcript.clear();
-    this.transcript.note("Earlier events are not shown: more were missed than a resume replays.", "warn");
-    if (r && Array.isArray(r.messages)) {
-      for (const m of r.messages) {
-        this.transcript.message(m);
-      }
-      this.watermark = r.latest_seq;
-    } else {
-      this.transcript.note("The transcript is too large to show here.", "warn");
-      this.watermark = latest;
-    }
-    this.showWatermark();
-  }
-
-  async readClosed(gen) {
-    this.setClosed(true);
-    let more = true;
-    while (more) {
-      const r = await this.conn.call("session.events.since", {
-        session_id: this.id, last_seen: this.watermark, limit: SINCE_PAGE,
-      });
-      if (gen !== this.generation) {
-        return;
-      }
-      this.transcript.scrolled(() => {
-        for (const ev of r.events) {
-          this.applyNow(ev, true);
-        }
-      });
-      more = r.has_more && r.events.length > 0;
-    }
-    this.showInfo({ status: "closed" });
-  }
-
   async refreshInfo() {
-    if (this.disposed || this.closed || this.resuming || this.conn.state !== "open") {
+    if (this.disposed || this.closed || this.gw.state !== "open") {
       return;
     }
     try {
-      const r = await this.conn.call("session.resume", {
+      const r = await this.gw.call("session.resume", {
         session_id: this.id, attach: false, omit_messages: true,
       });
       if (!this.disposed) {
         this.showInfo(r.session);
+        if (r.todos) {
+          this.showTodos(r.todos);
+        }
       }
     } catch (err) {
       // The next poll tries again; a closed session says so by its event.
@@ -278,15 +169,15 @@ export class SessionView {
   }
 
   send(text) {
-    return this.conn.call("prompt.submit", { session_id: this.id, text: text });
+    return this.gw.call("prompt.submit", { session_id: this.id, text: text });
   }
 
   interrupt() {
-    return this.conn.call("session.interrupt", { session_id: this.id });
+    return this.session.interrupt();
   }
 
   compress() {
-    return this.conn.call("session.compress", { session_id: this.id });
+    return this.session.compress();
   }
 
   showInfo(fields) {
@@ -298,9 +189,61 @@ export class SessionView {
     d.status.textContent = i.status || "";
     d.status.className = "status-" + (i.status || "unknown");
     d.peers.textContent = i.peers === undefined ? "?" : String(i.peers);
+    this.showAttached(i.attached);
+    this.updateControls();
     d.messages.textContent = i.message_count === undefined ? "?" : String(i.message_count);
     document.title = "tether · " + (i.title || this.id);
     d.onInfo(i, this.watermark);
+  }
+
+  // Who is attached (SessionInfo.attached, PROTOCOL Part 4): each peer's
+  // id and transport, this page's own marked.
+  showAttached(attached) {
+    if (!Array.isArray(attached)) {
+      return;
+    }
+    const own = this.gw.ready && this.gw.ready.peer_id;
+    const items = attached.map((p) => {
+      const li = document.createElement("li");
+      li.dataset.peerId = p.peer_id;
+      li.dataset.transport = p.transport;
+      li.textContent = p.peer_id + " · " + p.transport + (p.peer_id === own ? " (this page)" : "");
+      li.classList.toggle("self", p.peer_id === own);
+      return li;
+    });
+    this.dom.attached.replaceChildren(...items);
+  }
+
+  // How many messages a compression would summarise: none in an empty
+  // session, nor in one holding only its last summary.
+  compressible() {
+    const count = this.info.message_count;
+    if (typeof count !== "number") {
+      return null;
+    }
+    const summaryOnly = (this.info.history_version || 0) > 0 && count <= 1;
+    return summaryOnly ? 0 : count;
+  }
+
+  setConnected(connected) {
+    this.connected = connected;
+    this.updateControls();
+  }
+
+  // The buttons act only on an open session over an open socket; the
+  // prompt box stays editable while disconnected, so nothing typed is lost.
+  updateControls() {
+    const d = this.dom;
+    const offline = !this.connected;
+    const nothing = this.compressible() === 0;
+    d.send.disabled = this.closed || offline;
+    d.interrupt.disabled = this.closed || offline;
+    d.compress.disabled = this.closed || offline || nothing;
+    d.prompt.disabled = this.closed;
+    const why = offline ? "Disconnected: waiting for the gateway" : "";
+    d.send.title = why;
+    d.interrupt.title = why;
+    d.compress.title = why || (nothing ? "Nothing to compress yet" : "");
   }
 
   showWatermark() {
@@ -329,10 +272,7 @@ export class SessionView {
 
   setClosed(closed) {
     this.closed = closed;
-    const d = this.dom;
-    for (const b of [d.send, d.interrupt, d.compress, d.prompt]) {
-      b.disabled = closed;
-    }
+    this.updateControls();
     if (closed) {
       this.showInfo({ status: "closed" });
     }

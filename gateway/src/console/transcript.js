@@ -2,10 +2,10 @@
 // its `data-seq`, and an assistant bubble per turn that streams its text.
 //
 // SessionView decides which events reach this file (each durable one once,
-// in seq order); this file only draws them. Streamed text is placed by the
-// delta's `offset` (bytes of the turn's text before it, PROTOCOL 1.5), so a
-// delta that was already drawn (a replay overlapping a live frame) adds
-// nothing, and a gap is noticed instead of drawn as if nothing was missing.
+// in seq order, as tether-client yields them); this file only draws them.
+// Streamed text is placed by the delta's `offset` (bytes of the turn's text
+// before it, PROTOCOL 1.5), so a delta that was already drawn adds nothing,
+// and a gap is noticed instead of drawn as if nothing was missing.
 // Everything from the wire goes in as text (`textContent`), never as markup.
 
 const encoder = new TextEncoder();
@@ -105,8 +105,8 @@ class Bubble {
     this.text = new Stream(text);
     this.reasoning = new Stream(reasoningText);
     this.done = false;
-    // True while what `text` holds may lack deltas (the socket dropped, or
-    // an offset skipped ahead): then the final text is not compared with it.
+    // True once an offset skipped ahead (text is missing): then the final
+    // text is not compared with what streamed.
     this.stale = false;
   }
 }
@@ -156,24 +156,6 @@ export class Transcript {
       b.activity.append(row);
     } else {
       this.list.append(row);
-    }
-  }
-
-  // The socket dropped: streams still running may now miss deltas.
-  markStale() {
-    for (const b of this.bubbles.values()) {
-      if (!b.done) {
-        b.stale = true;
-      }
-    }
-  }
-
-  // A resume's `active_turn`: the text streamed so far, authoritative.
-  activeTurn(at) {
-    const b = this.bubble(at.turn_id);
-    if (!b.done && typeof at.text === "string") {
-      b.text.set(at.text);
-      b.stale = false;
     }
   }
 
@@ -299,17 +281,5 @@ export class Transcript {
       what += " · recoverable";
     }
     b.li.append(stamp(el("div", "foot", what), ev));
-  }
-
-  // A transcript entry of a resume's `messages` (the resync path).
-  message(m) {
-    const e = {
-      seq: m.seq, ts: m.ts, type: "message", turn_id: m.turn_id,
-    };
-    const role = m.role || "system";
-    const li = stamp(el("li", "msg " + (role === "tool" ? "system tool-result" : role)), e);
-    li.dataset.type = "message." + role;
-    li.append(el("div", "who", role), el("div", "text", m.text || ""));
-    this.list.append(li);
   }
 }

@@ -139,6 +139,9 @@ mod tests {
             text: text.into(),
             turn_id: None,
             ts: String::new(),
+            status: None,
+            failure_reason: None,
+            error: None,
         }
     }
 

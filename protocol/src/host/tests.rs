@@ -23,6 +23,9 @@ fn history() -> Vec<Message> {
         text: "line one\nline two".into(),
         turn_id: None,
         ts: "x".into(),
+        status: None,
+        failure_reason: None,
+        error: None,
     }]
 }
 

@@ -10,7 +10,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use crate::ids::{SessionId, TraceId, TurnId};
+use crate::events::CompleteStatus;
+use crate::ids::{PeerId, SessionId, TraceId, TurnId};
 
 wire_enum! {
     /// A session's lifecycle state as clients see it.
@@ -43,6 +44,33 @@ pub struct SessionInfo {
     /// Peers attached now.
     pub peers: u32,
     pub close_on_disconnect: bool,
+    /// Who is attached now (`peers` of them), in the answers the session
+    /// gives about itself (`session.resume`, `session.create`); omitted
+    /// where only the count is known (`session.list`, `session.branch`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attached: Option<Vec<AttachedPeer>>,
+}
+
+wire_enum! {
+    /// How a peer reaches the gateway.
+    pub enum PeerTransport {
+        /// `/ws`.
+        WebSocket = "ws",
+        /// `GET /v1/sessions/{id}/events`.
+        Sse = "sse",
+        /// `POST /rpc` (never attached: it cannot receive live frames).
+        Http = "http",
+        /// `tether serve --stdio`.
+        Stdio = "stdio",
+    }
+}
+
+/// One attached peer: its id (the `peer_id` of its `gateway.ready`) and
+/// its transport.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttachedPeer {
+    pub peer_id: PeerId,
+    pub transport: PeerTransport,
 }
 
 wire_enum! {
@@ -70,6 +98,20 @@ pub struct Message {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub turn_id: Option<TurnId>,
     pub ts: String,
+    /// How the turn ended, on an assistant message whose turn did not
+    /// complete (`error`, `interrupted`); omitted otherwise. Without it a
+    /// client reading a transcript could not tell a reply cut short by a
+    /// crash or an interrupt from a whole one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<CompleteStatus>,
+    /// The `message.complete`'s `failure_reason` (`host_crash`,
+    /// `gateway_restart`, `dequeued`, ...), when it had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_reason: Option<String>,
+    /// The message of the turn's `error` event, on an assistant message
+    /// whose turn failed with one (what an engine said went wrong).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// `session.create`.

@@ -32,9 +32,46 @@ pub struct CreateParams {
     pub engine: Option<Map<String, Value>>,
     #[serde(default, deserialize_with = "de::null_default")]
     pub follow_profile_config: bool,
+    /// How the caller, once attached, wants deltas delivered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery: Option<Delivery>,
 }
 
-impl Params for CreateParams {}
+impl Params for CreateParams {
+    fn validate(&self) -> Result<(), RpcError> {
+        self.delivery.as_ref().map_or(Ok(()), Delivery::validate)
+    }
+}
+
+/// `delivery` of `session.create` / `session.resume` (PROTOCOL Part 4,
+/// "Delivery budget"): for this peer and this session only.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Delivery {
+    /// How long a delta may wait for the deltas that continue it, so that
+    /// they go out as one frame; 0 (the default) merges only what is
+    /// already waiting. At most [`Delivery::MAX_DELAY_MS`].
+    #[serde(default, deserialize_with = "de::null_default")]
+    pub max_delay_ms: u32,
+}
+
+impl Delivery {
+    /// The largest budget a client may ask for.
+    pub const MAX_DELAY_MS: u32 = 1000;
+
+    fn validate(&self) -> Result<(), RpcError> {
+        if self.max_delay_ms <= Self::MAX_DELAY_MS {
+            return Ok(());
+        }
+        Err(RpcError::invalid_params(
+            "delivery.max_delay_ms",
+            format!(
+                "{} is out of range 0..={}",
+                self.max_delay_ms,
+                Self::MAX_DELAY_MS
+            ),
+        ))
+    }
+}
 
 impl Default for CreateParams {
     fn default() -> Self {
@@ -46,6 +83,7 @@ impl Default for CreateParams {
             messages: Vec::new(),
             engine: None,
             follow_profile_config: false,
+            delivery: None,
         }
     }
 }
@@ -80,9 +118,16 @@ pub struct ResumeParams {
     pub omit_messages: bool,
     #[serde(default = "de::yes", deserialize_with = "de::null_true")]
     pub attach: bool,
+    /// How the caller, once attached, wants deltas delivered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery: Option<Delivery>,
 }
 
-impl Params for ResumeParams {}
+impl Params for ResumeParams {
+    fn validate(&self) -> Result<(), RpcError> {
+        self.delivery.as_ref().map_or(Ok(()), Delivery::validate)
+    }
+}
 
 /// `session.detach`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -275,13 +320,15 @@ mod tests {
             ],
             engine: Some(engine),
             follow_profile_config: true,
+            delivery: Some(Delivery { max_delay_ms: 50 }),
         };
         round_trip(
             &p,
             json!({"title":"t","profile":"work","close_on_disconnect":true,"attach":false,
                 "messages":[{"role":"user","text":"hi"},{"role":"assistant","text":"hello"},
                             {"role":"system","text":"be nice"}],
-                "engine":{"model":"m1"},"follow_profile_config":true}),
+                "engine":{"model":"m1"},"follow_profile_config":true,
+                "delivery":{"max_delay_ms":50}}),
         );
         round_trip(
             &CreateParams::default(),
@@ -307,6 +354,7 @@ mod tests {
             last_seen: Some(7),
             omit_messages: true,
             attach: true,
+            delivery: None,
         };
         round_trip(
             &p,

@@ -66,6 +66,7 @@ fn null_optional_fields_mean_absent() {
             last_seen: None,
             omit_messages: false,
             attach: true,
+            delivery: None,
         })
     );
     let r = Request::from_parts(

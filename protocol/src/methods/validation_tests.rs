@@ -333,3 +333,40 @@ fn every_method_parses_and_names_itself() {
         }
     }
 }
+
+#[test]
+fn delivery_budget_is_bounded_and_named() {
+    for m in ["session.create", "session.resume"] {
+        let with = |d: &str| format!(r#"{{"session_id":"s_1","delivery":{d}}}"#);
+        for bad in [
+            r#"{"max_delay_ms":1001}"#,
+            r#"{"max_delay_ms":-1}"#,
+            r#"{"max_delay_ms":"5"}"#,
+            r#"{"max_delay_ms":1.5}"#,
+        ] {
+            assert_eq!(
+                bad_field(m, &with(bad)),
+                "delivery.max_delay_ms",
+                "{m} {bad}"
+            );
+        }
+        assert_eq!(bad_field(m, &with("5")), "delivery", "{m}");
+        for good in [
+            r#"{"max_delay_ms":1000}"#,
+            r#"{"max_delay_ms":0}"#,
+            "{}",
+            "null",
+        ] {
+            let c = call(&request(m, &with(good)));
+            let delivery = match c.request {
+                Request::SessionCreate(p) => p.delivery,
+                Request::SessionResume(p) => p.delivery,
+                other => panic!("{other:?}"),
+            };
+            assert!(
+                delivery.is_none_or(|d| d.max_delay_ms <= 1000),
+                "{m} {good}"
+            );
+        }
+    }
+}

@@ -26,8 +26,8 @@ use errors::{map_migrate, map_sqlx, Doing};
 use handoffs::SqliteHandoffs;
 use reader::SqliteReader;
 
-/// The embedded migrations (`store/migrations/*.sql`).
-static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
+/// The embedded migrations (`store/migrations/sqlite/*.sql`).
+static MIGRATOR: Migrator = sqlx::migrate!("./migrations/sqlite");
 
 /// Opens (creating the directory and file if needed) the SQLite store, runs the migrations,
 /// creates the epoch on first open (16 lowercase hex digits, random), and returns the writer,

@@ -41,7 +41,7 @@ impl Sql {
     fn new() -> Self {
         let kinds = EventType::ALL
             .iter()
-            .filter(|k| k.is_transcript())
+            .filter(|k| k.feeds_transcript())
             .map(|k| format!("'{k}'"))
             .collect::<Vec<_>>()
             .join(", ");

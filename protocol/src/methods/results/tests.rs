@@ -28,6 +28,7 @@ fn info() -> SessionInfo {
         latest_seq: 5,
         peers: 1,
         close_on_disconnect: false,
+        attached: None,
     }
 }
 
@@ -76,6 +77,15 @@ fn session_info_round_trip() {
     j["parent_session_id"] = json!("s_0");
     j["status"] = json!("closed");
     round_trip(&branched, j);
+    // Who is attached, where the session answers for itself.
+    let mut live = info();
+    live.attached = Some(vec![AttachedPeer {
+        peer_id: "p_1".into(),
+        transport: PeerTransport::Sse,
+    }]);
+    let mut j = info_json();
+    j["attached"] = json!([{"peer_id":"p_1","transport":"sse"}]);
+    round_trip(&live, j);
 }
 
 #[test]
@@ -87,6 +97,9 @@ fn message_round_trip() {
             text: "hi".into(),
             turn_id: Some("t_1".into()),
             ts: "2026-11-30T03:00:00.123Z".into(),
+            status: None,
+            failure_reason: None,
+            error: None,
         },
         json!({"seq":2,"role":"user","text":"hi","turn_id":"t_1","ts":"2026-11-30T03:00:00.123Z"}),
     );
@@ -98,8 +111,26 @@ fn message_round_trip() {
             text: "sum".into(),
             turn_id: None,
             ts: "x".into(),
+            status: None,
+            failure_reason: None,
+            error: None,
         },
         json!({"seq":3,"role":"system","text":"sum","ts":"x"}),
+    );
+    // An assistant message whose turn did not complete says how it ended.
+    round_trip(
+        &Message {
+            seq: 5,
+            role: MessageRole::Assistant,
+            text: "cut".into(),
+            turn_id: Some("t_2".into()),
+            ts: "x".into(),
+            status: Some(CompleteStatus::Error),
+            failure_reason: Some("engine_error".into()),
+            error: Some("boom".into()),
+        },
+        json!({"seq":5,"role":"assistant","text":"cut","turn_id":"t_2","ts":"x",
+               "status":"error","failure_reason":"engine_error","error":"boom"}),
     );
 }
 
@@ -130,6 +161,9 @@ fn resume_result_full() {
             text: "{}".into(),
             turn_id: Some("t_1".into()),
             ts: "x".into(),
+            status: None,
+            failure_reason: None,
+            error: None,
         }]),
         active_turn: Some(ActiveTurn {
             turn_id: "t_2".into(),

@@ -1,0 +1,90 @@
+"""The errors an application gets, each with what it needs to decide: the
+protocol's code for a refusal (PROTOCOL 1.6), whether a request may or may
+not have reached the gateway, or that retrying is pointless."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import Any
+
+
+class Code(IntEnum):
+    """The gateway's error codes (PROTOCOL 1.6)."""
+
+    PARSE_ERROR = -32700
+    INVALID_REQUEST = -32600
+    METHOD_NOT_FOUND = -32601
+    INVALID_PARAMS = -32602
+    INTERNAL_ERROR = -32603
+    SESSION_NOT_FOUND = 4001
+    SESSION_CLOSED = 4002
+    SESSION_BUSY = 4009
+    FRAME_TOO_LARGE = 4013
+    RATE_LIMITED = 4029
+    HANDOFF_CONFLICT = 4090
+    RESUME_TOO_LARGE = 4130
+    HOST_UNAVAILABLE = 5019
+    STORAGE_FULL = 5070
+    STORAGE_WRITE_FAILED = 5071
+    STORAGE_UNAVAILABLE = 5072
+
+
+class TetherError(Exception):
+    """Base class of everything this library raises on its own account."""
+
+
+class RpcError(TetherError):
+    """The gateway answered with an error; the request changed nothing."""
+
+    def __init__(self, method: str, error: dict[str, Any]) -> None:
+        code = error.get("code")
+        self.method = method
+        self.code: int = code if isinstance(code, int) else int(Code.INTERNAL_ERROR)
+        self.message: str = str(error.get("message") or f"error {self.code}")
+        self.data: Any = error.get("data")
+        super().__init__(f"{method} failed: {self.message} ({self.code})")
+
+
+class ConnectionLost(TetherError):
+    """The connection dropped before the answer: the request may or may
+    not have been executed. Not retried for the application, because a
+    prompt sent twice runs twice; the session's events show what happened."""
+
+    def __init__(self, method: str) -> None:
+        self.method = method
+        super().__init__(
+            f"{method}: the connection dropped before the answer; "
+            "it may or may not have been executed"
+        )
+
+
+class AuthError(TetherError):
+    """The gateway refused the connection itself (401: token, 403: origin
+    or address). Retrying cannot help, so the gateway object closes."""
+
+    def __init__(self, status: int) -> None:
+        self.status = status
+        if status == 401:
+            text = "the gateway refused the token (HTTP 401): pass a valid token"
+        else:
+            text = f"the gateway refused the connection (HTTP {status})"
+        super().__init__(text)
+
+
+class GatewayClosed(TetherError):
+    """The application closed the gateway object; what waited on it ends."""
+
+    def __init__(self) -> None:
+        super().__init__("the tether connection was closed by the application")
+
+
+class ResetError(TetherError):
+    """The gateway's store changed (a new epoch, PROTOCOL 1.3): a turn of
+    the old store can never be reported on."""
+
+    def __init__(self, epoch: str) -> None:
+        self.epoch = epoch
+        super().__init__(
+            f"the gateway's event store changed (new epoch {epoch}); "
+            "this turn's end is unknowable"
+        )

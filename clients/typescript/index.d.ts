@@ -1,0 +1,303 @@
+// Types of tether-client (hand-written; the code is plain JavaScript in
+// src/). The wire shapes are docs/PROTOCOL.md Part 1's.
+
+/** A JSON value as the gateway sends it. */
+export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+
+/** The gateway's error codes (PROTOCOL 1.6). */
+export declare const codes: {
+  readonly PARSE_ERROR: -32700;
+  readonly INVALID_REQUEST: -32600;
+  readonly METHOD_NOT_FOUND: -32601;
+  readonly INVALID_PARAMS: -32602;
+  readonly INTERNAL_ERROR: -32603;
+  readonly SESSION_NOT_FOUND: 4001;
+  readonly SESSION_CLOSED: 4002;
+  readonly SESSION_BUSY: 4009;
+  readonly FRAME_TOO_LARGE: 4013;
+  readonly RATE_LIMITED: 4029;
+  readonly HANDOFF_CONFLICT: 4090;
+  readonly RESUME_TOO_LARGE: 4130;
+  readonly HOST_UNAVAILABLE: 5019;
+  readonly STORAGE_FULL: 5070;
+  readonly STORAGE_WRITE_FAILED: 5071;
+  readonly STORAGE_UNAVAILABLE: 5072;
+};
+
+/** The base class of every error this library throws on its own account. */
+export declare class TetherError extends Error {}
+
+/** The gateway answered with an error; nothing was changed by the request. */
+export declare class RpcError extends TetherError {
+  readonly method: string;
+  /** The protocol's code, e.g. `codes.SESSION_NOT_FOUND`. */
+  readonly code: number;
+  readonly data: { [key: string]: Json } | undefined;
+}
+
+/** The connection dropped before the answer: the request may or may not have run. */
+export declare class ConnectionLostError extends TetherError {
+  readonly method: string;
+}
+
+/** The gateway refused the connection (401: token, 403: origin or address); not retried. */
+export declare class AuthError extends TetherError {
+  readonly status: number;
+}
+
+/** The application closed the gateway object. */
+export declare class ClosedError extends TetherError {}
+
+/** The gateway's store changed (new epoch): a turn of the old store has no knowable end. */
+export declare class ResetError extends TetherError {
+  readonly epoch: string;
+}
+
+export type SessionStatus = "idle" | "running" | "parked" | "closed";
+
+export interface SessionInfo {
+  session_id: string;
+  profile: string;
+  title: string;
+  status: SessionStatus;
+  created_at: string;
+  updated_at: string;
+  parent_session_id: string | null;
+  history_version: number;
+  message_count: number;
+  latest_seq: number;
+  peers: number;
+  close_on_disconnect: boolean;
+  /** Who is attached, in the session's own answers (resume, create); absent in lists. */
+  attached?: AttachedPeer[];
+}
+
+export interface AttachedPeer {
+  peer_id: string;
+  transport: "ws" | "sse" | "http" | "stdio";
+}
+
+export interface Message {
+  seq: number;
+  role: "user" | "assistant" | "tool" | "system";
+  text: string;
+  turn_id?: string;
+  ts: string;
+  /** On an assistant message whose turn did not complete: how it ended. */
+  status?: "error" | "interrupted";
+  failure_reason?: string;
+  /** The message of the turn's `error` event. */
+  error?: string;
+}
+
+export interface TodoItem {
+  id: string;
+  text: string;
+  status: string;
+}
+
+export interface Todos {
+  items: TodoItem[];
+  revision: number;
+}
+
+/** The payload of `message.complete`: how a turn ended. */
+export interface TurnResult {
+  text: string;
+  status: "complete" | "error" | "interrupted";
+  /** `host_crash`, `host_timeout`, `gateway_restart`, `gateway_shutdown`, `dequeued`, `engine_error`, ... */
+  failure_reason?: string;
+  recoverable?: boolean;
+  usage?: { [key: string]: Json };
+}
+
+/** A piece of a turn's assistant text: `offset` is the UTF-8 length of the text before it. */
+export interface Delta {
+  text: string;
+  offset: number;
+}
+
+/** An event as the gateway sends it (the `params` of an `event` notification). */
+export interface TetherEvent {
+  type: string;
+  session_id?: string;
+  /** Present on durable events only. */
+  seq?: number;
+  turn_id?: string;
+  trace_id?: string;
+  ts?: string;
+  payload: { [key: string]: Json };
+}
+
+/**
+ * Yielded by `session.events()` when what the stream held no longer
+ * applies: `epoch` (the gateway's store changed; the stream starts over at
+ * seq 1 of the new store, or ends with 4001 if the session is not there) or
+ * `truncated` (events `after`+1..`upto` were removed by retention).
+ */
+export interface ResetEvent {
+  type: "reset";
+  session_id: string;
+  reason: "epoch" | "truncated";
+  epoch?: string;
+  previous_epoch?: string;
+  after?: number;
+  upto?: number;
+}
+
+export type StreamItem = TetherEvent | ResetEvent;
+
+export interface ReadyPayload {
+  server: string;
+  version: string;
+  protocol: number;
+  epoch: string;
+  peer_id: string;
+  profile: string;
+  heartbeat_s: number;
+  limits: { max_frame_bytes: number; [key: string]: Json };
+}
+
+export type ConnectionState = "connecting" | "open" | "reconnecting" | "closed";
+
+export interface StateChange {
+  state: ConnectionState;
+  /** `open`: the connection's `gateway.ready` payload. */
+  ready?: ReadyPayload;
+  /** `reconnecting`: milliseconds until the next attempt, and its number. */
+  delay?: number;
+  attempt?: number;
+  /** `reconnecting`: how the last connection ended (1013 for a slow consumer, 1001 a drain). */
+  code?: number;
+  reason?: string;
+  /** HTTP status of a refused upgrade, where the runtime shows it. */
+  status?: number;
+  /** `closed` because retrying cannot help. */
+  error?: Error;
+}
+
+export interface ResetInfo {
+  epoch: string;
+  previousEpoch: string;
+}
+
+export interface GatewayEvents {
+  state: StateChange;
+  connecting: StateChange;
+  open: StateChange;
+  reconnecting: StateChange;
+  closed: StateChange;
+  reset: ResetInfo;
+  error: Error;
+  event: TetherEvent;
+}
+
+export interface BackoffOptions {
+  /** First delay ceiling, doubled per failed attempt (default 250). */
+  initialMs?: number;
+  /** Cap of the ceiling (default 5000). Each delay is between half and all of its ceiling. */
+  maxMs?: number;
+}
+
+export interface ConnectOptions {
+  /** Sent as `Authorization: Bearer` with `ws`, as `?token=` with a standard WebSocket. */
+  token?: string;
+  /** For a gateway without tokens: the profile to work in (default `default`). */
+  profile?: string;
+  /** A WebSocket constructor to use instead of the runtime's (or the `ws` package). */
+  WebSocket?: unknown;
+  backoff?: BackoffOptions;
+  /** Items a stream holds for a slow reader before it reads the store instead (default 10000). */
+  maxBuffered?: number;
+}
+
+export interface CreateSessionOptions {
+  title?: string;
+  profile?: string;
+  close_on_disconnect?: boolean;
+  /** Default true: the new session's events stream to this connection. */
+  attach?: boolean;
+  messages?: { role: "user" | "assistant" | "system"; text: string }[];
+  engine?: { [key: string]: Json };
+  follow_profile_config?: boolean;
+}
+
+export interface EventsOptions {
+  /** Yield durable events with seq > since (default 0: all of them). */
+  since?: number;
+  maxBuffered?: number;
+}
+
+export interface ResumeResult {
+  session: SessionInfo;
+  epoch: string;
+  latest_seq: number;
+  messages?: Message[];
+  active_turn: { turn_id: string; trace_id: string; text: string; started_at: string } | null;
+  todos: Todos | null;
+  events?: TetherEvent[];
+  truncated?: boolean;
+  resync?: boolean;
+}
+
+export declare function connect(url: string, options?: ConnectOptions): Gateway;
+
+/** `ws://HOST:PORT/ws` from what a user may give (`http://HOST:PORT`, `HOST:PORT`). */
+export declare function wsUrl(raw: string): string;
+
+export declare function backoffDelay(attempt: number, options?: Required<BackoffOptions>, random?: () => number): number;
+export declare const DEFAULT_BACKOFF: Readonly<Required<BackoffOptions>>;
+
+export declare class Gateway {
+  readonly url: string;
+  readonly state: ConnectionState;
+  /** The current (or last) connection's `gateway.ready` payload. */
+  readonly ready: ReadyPayload | null;
+  readonly epoch: string | null;
+  on<K extends keyof GatewayEvents>(name: K, listener: (value: GatewayEvents[K]) => void): () => void;
+  off<K extends keyof GatewayEvents>(name: K, listener: (value: GatewayEvents[K]) => void): void;
+  /** Resolves once a connection is open. */
+  opened(): Promise<ReadyPayload>;
+  /** Any method of PROTOCOL 1.4; waits for a connection. */
+  call<T = any>(method: string, params?: { [key: string]: unknown }): Promise<T>;
+  createSession(options?: CreateSessionOptions): Promise<Session>;
+  session(id: string): Session;
+  sessions(options?: { includeClosed?: boolean; pageSize?: number }): Promise<SessionInfo[]>;
+  close(): void;
+}
+
+export declare class Session {
+  readonly id: string;
+  /** The latest SessionInfo known (from resumes and `session.info` events). */
+  readonly info: SessionInfo | null;
+  readonly todos: Todos | null;
+  /** The highest durable seq taken in. */
+  readonly latestSeq: number;
+  events(options?: EventsOptions): EventStream;
+  submit(text: string): Promise<Turn>;
+  interrupt(): Promise<{ status: "interrupted" | "idle" }>;
+  compress(options?: { focus?: string }): Promise<{ status: "compressed" | "pending"; history_version?: number; removed?: number; request_id?: string }>;
+  /** The session as it stands (messages, active turn, todos), without attaching. */
+  snapshot(): Promise<ResumeResult>;
+  branch(options?: { uptoSeq?: number; title?: string }): Promise<Session>;
+  close(): Promise<{ closed: true }>;
+  detach(): Promise<void>;
+}
+
+export declare class EventStream implements AsyncIterableIterator<StreamItem> {
+  [Symbol.asyncIterator](): EventStream;
+  next(): Promise<IteratorResult<StreamItem, undefined>>;
+  return(): Promise<IteratorResult<StreamItem, undefined>>;
+}
+
+export declare class Turn {
+  readonly id: string;
+  readonly traceId: string;
+  readonly status: "started" | "queued";
+  readonly session: Session;
+  /** The turn's `message.complete` payload, whatever ended it. */
+  result(): Promise<TurnResult>;
+  deltas(): AsyncIterableIterator<Delta>;
+  events(): AsyncIterableIterator<TetherEvent>;
+  interrupt(): Promise<{ status: "interrupted" | "idle" }>;
+}

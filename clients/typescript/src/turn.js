@@ -1,0 +1,153 @@
+// A turn (one prompt and its reply). The session keeps a record per turn it
+// sees, built from the same events its streams get; a Turn object is the
+// application's handle on one record: its deltas, its events, its end.
+//
+// `result()` is the turn's `message.complete` payload whatever ended it
+// (completed, failed, interrupted, the host or the gateway crashed), since
+// the protocol promises exactly one per accepted turn and this library
+// replays it after any reconnect or gateway restart.
+
+import { ResetError } from "./errors.js";
+import { TurnText } from "./text.js";
+
+export class TurnRecord {
+  constructor(turnId) {
+    this.turnId = turnId;
+    this.traceId = null;
+    this.text = new TurnText();
+    this.reasoning = new TurnText();
+    // The turn's events as taken in, kept while someone may want them: a
+    // Turn object, or a submit whose answer has not come yet.
+    this.events = [];
+    this.keep = false;
+    this.complete = null;
+    this.error = null;
+    this.wakers = new Set();
+    this.settled = null;
+    this.result = new Promise((resolve, reject) => {
+      this.settled = { resolve, reject };
+    });
+    // A rejection nobody awaited must not crash a Node process.
+    this.result.catch(() => {});
+  }
+
+  push(ev, keepAnyway) {
+    if (this.keep || keepAnyway) {
+      this.events.push(ev);
+    }
+    this.wake();
+  }
+
+  done(payload) {
+    this.complete = payload;
+    this.settled.resolve(payload);
+    this.wake();
+  }
+
+  fail(err) {
+    if (!this.complete && !this.error) {
+      this.error = err;
+      this.settled.reject(err);
+      this.wake();
+    }
+  }
+
+  reset(epoch) {
+    this.fail(new ResetError(epoch));
+  }
+
+  wake() {
+    for (const w of [...this.wakers]) {
+      w();
+    }
+  }
+
+  changed() {
+    return new Promise((resolve) => {
+      const w = () => {
+        this.wakers.delete(w);
+        resolve();
+      };
+      this.wakers.add(w);
+    });
+  }
+
+  syntheticDelta(sessionId, offset, text) {
+    return {
+      type: "message.delta",
+      session_id: sessionId,
+      turn_id: this.turnId,
+      trace_id: this.traceId || undefined,
+      ts: new Date().toISOString(),
+      payload: { text, offset },
+    };
+  }
+}
+
+export class Turn {
+  constructor(session, rec, reply) {
+    this.session = session;
+    this.record = rec;
+    this.id = reply.turn_id;
+    this.traceId = reply.trace_id;
+    // "started" or "queued" behind the running turn.
+    this.status = reply.status;
+  }
+
+  // The message.complete payload: `{ text, status, failure_reason?, ... }`.
+  result() {
+    return this.record.result;
+  }
+
+  // Every event of this turn, from its first, through its message.complete.
+  events() {
+    return this._iterate(() => true);
+  }
+
+  // The assistant text as `{ text, offset }` pieces: each byte once, in
+  // order, adding up to the message.complete text.
+  deltas() {
+    return this._iterate((ev) => ev.type === "message.delta", (ev) => ev.payload);
+  }
+
+  interrupt() {
+    return this.session.interrupt();
+  }
+
+  _iterate(wanted, map = (ev) => ev) {
+    const rec = this.record;
+    let index = 0;
+    let over = false;
+    return {
+      [Symbol.asyncIterator]() {
+        return this;
+      },
+      async next() {
+        for (;;) {
+          if (over) {
+            return { value: undefined, done: true };
+          }
+          while (index < rec.events.length) {
+            const ev = rec.events[index++];
+            if (wanted(ev)) {
+              return { value: map(ev), done: false };
+            }
+          }
+          if (rec.complete) {
+            over = true;
+            continue;
+          }
+          if (rec.error) {
+            over = true;
+            throw rec.error;
+          }
+          await rec.changed();
+        }
+      },
+      return() {
+        over = true;
+        return Promise.resolve({ value: undefined, done: true });
+      },
+    };
+  }
+}

@@ -1,0 +1,475 @@
+//! A batch of [`WriteOp`]s as ONE statement: planned in Rust, checked and written by the server.
+//!
+//! Why one statement: every statement is a round trip to the server, and a batch of fifty
+//! appends written row by row would pay a hundred of them. Instead the writer
+//!
+//! 1. plans the batch against what it knows of each session's `latest_seq` (it is the only
+//!    writer of sessions and events, see `connect.rs`), op by op in batch order, with the same
+//!    rules as the SQLite writer (`crate::rules`): an op it refuses gets its error here and
+//!    leaves no trace, the others go on;
+//! 2. folds what is left into one row per session (a new session's row already carries the
+//!    appends made to it later in the batch, since a statement does not see its own inserts)
+//!    and every event into arrays;
+//! 3. sends one autocommit statement of data-modifying CTEs over `UNNEST`ed arrays: profiles,
+//!    new sessions, session updates and events. Each update re-checks the `latest_seq` it was
+//!    planned on, and the statement ends by calling `tether_expect_sessions`, which raises (and
+//!    so aborts the whole statement) unless every update matched. Either all of it commits or
+//!    none of it does: the batch is atomic, and a stale plan costs a retry, never a partial
+//!    write.
+//!
+//! The statement text never changes, so it is prepared once per connection.
+
+use std::collections::HashMap;
+
+use tether_protocol::{SessionId, SessionStatus};
+
+use crate::columns::{json_text, to_i64};
+use crate::rules;
+use crate::{EventRow, NewSession, SessionPatch, StoreError, WriteOp};
+
+type OpResult = Result<(), StoreError>;
+
+/// What the writer knows of sessions: `Some(latest_seq)` for a row that exists, `None` for one
+/// that does not. True until the writer itself writes again (the statement re-checks it).
+pub(crate) type Known = HashMap<SessionId, Option<u64>>;
+
+/// The batch statement. Parameter numbers are fixed; see [`Plan::query`].
+pub(crate) const STATEMENT: &str = "WITH \
+new_profiles AS ( \
+    INSERT INTO profiles (name, created_at_ms) \
+    SELECT * FROM UNNEST($1::text[], $2::bigint[]) \
+    ON CONFLICT (name) DO NOTHING), \
+new_sessions AS ( \
+    INSERT INTO sessions (id, profile, title, status, parent_session_id, kind, history_version, \
+        close_on_disconnect, engine_pin, follow_profile_config, turn_marker, created_at_ms, \
+        updated_at_ms, latest_seq, message_count, retained_from_seq) \
+    SELECT n.*, 1 FROM UNNEST($3::text[], $4::text[], $5::text[], $6::text[], $7::text[], \
+        $8::text[], $9::bigint[], $10::bool[], $11::text[], $12::bool[], $13::text[], \
+        $14::bigint[], $15::bigint[], $16::bigint[], $17::bigint[]) AS n), \
+changed AS ( \
+    UPDATE sessions s SET \
+        status = COALESCE(u.status, s.status), \
+        title = COALESCE(u.title, s.title), \
+        message_count = COALESCE(u.message_count, s.message_count), \
+        history_version = COALESCE(u.history_version, s.history_version), \
+        turn_marker = CASE WHEN u.marker_set THEN u.marker ELSE s.turn_marker END, \
+        updated_at_ms = COALESCE(u.updated_at_ms, s.updated_at_ms), \
+        latest_seq = u.new_seq \
+    FROM UNNEST($18::text[], $19::bigint[], $20::bigint[], $21::text[], $22::text[], \
+        $23::bigint[], $24::bigint[], $25::bool[], $26::text[], $27::bigint[]) \
+        AS u(id, expected, new_seq, status, title, message_count, history_version, \
+             marker_set, marker, updated_at_ms) \
+    WHERE s.id = u.id AND s.latest_seq = u.expected \
+    RETURNING 1), \
+new_events AS ( \
+    INSERT INTO events (session_id, seq, type, payload, turn_id, trace_id, ts_ms) \
+    SELECT * FROM UNNEST($28::text[], $29::bigint[], $30::text[], $31::text[], $32::text[], \
+        $33::text[], $34::bigint[])) \
+SELECT tether_expect_sessions((SELECT count(*) FROM changed), $35)";
+
+/// A session created by the batch: its row as it stands after the batch's later ops.
+struct NewRow<'a> {
+    session: &'a NewSession,
+    title: &'a str,
+    status: &'static str,
+    history_version: i64,
+    turn_marker: Option<String>,
+    updated_at_ms: i64,
+    latest_seq: i64,
+    message_count: i64,
+}
+
+/// An existing session's changes: every field is the last value the batch gives it.
+struct Update<'a> {
+    id: &'a str,
+    expected: i64,
+    new_seq: i64,
+    status: Option<&'static str>,
+    title: Option<&'a str>,
+    message_count: Option<i64>,
+    history_version: Option<i64>,
+    marker_set: bool,
+    marker: Option<String>,
+    updated_at_ms: Option<i64>,
+}
+
+/// Where a session of the batch stands while it is being planned.
+#[derive(Clone, Copy)]
+enum Slot {
+    New(usize),
+    Existing(usize),
+}
+
+/// A patch's values, converted (and so checked) before anything is merged.
+struct Values<'a> {
+    status: Option<&'static str>,
+    title: Option<&'a str>,
+    message_count: Option<i64>,
+    history_version: Option<i64>,
+    marker: Option<Option<String>>,
+    updated_at_ms: Option<i64>,
+}
+
+impl<'a> Values<'a> {
+    fn of(patch: &'a SessionPatch) -> Result<Self, StoreError> {
+        Ok(Values {
+            status: patch.status.map(|s| s.as_str()),
+            title: patch.title.as_deref(),
+            message_count: patch
+                .message_count
+                .map(|n| to_i64(n, "message_count"))
+                .transpose()?,
+            history_version: patch
+                .history_version
+                .map(|n| to_i64(n, "history_version"))
+                .transpose()?,
+            marker: patch.turn_marker.as_ref().map(json_text),
+            updated_at_ms: patch.updated_at_ms,
+        })
+    }
+}
+
+/// A batch, planned.
+pub(crate) struct Plan<'a> {
+    /// Per op: `Some(Err)` refused while planning; `None` in the statement, Ok once it commits.
+    pub results: Vec<Option<OpResult>>,
+    slots: HashMap<&'a str, Slot>,
+    profiles: Vec<(&'a str, i64)>,
+    inserts: Vec<NewRow<'a>>,
+    updates: Vec<Update<'a>>,
+    events: Vec<(&'a str, &'a EventRow)>,
+}
+
+/// What a session's row tells after the statement: it ran or it did not.
+#[derive(Debug, Clone)]
+pub(crate) struct Evidence {
+    pub session_id: SessionId,
+    /// `latest_seq` before the batch (`None`: the batch creates the session).
+    pub before: Option<u64>,
+    /// `latest_seq` once the batch committed.
+    pub after: u64,
+}
+
+impl<'a> Plan<'a> {
+    /// The sessions `ops` touch that `known` says nothing about: the writer reads them first.
+    pub(crate) fn unknown(ops: &[WriteOp], known: &Known) -> Vec<String> {
+        let mut ids: Vec<String> = ops
+            .iter()
+            .map(session_of)
+            .filter(|id| !known.contains_key(*id))
+            .map(|id| id.as_str().to_owned())
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
+
+    /// Plans `ops` against `known`, which must cover every session they touch.
+    pub(crate) fn new(ops: &'a [WriteOp], known: &Known) -> Plan<'a> {
+        let mut plan = Plan {
+            results: Vec::with_capacity(ops.len()),
+            slots: HashMap::new(),
+            profiles: Vec::new(),
+            inserts: Vec::new(),
+            updates: Vec::new(),
+            events: Vec::new(),
+        };
+        for op in ops {
+            let outcome = match op {
+                WriteOp::CreateSession { session, events } => plan.create(session, events, known),
+                WriteOp::Append {
+                    session_id,
+                    events,
+                    patch,
+                } => plan.append(session_id, events, patch, known),
+                WriteOp::Patch { session_id, patch } => plan.append(session_id, &[], patch, known),
+            };
+            plan.results.push(outcome.err().map(Err));
+        }
+        plan
+    }
+
+    /// True when nothing is left to write (every op was refused, or there were none).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.inserts.is_empty() && self.updates.is_empty()
+    }
+
+    /// The final results once the statement committed.
+    pub(crate) fn committed(self) -> Vec<OpResult> {
+        self.results
+            .into_iter()
+            .map(|r| r.unwrap_or(Ok(())))
+            .collect()
+    }
+
+    /// The final results when the statement failed with `err`: every op in it gets the error.
+    pub(crate) fn failed(self, err: &StoreError) -> Vec<OpResult> {
+        self.results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(err.clone())))
+            .collect()
+    }
+
+    /// What `known` becomes once the statement committed.
+    pub(crate) fn learn(&self, known: &mut Known) {
+        for row in &self.inserts {
+            known.insert(row.session.id.clone(), u64::try_from(row.latest_seq).ok());
+        }
+        for u in &self.updates {
+            known.insert(
+                SessionId::from(u.id.to_owned()),
+                u64::try_from(u.new_seq).ok(),
+            );
+        }
+    }
+
+    /// The sessions of the statement, for `known` to forget when their state is in doubt.
+    pub(crate) fn sessions(&self) -> Vec<SessionId> {
+        self.slots
+            .keys()
+            .map(|id| SessionId::from((*id).to_owned()))
+            .collect()
+    }
+
+    /// The rows that tell whether the statement committed: every created session, and every
+    /// existing one whose `latest_seq` moves. Empty for a batch of patches only (which is
+    /// idempotent, so it can simply be sent again).
+    pub(crate) fn evidence(&self) -> Vec<Evidence> {
+        let created = self.inserts.iter().map(|r| Evidence {
+            session_id: r.session.id.clone(),
+            before: None,
+            after: u64::try_from(r.latest_seq).unwrap_or(0),
+        });
+        let moved = self
+            .updates
+            .iter()
+            .filter(|u| u.new_seq != u.expected)
+            .map(|u| Evidence {
+                session_id: SessionId::from(u.id.to_owned()),
+                before: u64::try_from(u.expected).ok(),
+                after: u64::try_from(u.new_seq).unwrap_or(0),
+            });
+        created.chain(moved).collect()
+    }
+
+    /// The statement with this plan's arrays bound.
+    pub(crate) fn query(
+        &self,
+    ) -> sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments> {
+        let ins = &self.inserts;
+        let ups = &self.updates;
+        let evs = &self.events;
+        sqlx::query(STATEMENT)
+            .bind(self.profiles.iter().map(|p| p.0).collect::<Vec<_>>())
+            .bind(self.profiles.iter().map(|p| p.1).collect::<Vec<_>>())
+            .bind(
+                ins.iter()
+                    .map(|r| r.session.id.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                ins.iter()
+                    .map(|r| r.session.profile.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(ins.iter().map(|r| r.title).collect::<Vec<_>>())
+            .bind(ins.iter().map(|r| r.status).collect::<Vec<_>>())
+            .bind(
+                ins.iter()
+                    .map(|r| r.session.parent_session_id.as_ref().map(SessionId::as_str))
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                ins.iter()
+                    .map(|r| r.session.kind.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(ins.iter().map(|r| r.history_version).collect::<Vec<_>>())
+            .bind(
+                ins.iter()
+                    .map(|r| r.session.close_on_disconnect)
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                ins.iter()
+                    .map(|r| json_text(&r.session.engine_pin))
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                ins.iter()
+                    .map(|r| r.session.follow_profile_config)
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                ins.iter()
+                    .map(|r| r.turn_marker.as_deref())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                ins.iter()
+                    .map(|r| r.session.created_at_ms)
+                    .collect::<Vec<_>>(),
+            )
+            .bind(ins.iter().map(|r| r.updated_at_ms).collect::<Vec<_>>())
+            .bind(ins.iter().map(|r| r.latest_seq).collect::<Vec<_>>())
+            .bind(ins.iter().map(|r| r.message_count).collect::<Vec<_>>())
+            .bind(ups.iter().map(|u| u.id).collect::<Vec<_>>())
+            .bind(ups.iter().map(|u| u.expected).collect::<Vec<_>>())
+            .bind(ups.iter().map(|u| u.new_seq).collect::<Vec<_>>())
+            .bind(ups.iter().map(|u| u.status).collect::<Vec<_>>())
+            .bind(ups.iter().map(|u| u.title).collect::<Vec<_>>())
+            .bind(ups.iter().map(|u| u.message_count).collect::<Vec<_>>())
+            .bind(ups.iter().map(|u| u.history_version).collect::<Vec<_>>())
+            .bind(ups.iter().map(|u| u.marker_set).collect::<Vec<_>>())
+            .bind(ups.iter().map(|u| u.marker.as_deref()).collect::<Vec<_>>())
+            .bind(ups.iter().map(|u| u.updated_at_ms).collect::<Vec<_>>())
+            .bind(evs.iter().map(|e| e.0).collect::<Vec<_>>())
+            // Planning checked every seq into i64 already.
+            .bind(evs.iter().map(|e| e.1.seq as i64).collect::<Vec<_>>())
+            .bind(evs.iter().map(|e| e.1.kind.as_str()).collect::<Vec<_>>())
+            .bind(evs.iter().map(|e| e.1.payload.as_str()).collect::<Vec<_>>())
+            .bind(
+                evs.iter()
+                    .map(|e| e.1.turn_id.as_deref())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                evs.iter()
+                    .map(|e| e.1.trace_id.as_deref())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(evs.iter().map(|e| e.1.ts_ms).collect::<Vec<_>>())
+            .bind(ups.len() as i64)
+    }
+
+    /// Where `id` stands: in the batch already, or as `known` says.
+    fn latest(&self, id: &str, known: &Known) -> Option<u64> {
+        match self.slots.get(id) {
+            Some(Slot::New(i)) => u64::try_from(self.inserts[*i].latest_seq).ok(),
+            Some(Slot::Existing(i)) => u64::try_from(self.updates[*i].new_seq).ok(),
+            None => known
+                .get(&SessionId::from(id.to_owned()))
+                .copied()
+                .flatten(),
+        }
+    }
+
+    fn create(
+        &mut self,
+        session: &'a NewSession,
+        events: &'a [EventRow],
+        known: &Known,
+    ) -> Result<(), StoreError> {
+        rules::check_create(events)?;
+        let id = session.id.as_str();
+        if self.slots.contains_key(id) || self.latest(id, known).is_some() {
+            return Err(StoreError::Conflict(format!(
+                "session id {id} already used"
+            )));
+        }
+        let latest_seq = to_i64(events.last().map_or(0, |e| e.seq), "seq")?;
+        let message_count = to_i64(session.message_count, "message_count")?;
+        if !self.profiles.iter().any(|p| p.0 == session.profile) {
+            self.profiles
+                .push((session.profile.as_str(), session.created_at_ms));
+        }
+        self.slots.insert(id, Slot::New(self.inserts.len()));
+        self.inserts.push(NewRow {
+            session,
+            title: &session.title,
+            status: SessionStatus::Idle.as_str(),
+            history_version: 0,
+            turn_marker: None,
+            updated_at_ms: session.created_at_ms,
+            latest_seq,
+            message_count,
+        });
+        self.events.extend(events.iter().map(|e| (id, e)));
+        Ok(())
+    }
+
+    /// An Append (a Patch is an Append without events).
+    fn append(
+        &mut self,
+        session_id: &'a SessionId,
+        events: &'a [EventRow],
+        patch: &'a SessionPatch,
+        known: &Known,
+    ) -> Result<(), StoreError> {
+        let id = session_id.as_str();
+        rules::check_contiguous(events)?;
+        if events.first().is_some_and(|e| e.seq == 0) {
+            return Err(StoreError::Invalid("seqs start at 1".into()));
+        }
+        let latest = self.latest(id, known);
+        if events.is_empty() {
+            if latest.is_none() {
+                return Err(StoreError::Invalid(format!("no session {id}")));
+            }
+        } else {
+            rules::check_append(session_id, latest, events)?;
+        }
+        let values = Values::of(patch)?;
+        let new_seq = match events.last() {
+            Some(last) => Some(to_i64(last.seq, "seq")?),
+            None => None,
+        };
+        let slot = match self.slots.get(id) {
+            Some(slot) => *slot,
+            None => {
+                let expected = to_i64(latest.unwrap_or(0), "seq")?;
+                let slot = Slot::Existing(self.updates.len());
+                self.updates.push(Update {
+                    id,
+                    expected,
+                    new_seq: expected,
+                    status: None,
+                    title: None,
+                    message_count: None,
+                    history_version: None,
+                    marker_set: false,
+                    marker: None,
+                    updated_at_ms: None,
+                });
+                self.slots.insert(id, slot);
+                slot
+            }
+        };
+        match slot {
+            Slot::New(i) => {
+                let row = &mut self.inserts[i];
+                row.latest_seq = new_seq.unwrap_or(row.latest_seq);
+                row.status = values.status.unwrap_or(row.status);
+                row.title = values.title.unwrap_or(row.title);
+                row.message_count = values.message_count.unwrap_or(row.message_count);
+                row.history_version = values.history_version.unwrap_or(row.history_version);
+                if let Some(marker) = values.marker {
+                    row.turn_marker = marker;
+                }
+                row.updated_at_ms = values.updated_at_ms.unwrap_or(row.updated_at_ms);
+            }
+            Slot::Existing(i) => {
+                let u = &mut self.updates[i];
+                u.new_seq = new_seq.unwrap_or(u.new_seq);
+                u.status = values.status.or(u.status);
+                u.title = values.title.or(u.title);
+                u.message_count = values.message_count.or(u.message_count);
+                u.history_version = values.history_version.or(u.history_version);
+                if let Some(marker) = values.marker {
+                    u.marker_set = true;
+                    u.marker = marker;
+                }
+                u.updated_at_ms = values.updated_at_ms.or(u.updated_at_ms);
+            }
+        }
+        self.events.extend(events.iter().map(|e| (id, e)));
+        Ok(())
+    }
+}
+
+pub(crate) fn session_of(op: &WriteOp) -> &SessionId {
+    match op {
+        WriteOp::CreateSession { session, .. } => &session.id,
+        WriteOp::Append { session_id, .. } | WriteOp::Patch { session_id, .. } => session_id,
+    }
+}

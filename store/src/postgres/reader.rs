@@ -1,0 +1,238 @@
+//! Reads over a pool of PostgreSQL connections.
+//!
+//! Each read is one statement, so it sees one committed snapshot and never an uncommitted
+//! event: that is what lets the Session actor fan out only what the writer confirmed. The pool
+//! replaces connections that a server restart broke by itself (each is checked before use); a
+//! read while the server is down fails after the pool's acquire timeout with
+//! [`StoreError::Unavailable`] (5072).
+
+use async_trait::async_trait;
+use futures::TryStreamExt;
+use sqlx::postgres::PgPool;
+use sqlx::Row;
+
+use tether_protocol::{EventType, SessionId, SessionStatus};
+
+use crate::cursor::{list_cursor_after, ListCursor};
+use crate::{EventRow, SessionRow, StoreError, StoreRead};
+
+use super::errors::map_sqlx;
+use super::rows::{event_from_row, get, session_from_row, EVENT_COLUMNS, SESSION_COLUMNS};
+
+/// The [`StoreRead`] of the PostgreSQL store.
+pub(crate) struct PgReader {
+    pool: PgPool,
+    epoch: String,
+    sql: Sql,
+}
+
+/// The reader's statements, built once from the column lists.
+struct Sql {
+    get_session: String,
+    list_first: String,
+    list_after: String,
+    events_since: String,
+    segment: String,
+    latest_todos: String,
+}
+
+impl Sql {
+    fn new() -> Self {
+        let kinds = EventType::ALL
+            .iter()
+            .filter(|k| k.feeds_transcript())
+            .map(|k| format!("'{k}'"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let closed = SessionStatus::Closed.as_str();
+        // `$2` = include_closed. The row-value comparison keeps the (profile, created_at_ms
+        // DESC, id DESC) index usable for the keyset condition.
+        let list = |after: &str| {
+            format!(
+                "SELECT {SESSION_COLUMNS} FROM sessions WHERE profile = $1 \
+                 AND ($2 OR status <> '{closed}') {after} \
+                 ORDER BY created_at_ms DESC, id DESC LIMIT $3"
+            )
+        };
+        Sql {
+            get_session: format!(
+                "SELECT {SESSION_COLUMNS} FROM sessions WHERE id = $1 AND profile = $2"
+            ),
+            list_first: list(""),
+            list_after: list("AND (created_at_ms, id) < ($4, $5)"),
+            events_since: format!(
+                "SELECT {EVENT_COLUMNS} FROM events WHERE session_id = $1 AND seq > $2 \
+                 ORDER BY seq LIMIT $3"
+            ),
+            // The segment starts at the latest compaction (found in the partial index of
+            // compactions), or at the beginning when there was none.
+            segment: format!(
+                "SELECT {EVENT_COLUMNS} FROM events WHERE session_id = $1 \
+                 AND seq >= COALESCE((SELECT MAX(seq) FROM events \
+                     WHERE session_id = $1 AND type = '{compacted}'), 0) \
+                 AND type IN ({kinds}) ORDER BY seq",
+                compacted = EventType::SessionCompacted
+            ),
+            latest_todos: format!(
+                "SELECT {EVENT_COLUMNS} FROM events \
+                 WHERE session_id = $1 AND type = '{todos}' ORDER BY seq DESC LIMIT 1",
+                todos = EventType::TodoUpdated,
+            ),
+        }
+    }
+}
+
+impl PgReader {
+    pub(crate) fn new(pool: PgPool, epoch: String) -> Self {
+        PgReader {
+            pool,
+            epoch,
+            sql: Sql::new(),
+        }
+    }
+}
+
+#[async_trait]
+impl StoreRead for PgReader {
+    fn epoch(&self) -> &str {
+        &self.epoch
+    }
+
+    async fn get_session(
+        &self,
+        profile: &str,
+        id: &SessionId,
+    ) -> Result<Option<SessionRow>, StoreError> {
+        let row = sqlx::query(&self.sql.get_session)
+            .bind(id.as_str())
+            .bind(profile)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(map_sqlx)?;
+        row.as_ref().map(session_from_row).transpose()
+    }
+
+    async fn list_sessions_within(
+        &self,
+        profile: &str,
+        include_closed: bool,
+        cursor: Option<&str>,
+        limit: u32,
+        max_bytes: usize,
+    ) -> Result<(Vec<SessionRow>, Option<String>), StoreError> {
+        if limit == 0 {
+            return Err(StoreError::Invalid("list limit must be at least 1".into()));
+        }
+        // One row more than asked tells whether another page exists.
+        let fetch = i64::from(limit) + 1;
+        let after = cursor.map(ListCursor::decode).transpose()?;
+        let query = match &after {
+            None => sqlx::query(&self.sql.list_first)
+                .bind(profile)
+                .bind(include_closed)
+                .bind(fetch),
+            Some(after) => sqlx::query(&self.sql.list_after)
+                .bind(profile)
+                .bind(include_closed)
+                .bind(fetch)
+                .bind(after.created_at_ms)
+                .bind(after.id.as_str()),
+        };
+        // Streamed, as in the SQLite reader: rows with huge titles end the page after the row
+        // that passes `max_bytes`.
+        let mut rows = query.fetch(&self.pool);
+        let mut sessions = Vec::new();
+        let mut bytes = 0usize;
+        let mut more = false;
+        while let Some(row) = rows.try_next().await.map_err(map_sqlx)? {
+            if sessions.len() == limit as usize || bytes > max_bytes {
+                more = true;
+                break;
+            }
+            let session = session_from_row(&row)?;
+            bytes = bytes.saturating_add(session.title.len() + session.id.as_str().len());
+            sessions.push(session);
+        }
+        let next = match sessions.last() {
+            Some(last) if more => Some(list_cursor_after(last)),
+            _ => None,
+        };
+        Ok((sessions, next))
+    }
+
+    async fn events_since(
+        &self,
+        session_id: &SessionId,
+        after: u64,
+        limit: u32,
+    ) -> Result<Vec<EventRow>, StoreError> {
+        // No stored seq exceeds i64::MAX, so "after" anything larger is simply nothing.
+        let Ok(after) = i64::try_from(after) else {
+            return Ok(Vec::new());
+        };
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let rows = sqlx::query(&self.sql.events_since)
+            .bind(session_id.as_str())
+            .bind(after)
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_sqlx)?;
+        rows.iter().map(event_from_row).collect()
+    }
+
+    async fn segment_events(&self, session_id: &SessionId) -> Result<Vec<EventRow>, StoreError> {
+        let rows = sqlx::query(&self.sql.segment)
+            .bind(session_id.as_str())
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_sqlx)?;
+        rows.iter().map(event_from_row).collect()
+    }
+
+    async fn latest_todos(&self, session_id: &SessionId) -> Result<Option<EventRow>, StoreError> {
+        let row = sqlx::query(&self.sql.latest_todos)
+            .bind(session_id.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(map_sqlx)?;
+        row.as_ref().map(event_from_row).transpose()
+    }
+
+    async fn sessions_with_turn_marker(&self) -> Result<Vec<(String, SessionId)>, StoreError> {
+        let rows = sqlx::query("SELECT profile, id FROM sessions WHERE turn_marker IS NOT NULL")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_sqlx)?;
+        rows.iter()
+            .map(|r| Ok((get::<String>(r, 0)?, SessionId::from(get::<String>(r, 1)?))))
+            .collect()
+    }
+
+    async fn count_open_sessions(&self) -> Result<u64, StoreError> {
+        let row = sqlx::query("SELECT COUNT(*) FROM sessions WHERE status <> $1")
+            .bind(SessionStatus::Closed.as_str())
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_sqlx)?;
+        let n: i64 = row.try_get(0).map_err(map_sqlx)?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
+    async fn branch_titles(
+        &self,
+        profile: &str,
+        parent: &SessionId,
+    ) -> Result<Vec<String>, StoreError> {
+        let rows =
+            sqlx::query("SELECT title FROM sessions WHERE profile = $1 AND parent_session_id = $2")
+                .bind(profile)
+                .bind(parent.as_str())
+                .fetch_all(&self.pool)
+                .await
+                .map_err(map_sqlx)?;
+        rows.iter().map(|r| get(r, 0)).collect()
+    }
+}

@@ -1,0 +1,614 @@
+//! The single writer connection, on a task of its own, and what it does when the connection
+//! goes away.
+//!
+//! Why a task: the caller (the StoreWriter actor's commit task) may be dropped at any moment; a
+//! batch handed to this task is finished whatever happens to its caller, so a statement is
+//! never abandoned half-sent and the task always knows what it last wrote. The caller waits
+//! once, for the batch's results.
+//!
+//! A batch is one statement (`batch.rs`). Its outcomes:
+//!
+//! - **answered**: committed, or refused by the server (nothing written). A stale plan is
+//!   planned again from fresh reads; any other refusal is narrowed down by sending each op on
+//!   its own, so one op's error (a disk full, a NUL byte in a title) fails only that op.
+//! - **lost** (the connection broke, or the server stopped answering): the batch is *in doubt*.
+//!   The task reconnects, which takes the writer's lock (`connect.rs`), so the old backend is
+//!   gone and with it any chance of a late commit; then it reads back the `latest_seq` of the
+//!   sessions the batch moved. All at their new value: committed, and reported so. All at
+//!   their old value: nothing was written, and the batch is simply sent again on the new
+//!   connection. It keeps trying for a few seconds ([`PostgresConfig::in_doubt_wait`]): long
+//!   enough for a server restart, short enough that requests do not hang on a server that
+//!   stays down. A batch still in doubt after that is answered 5072 (never 5071, which would
+//!   claim that nothing was written), and its sessions refuse every write until the task has
+//!   reconnected and settled it: if it had committed after all, it is undone (its events
+//!   deleted, `latest_seq` put back, a session it created removed). No client saw those events
+//!   (a session fans out only what was acknowledged) and their sessions have rewound, so the
+//!   store is made to agree with what was answered; the next appends reuse those seqs.
+//!
+//! [`PostgresConfig::in_doubt_wait`]: crate::PostgresConfig::in_doubt_wait
+//!
+//! While the server cannot be reached the task answers every request at once with 5072 and
+//! reconnects in the background with a capped backoff: callers never queue behind a dead
+//! connection, and a session's work is bounded by what it holds itself.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::postgres::PgConnection;
+use sqlx::Row;
+use tether_protocol::SessionId;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use crate::{StoreError, StoreWrite, WriteOp};
+
+use super::batch::{session_of, Evidence, Known, Plan};
+use super::connect::{close, ConnectError, Settings};
+use super::errors::{classify, Failure};
+
+type OpResult = Result<(), StoreError>;
+
+/// Batches waiting for the task: the StoreWriter actor has one commit in flight at a time.
+const QUEUE: usize = 4;
+/// Reconnect backoff: first retry at once, then doubling up to this.
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+/// `Known` is a cache; past this many sessions it starts over rather than grow without end.
+const MAX_KNOWN: usize = 100_000;
+
+/// Numbers this process's writers, so that a writer connection can tell an older one of its
+/// own process from a newer one (`connect.rs`).
+static WRITERS: AtomicU64 = AtomicU64::new(1);
+
+enum Command {
+    Commit {
+        ops: Vec<WriteOp>,
+        reply: oneshot::Sender<Vec<OpResult>>,
+    },
+    LatestSeq {
+        session_id: SessionId,
+        reply: oneshot::Sender<Result<u64, StoreError>>,
+    },
+}
+
+/// The [`StoreWrite`] of the PostgreSQL store: a handle on the writer task, which ends (closing
+/// its connection, and so releasing the lock) when this is dropped.
+pub(crate) struct PgWriter {
+    commands: mpsc::Sender<Command>,
+}
+
+/// Starts a writer. With `conn` (opened and locked by the caller) it writes at once; without,
+/// it connects in the background and answers 5072 until it has.
+pub(crate) fn start(settings: Arc<Settings>, writer: u64, conn: Option<PgConnection>) -> PgWriter {
+    let (commands, rx) = mpsc::channel(QUEUE);
+    let down = StoreError::Unavailable(format!("{}: not connected yet", settings.url));
+    let task = Task {
+        settings,
+        writer,
+        next_conn: 2,
+        conn,
+        known: Known::new(),
+        down,
+        backoff: Duration::ZERO,
+        in_doubt: HashSet::new(),
+        unsettled: Vec::new(),
+    };
+    tokio::spawn(task.run(rx));
+    PgWriter { commands }
+}
+
+/// A fresh writer number.
+pub(crate) fn next_writer() -> u64 {
+    WRITERS.fetch_add(1, Ordering::Relaxed)
+}
+
+struct Task {
+    settings: Arc<Settings>,
+    writer: u64,
+    next_conn: u64,
+    conn: Option<PgConnection>,
+    known: Known,
+    /// What requests are told while there is no connection.
+    down: StoreError,
+    /// Wait before the next reconnect attempt.
+    backoff: Duration,
+    /// Sessions whose last batch is in doubt and was answered 5072: settled before any write
+    /// to them (module doc).
+    in_doubt: HashSet<SessionId>,
+    /// What those batches would have moved, to settle them.
+    unsettled: Vec<Evidence>,
+}
+
+impl Task {
+    async fn run(mut self, mut commands: mpsc::Receiver<Command>) {
+        loop {
+            if self.conn.is_none() {
+                if !self.reconnect_answering(&mut commands).await {
+                    return;
+                }
+                continue;
+            }
+            let Some(command) = commands.recv().await else {
+                break;
+            };
+            match command {
+                Command::Commit { ops, reply } => {
+                    let _ = reply.send(self.commit(&ops).await);
+                }
+                Command::LatestSeq { session_id, reply } => {
+                    let _ = reply.send(self.latest_seq(&session_id).await);
+                }
+            }
+        }
+        if let Some(conn) = self.conn.take() {
+            close(conn).await;
+        }
+    }
+
+    /// One reconnect attempt (after the backoff), answering requests with 5072 meanwhile.
+    /// `false` once every handle is gone.
+    async fn reconnect_answering(&mut self, commands: &mut mpsc::Receiver<Command>) -> bool {
+        let settings = self.settings.clone();
+        let (writer, conn) = (self.writer, self.next_conn);
+        self.next_conn += 1;
+        let delay = self.backoff;
+        let attempt = async move {
+            tokio::time::sleep(delay).await;
+            settings.connect_writer(writer, conn).await
+        };
+        tokio::pin!(attempt);
+        let outcome = loop {
+            tokio::select! {
+                outcome = &mut attempt => break outcome,
+                command = commands.recv() => match command {
+                    None => return false,
+                    Some(Command::Commit { ops, reply }) => {
+                        let _ = reply.send(vec![Err(self.down.clone()); ops.len()]);
+                    }
+                    Some(Command::LatestSeq { reply, .. }) => {
+                        let _ = reply.send(Err(self.down.clone()));
+                    }
+                },
+            }
+        };
+        match outcome {
+            Ok(conn) => self.connected(conn).await,
+            Err(e) => self.connect_failed(&e),
+        }
+        true
+    }
+
+    /// A new connection: what was known may have changed meanwhile (a batch in doubt).
+    async fn connected(&mut self, conn: PgConnection) {
+        tracing::info!(url = %self.settings.url, "store writer connected");
+        self.conn = Some(conn);
+        self.backoff = Duration::ZERO;
+        self.known.clear();
+        if !self.in_doubt.is_empty() {
+            match self.settle().await {
+                Ok(()) => {
+                    self.in_doubt.clear();
+                    self.unsettled.clear();
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e.error(), "settling a batch in doubt; retrying on the next connection");
+                    self.lost(e.error()).await;
+                    // Not at once: a settle that fails for a reason of its own must not spin.
+                    self.backoff = MAX_BACKOFF;
+                }
+            }
+        }
+    }
+
+    /// Makes a batch answered 5072 while in doubt not have happened (module doc), in one
+    /// transaction.
+    async fn settle(&mut self) -> Result<(), Failure> {
+        let ids: Vec<SessionId> = self
+            .unsettled
+            .iter()
+            .map(|e| e.session_id.clone())
+            .collect();
+        self.read_latest(&ids).await?;
+        let written: Vec<&Evidence> = self
+            .unsettled
+            .iter()
+            .filter(|e| self.known.get(&e.session_id).copied().flatten() == Some(e.after))
+            .collect();
+        if written.is_empty() {
+            tracing::info!(
+                sessions = self.in_doubt.len(),
+                "a batch answered 5072 while in doubt had not been written"
+            );
+            return Ok(());
+        }
+        let Some(conn) = self.conn.as_mut() else {
+            return Err(Failure::Lost(self.down.clone()));
+        };
+        let mut tx = sqlx::Connection::begin(&mut *conn)
+            .await
+            .map_err(classify)?;
+        for e in &written {
+            let id = e.session_id.as_str();
+            match e.before {
+                Some(before) => {
+                    let before = i64::try_from(before).unwrap_or(i64::MAX);
+                    sqlx::query("DELETE FROM events WHERE session_id = $1 AND seq > $2")
+                        .bind(id)
+                        .bind(before)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(classify)?;
+                    sqlx::query("UPDATE sessions SET latest_seq = $2 WHERE id = $1")
+                        .bind(id)
+                        .bind(before)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(classify)?;
+                }
+                None => {
+                    sqlx::query("DELETE FROM events WHERE session_id = $1")
+                        .bind(id)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(classify)?;
+                    sqlx::query("DELETE FROM sessions WHERE id = $1")
+                        .bind(id)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(classify)?;
+                }
+            }
+        }
+        tx.commit().await.map_err(classify)?;
+        tracing::warn!(
+            sessions = written.len(),
+            "a batch answered 5072 while in doubt had been written; undone, as answered"
+        );
+        for e in &written {
+            self.known.insert(e.session_id.clone(), e.before);
+        }
+        Ok(())
+    }
+
+    fn connect_failed(&mut self, e: &ConnectError) {
+        self.down = e.to_store_error(&self.settings.url);
+        self.backoff = (self.backoff * 2).clamp(FIRST_BACKOFF, MAX_BACKOFF);
+        match e {
+            ConnectError::Held(holder) => {
+                tracing::error!(%holder, url = %self.settings.url, "another tether gateway holds the database; not writing")
+            }
+            ConnectError::Superseded => {
+                // Replaced (a restarted StoreWriter actor); its handle goes soon.
+                self.backoff = MAX_BACKOFF;
+                tracing::debug!("store writer replaced by a newer one")
+            }
+            _ => tracing::warn!(error = %self.down, "store writer cannot connect; retrying"),
+        }
+    }
+
+    /// The connection broke: drop it, and answer with 5072 until a new one is up.
+    async fn lost(&mut self, e: &StoreError) {
+        tracing::warn!(error = %e, "store writer lost its connection");
+        if let Some(conn) = self.conn.take() {
+            close(conn).await;
+        }
+        self.down = StoreError::Unavailable(format!("{}: connection lost: {e}", self.settings.url));
+        self.known.clear();
+    }
+
+    async fn latest_seq(&mut self, session_id: &SessionId) -> Result<u64, StoreError> {
+        if self.in_doubt.contains(session_id) {
+            return Err(self.down.clone());
+        }
+        match self.read_latest(std::slice::from_ref(session_id)).await {
+            Ok(()) => Ok(self.known.get(session_id).copied().flatten().unwrap_or(0)),
+            Err(Failure::Refused(e) | Failure::Stale(e)) => Err(e),
+            Err(Failure::Lost(e)) => {
+                self.lost(&e).await;
+                Err(self.down.clone())
+            }
+        }
+    }
+
+    /// Reads `ids`' `latest_seq` into `known` (absent sessions as `None`).
+    async fn read_latest(&mut self, ids: &[SessionId]) -> Result<(), Failure> {
+        let Some(conn) = self.conn.as_mut() else {
+            return Err(Failure::Lost(self.down.clone()));
+        };
+        let names: Vec<&str> = ids.iter().map(SessionId::as_str).collect();
+        let rows = tokio::time::timeout(
+            self.settings.statement_timeout + Duration::from_secs(2),
+            sqlx::query("SELECT id, latest_seq FROM sessions WHERE id = ANY($1)")
+                .bind(&names)
+                .fetch_all(&mut *conn),
+        )
+        .await
+        .map_err(|_| {
+            Failure::Lost(StoreError::Unavailable(
+                "the database stopped answering".into(),
+            ))
+        })?
+        .map_err(classify)?;
+        if self.known.len() > MAX_KNOWN {
+            self.known.clear();
+        }
+        for id in ids {
+            self.known.insert(id.clone(), None);
+        }
+        for row in rows {
+            let id: String = row.try_get(0).map_err(classify)?;
+            let seq: i64 = row.try_get(1).map_err(classify)?;
+            let seq = u64::try_from(seq).map_err(|_| {
+                Failure::Refused(StoreError::Invalid(format!("stored latest_seq is {seq}")))
+            })?;
+            self.known.insert(SessionId::from(id), Some(seq));
+        }
+        Ok(())
+    }
+
+    /// Sends a planned statement.
+    async fn execute(&mut self, plan: &Plan<'_>) -> Result<(), Failure> {
+        let Some(conn) = self.conn.as_mut() else {
+            return Err(Failure::Lost(self.down.clone()));
+        };
+        // The server's statement_timeout cancels a slow statement (an answer: nothing
+        // written); this bound only catches a server that does not answer at all.
+        let wait = self.settings.statement_timeout + Duration::from_secs(2);
+        match tokio::time::timeout(wait, plan.query().execute(&mut *conn)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(classify(e)),
+            Err(_) => Err(Failure::Lost(StoreError::Unavailable(format!(
+                "no answer from the database within {} s",
+                wait.as_secs()
+            )))),
+        }
+    }
+
+    async fn commit(&mut self, ops: &[WriteOp]) -> Vec<OpResult> {
+        if ops.is_empty() {
+            return Vec::new();
+        }
+        if !self.in_doubt.is_empty() {
+            return self.commit_around_doubt(ops).await;
+        }
+        self.commit_planned(ops).await
+    }
+
+    /// Ops of sessions in doubt are refused until their state has been read again; the others
+    /// are committed as usual.
+    async fn commit_around_doubt(&mut self, ops: &[WriteOp]) -> Vec<OpResult> {
+        let blocked: Vec<bool> = ops
+            .iter()
+            .map(|op| self.in_doubt.contains(session_of(op)))
+            .collect();
+        let rest: Vec<WriteOp> = ops
+            .iter()
+            .zip(&blocked)
+            .filter(|(_, b)| !**b)
+            .map(|(op, _)| op.clone())
+            .collect();
+        let mut done = self.commit_planned(&rest).await.into_iter();
+        blocked
+            .iter()
+            .map(|b| match b {
+                true => Err(self.down.clone()),
+                false => done.next().unwrap_or_else(|| Err(self.down.clone())),
+            })
+            .collect()
+    }
+
+    async fn commit_planned(&mut self, ops: &[WriteOp]) -> Vec<OpResult> {
+        if ops.is_empty() {
+            return Vec::new();
+        }
+        // A stale plan (someone else moved a latest_seq: never, while we hold the lock) is
+        // planned once more from fresh reads before the batch is narrowed down op by op.
+        for _ in 0..2 {
+            let unknown: Vec<SessionId> = Plan::unknown(ops, &self.known)
+                .into_iter()
+                .map(SessionId::from)
+                .collect();
+            if !unknown.is_empty() {
+                match self.read_latest(&unknown).await {
+                    Ok(()) => {}
+                    Err(Failure::Refused(e) | Failure::Stale(e)) => return vec![Err(e); ops.len()],
+                    Err(Failure::Lost(e)) => {
+                        self.lost(&e).await;
+                        return vec![Err(self.down.clone()); ops.len()];
+                    }
+                }
+            }
+            let plan = Plan::new(ops, &self.known);
+            if plan.is_empty() {
+                return plan.committed();
+            }
+            match self.execute(&plan).await {
+                Ok(()) => {
+                    plan.learn(&mut self.known);
+                    return plan.committed();
+                }
+                Err(Failure::Lost(e)) => return self.in_doubt(plan, e).await,
+                Err(Failure::Stale(e)) => {
+                    tracing::warn!(error = %e, "store writer planned on stale seqs; reading again");
+                    for id in plan.sessions() {
+                        self.known.remove(&id);
+                    }
+                }
+                Err(Failure::Refused(e)) => {
+                    tracing::debug!(error = %e, "batch refused; sending its ops one by one");
+                    break;
+                }
+            }
+        }
+        self.one_by_one(ops).await
+    }
+
+    /// Sends each op of a refused batch on its own, so that only the op at fault fails.
+    async fn one_by_one(&mut self, ops: &[WriteOp]) -> Vec<OpResult> {
+        let mut results = Vec::with_capacity(ops.len());
+        for op in ops.chunks(1) {
+            if self.conn.is_none() {
+                results.push(Err(self.down.clone()));
+                continue;
+            }
+            let unknown: Vec<SessionId> = Plan::unknown(op, &self.known)
+                .into_iter()
+                .map(SessionId::from)
+                .collect();
+            if !unknown.is_empty() {
+                if let Err(f) = self.read_latest(&unknown).await {
+                    if let Failure::Lost(e) = &f {
+                        self.lost(e).await;
+                    }
+                    results.push(Err(f.error().clone()));
+                    continue;
+                }
+            }
+            let plan = Plan::new(op, &self.known);
+            if plan.is_empty() {
+                results.extend(plan.committed());
+                continue;
+            }
+            match self.execute(&plan).await {
+                Ok(()) => {
+                    plan.learn(&mut self.known);
+                    results.extend(plan.committed());
+                }
+                Err(Failure::Stale(e)) => {
+                    for id in plan.sessions() {
+                        self.known.remove(&id);
+                    }
+                    results.extend(plan.failed(&e));
+                }
+                Err(Failure::Refused(e)) => results.extend(plan.failed(&e)),
+                Err(Failure::Lost(e)) => results.extend(self.in_doubt(plan, e).await),
+            }
+        }
+        results
+    }
+
+    /// The statement's answer was lost: find out whether it committed (module doc).
+    async fn in_doubt(&mut self, plan: Plan<'_>, err: StoreError) -> Vec<OpResult> {
+        tracing::warn!(error = %err, "store writer lost its connection mid-commit; the batch is in doubt");
+        self.lost(&err).await;
+        let evidence = plan.evidence();
+        let deadline = Instant::now() + self.settings.in_doubt_wait;
+        let mut backoff = Duration::ZERO;
+        loop {
+            if self.conn.is_none() {
+                if Instant::now() + backoff >= deadline {
+                    break;
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).clamp(FIRST_BACKOFF, MAX_BACKOFF);
+                let conn = self.next_conn;
+                self.next_conn += 1;
+                match self.settings.connect_writer(self.writer, conn).await {
+                    Ok(c) => {
+                        tracing::info!("store writer reconnected; resolving the batch in doubt");
+                        self.conn = Some(c);
+                    }
+                    Err(ConnectError::Superseded) => {
+                        self.connect_failed(&ConnectError::Superseded);
+                        break;
+                    }
+                    Err(e) => {
+                        self.connect_failed(&e);
+                        continue;
+                    }
+                }
+            }
+            let ids: Vec<SessionId> = evidence.iter().map(|e| e.session_id.clone()).collect();
+            if !ids.is_empty() {
+                match self.read_latest(&ids).await {
+                    Ok(()) => {}
+                    Err(Failure::Lost(e)) => {
+                        self.lost(&e).await;
+                        continue;
+                    }
+                    Err(Failure::Refused(e) | Failure::Stale(e)) => {
+                        return self.unresolved(plan, e)
+                    }
+                }
+                let at =
+                    |e: &super::batch::Evidence| self.known.get(&e.session_id).copied().flatten();
+                if evidence.iter().all(|e| at(e) == Some(e.after)) {
+                    tracing::info!(sessions = ids.len(), "the batch in doubt had committed");
+                    plan.learn(&mut self.known);
+                    return plan.committed();
+                }
+                if !evidence.iter().all(|e| at(e) == e.before) {
+                    let e = StoreError::Unavailable(
+                        "a batch in doubt is neither written nor absent".into(),
+                    );
+                    tracing::error!(error = %e, "store writer cannot tell what a batch wrote");
+                    return self.unresolved(plan, e);
+                }
+                tracing::info!("the batch in doubt had not committed; sending it again");
+            }
+            // Not written (or patches only, which may be written twice): send it again.
+            match self.execute(&plan).await {
+                Ok(()) => {
+                    plan.learn(&mut self.known);
+                    return plan.committed();
+                }
+                Err(Failure::Lost(e)) => self.lost(&e).await,
+                Err(Failure::Refused(e) | Failure::Stale(e)) => return plan.failed(&e),
+            }
+        }
+        let e = StoreError::Unavailable(format!(
+            "connection lost during a commit, and whether it was written is unknown ({})",
+            self.down
+        ));
+        self.unresolved(plan, e)
+    }
+
+    /// Gives up on a batch in doubt: its sessions refuse writes until it is settled.
+    fn unresolved(&mut self, plan: Plan<'_>, e: StoreError) -> Vec<OpResult> {
+        tracing::error!(error = %e, "a batch stays in doubt; its sessions refuse writes until the database is back");
+        self.in_doubt.extend(plan.sessions());
+        self.unsettled.extend(plan.evidence());
+        self.down = e.clone();
+        plan.failed(&e)
+    }
+}
+
+impl PgWriter {
+    async fn send<T>(&self, command: Command, answer: oneshot::Receiver<T>) -> Option<T> {
+        self.commands.send(command).await.ok()?;
+        answer.await.ok()
+    }
+}
+
+fn task_gone() -> StoreError {
+    StoreError::Unavailable("the store writer task is gone".into())
+}
+
+#[async_trait]
+impl StoreWrite for PgWriter {
+    async fn commit(&mut self, ops: Vec<WriteOp>) -> Vec<OpResult> {
+        let n = ops.len();
+        if n == 0 {
+            return Vec::new();
+        }
+        let (reply, answer) = oneshot::channel();
+        // The batch moves to the task as it is: no copy of its events.
+        self.send(Command::Commit { ops, reply }, answer)
+            .await
+            .unwrap_or_else(|| vec![Err(task_gone()); n])
+    }
+
+    async fn latest_seq(&mut self, session_id: &SessionId) -> Result<u64, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        let command = Command::LatestSeq {
+            session_id: session_id.clone(),
+            reply,
+        };
+        self.send(command, answer)
+            .await
+            .unwrap_or_else(|| Err(task_gone()))
+    }
+}
