@@ -17,6 +17,7 @@ mod attach;
 mod close;
 mod commit;
 mod compress;
+mod encoded_history;
 mod history;
 mod marker;
 mod owed;

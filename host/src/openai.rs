@@ -99,12 +99,15 @@ impl AsyncEngine for OpenAiEngine {
     const NAME: &'static str = "openai";
 
     async fn turn(&self, turn: TurnStart, out: &TurnSink, cancel: &Cancel) -> TurnOutcome {
-        let body = match request::turn_body(&self.model, &turn.history, &turn.prompt, &turn.config)
-        {
+        let history = match turn.history.messages() {
+            Ok(history) => history,
+            Err(e) => return failed(format!("invalid history: {e}")),
+        };
+        let body = match request::turn_body(&self.model, &history, &turn.prompt, &turn.config) {
             Ok(body) => body,
             Err(e) => return failed(e.to_string()),
         };
-        tracing::debug!(model = %body["model"], messages = turn.history.len() + 1, "completion");
+        tracing::debug!(model = %body["model"], messages = history.len() + 1, "completion");
         let started = tokio::select! {
             biased;
             () = cancel.cancelled() => return TurnOutcome::Interrupted,

@@ -46,8 +46,9 @@ pub struct TurnStart {
     pub turn_id: TurnId,
     pub session_id: SessionId,
     pub trace_id: TraceId,
-    /// The current segment's transcript, oldest first.
-    pub history: Vec<Message>,
+    /// The current segment's transcript, oldest first, kept as text from
+    /// the session to the engine that reads it ([`History`]).
+    pub history: History,
     pub prompt: String,
     /// The session's engine config (model, ...), opaque to the gateway and
     /// to the host loop.
@@ -228,15 +229,34 @@ pub trait HostLine: DeserializeOwned {
 
 impl HostLine for ToHost {
     /// `turn.start` carries the session's whole history, so it is read
-    /// straight into [`TurnStart`]: serde's internally tagged enum would first
-    /// buffer every key and value of it, the largest line a host reads, a
-    /// second time.
+    /// straight into its fields, the history left as text: serde's
+    /// internally tagged enum would first buffer every key and value of it,
+    /// the largest line a host reads, and decode every message.
     fn decode(line: &str) -> Result<Self, serde_json::Error> {
+        #[derive(Deserialize)]
+        struct Start {
+            turn_id: TurnId,
+            session_id: SessionId,
+            trace_id: TraceId,
+            history: Box<RawValue>,
+            prompt: String,
+            config: Map<String, Value>,
+        }
         if !tag_is(line, "turn.start") {
             return serde_json::from_str(line);
         }
-        // The struct ignores the `type` key it does not name.
-        Ok(ToHost::TurnStart(serde_json::from_str(line)?))
+        let s: Start = serde_json::from_str(line)?;
+        let history = History::from_raw(s.history).ok_or_else(|| {
+            <serde_json::Error as serde::de::Error>::custom("turn.start history is not an array")
+        })?;
+        Ok(ToHost::TurnStart(TurnStart {
+            turn_id: s.turn_id,
+            session_id: s.session_id,
+            trace_id: s.trace_id,
+            history,
+            prompt: s.prompt,
+            config: s.config,
+        }))
     }
 }
 
@@ -333,6 +353,8 @@ pub fn parse_host_line<T: HostLine>(line: &str) -> Result<T, HostFrameError> {
     Err(HostFrameError::Json(err.to_string()))
 }
 
+mod history;
+pub use history::History;
 mod peek;
 pub use peek::{peek_frame, FramePeek};
 

@@ -1161,7 +1161,7 @@ fn to_host() -> impl Strategy<Value = ToHost> {
                     turn_id,
                     session_id,
                     trace_id: TraceId::from(trace),
-                    history,
+                    history: History::from_messages(&history),
                     prompt,
                     config,
                 })

@@ -52,7 +52,7 @@ impl SessionState {
             let _ = reply.send(Err(RpcError::host_unavailable()));
             return;
         }
-        let Some(history) = self.history_before(u64::MAX) else {
+        let Some(history) = self.history_messages() else {
             self.pending_compress = Some((focus, reply));
             self.load_transcript(myself);
             return;

@@ -4,12 +4,14 @@
 //! store for every turn would put the disk on the turn's path. The session
 //! loads the segment once (on a task, when the first turn or compression
 //! needs it) and then keeps it current from the events it emits. Idle
-//! sessions that never run a turn never load it.
+//! sessions that never run a turn never load it. It is kept encoded
+//! (`encoded_history.rs`): a turn copies its history, never rebuilds it.
 
 use ractor::ActorRef;
-use tether_protocol::{EventType, Message, RpcError};
+use tether_protocol::{EventType, History, Message, RpcError};
 use tether_store::EventRow;
 
+use super::encoded_history::EncodedHistory;
 use super::{SessionMsg, SessionState};
 use crate::transcript::{message_from_row, messages_from_rows, TurnError};
 
@@ -36,7 +38,7 @@ enum Segment {
         buffer: Vec<Message>,
         reset: bool,
     },
-    Ready(Vec<Message>),
+    Ready(EncodedHistory),
 }
 
 impl Transcript {
@@ -60,11 +62,11 @@ impl Transcript {
                 }
                 buffer.push(message.clone());
             }
-            Segment::Ready(messages) => {
+            Segment::Ready(encoded) => {
                 if compaction {
-                    messages.clear();
+                    encoded.clear();
                 }
-                messages.push(message.clone());
+                encoded.push(&message);
             }
         }
         Some(message)
@@ -72,16 +74,19 @@ impl Transcript {
 }
 
 impl SessionState {
-    /// Messages with `seq < before`, if the transcript is in memory.
-    pub(super) fn history_before(&self, before: u64) -> Option<Vec<Message>> {
+    /// The history a host reads for a prompt at seq `before`, if the
+    /// transcript is in memory.
+    pub(super) fn history_before(&self, before: u64) -> Option<History> {
         match &self.transcript.segment {
-            Segment::Ready(messages) => Some(
-                messages
-                    .iter()
-                    .take_while(|m| m.seq < before)
-                    .cloned()
-                    .collect(),
-            ),
+            Segment::Ready(encoded) => Some(encoded.before(before)),
+            _ => None,
+        }
+    }
+
+    /// Every message of the segment, if the transcript is in memory.
+    pub(super) fn history_messages(&self) -> Option<Vec<Message>> {
+        match &self.transcript.segment {
+            Segment::Ready(encoded) => Some(encoded.messages()),
             _ => None,
         }
     }
@@ -134,7 +139,7 @@ impl SessionState {
                     messages.clear();
                 }
                 messages.extend(buffer);
-                self.transcript.segment = Segment::Ready(messages);
+                self.transcript.segment = Segment::Ready(EncodedHistory::from_messages(&messages));
                 self.dispatch_turn(myself);
                 self.resume_pending_compress(myself);
             }

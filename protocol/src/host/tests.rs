@@ -38,7 +38,7 @@ fn to_host_frames() {
             turn_id: "t_1".into(),
             session_id: "s_1".into(),
             trace_id: "3f9c2a1b7d4e".into(),
-            history: history(),
+            history: History::from_messages(&history()),
             prompt: "hi".into(),
             config,
         }),
@@ -273,7 +273,7 @@ fn turn_start_line_bytes() {
         turn_id: "t_1".into(),
         session_id: "s_1".into(),
         trace_id: "3f9c2a1b7d4e".into(),
-        history: history(),
+        history: History::from_messages(&history()),
         prompt: "hi".into(),
         config,
     }));
