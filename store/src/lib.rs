@@ -30,6 +30,7 @@ mod lock;
 mod model;
 mod open;
 mod open_error;
+mod paging;
 mod postgres;
 mod rules;
 mod sqlite;

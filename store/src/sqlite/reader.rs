@@ -10,7 +10,7 @@ use sqlx::Row;
 
 use futures::TryStreamExt;
 
-use crate::cursor::{list_cursor_after, ListCursor};
+use crate::paging::{events_since_binds, ListPage};
 use tether_protocol::{EventType, SessionId, SessionStatus};
 
 use crate::{EventRow, SessionRow, StoreError, StoreRead};
@@ -132,46 +132,28 @@ impl StoreRead for SqliteReader {
         limit: u32,
         max_bytes: usize,
     ) -> Result<(Vec<SessionRow>, Option<String>), StoreError> {
-        if limit == 0 {
-            return Err(StoreError::Invalid("list limit must be at least 1".into()));
-        }
-        // One row more than asked tells whether another page exists.
-        let fetch = i64::from(limit) + 1;
-        let after = cursor.map(ListCursor::decode).transpose()?;
+        let (mut page, after) = ListPage::start(cursor, limit, max_bytes)?;
         let query = match &after {
             None => sqlx::query(&self.sql.list_first)
                 .bind(profile)
                 .bind(include_closed)
-                .bind(fetch),
+                .bind(page.fetch()),
             Some(after) => sqlx::query(&self.sql.list_after)
                 .bind(profile)
                 .bind(include_closed)
-                .bind(fetch)
+                .bind(page.fetch())
                 .bind(after.created_at_ms)
                 .bind(after.id.as_str()),
         };
-        // Streamed, not fetched whole: rows with huge titles (written
-        // before titles were bounded, or under a larger bound) stop the
-        // page after the row that passes `max_bytes`, so a page never
-        // holds more than about that much in memory.
+        // Streamed, not fetched whole: the page decides row by row where it ends
+        // (`crate::paging`), so a page never holds much more than `max_bytes` in memory.
         let mut rows = query.fetch(&self.pool);
-        let mut sessions = Vec::new();
-        let mut bytes = 0usize;
-        let mut more = false;
         while let Some(row) = rows.try_next().await.map_err(read_err)? {
-            if sessions.len() == limit as usize || bytes > max_bytes {
-                more = true;
+            if !page.take(|| session_from_row(&row))? {
                 break;
             }
-            let session = session_from_row(&row)?;
-            bytes = bytes.saturating_add(session.title.len() + session.id.as_str().len());
-            sessions.push(session);
         }
-        let next = match sessions.last() {
-            Some(last) if more => Some(list_cursor_after(last)),
-            _ => None,
-        };
-        Ok((sessions, next))
+        Ok(page.finish())
     }
 
     async fn events_since(
@@ -180,17 +162,13 @@ impl StoreRead for SqliteReader {
         after: u64,
         limit: u32,
     ) -> Result<Vec<EventRow>, StoreError> {
-        // No stored seq exceeds i64::MAX, so "after" anything larger is simply nothing.
-        let Ok(after) = i64::try_from(after) else {
+        let Some((after, limit)) = events_since_binds(after, limit) else {
             return Ok(Vec::new());
         };
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
         let rows = sqlx::query(&self.sql.events_since)
             .bind(session_id.as_str())
             .bind(after)
-            .bind(i64::from(limit))
+            .bind(limit)
             .fetch_all(&self.pool)
             .await
             .map_err(read_err)?;
