@@ -9,7 +9,7 @@
 //! `0003_handoffs.sql` keeps two racing requests from both inserting.
 
 use async_trait::async_trait;
-use sqlx::postgres::{PgPool, PgRow};
+use sqlx::postgres::PgPool;
 
 use tether_protocol::{now_ms, HandoffId, HandoffState, SessionId, SessionStatus};
 
@@ -17,13 +17,10 @@ use crate::handoff::{
     truncate_utf8, CompleteOutcome, FailOutcome, HandoffRow, HandoffStore, RequestOutcome,
     MAX_HANDOFF_ERROR_BYTES,
 };
+use crate::rows::{handoff_from_row, parse_handoff_state, StoreRow, HANDOFF_COLUMNS};
 use crate::StoreError;
 
 use super::errors::map_sqlx;
-use super::rows::get;
-
-/// The columns, in the order [`handoff_from_row`] reads them.
-const COLUMNS: &str = "id, session_id, profile, target, state, error, created_at_ms, updated_at_ms";
 
 /// The [`HandoffStore`] of the PostgreSQL store.
 pub(crate) struct PgHandoffs {
@@ -51,7 +48,7 @@ impl Sql {
         let closed = SessionStatus::Closed.as_str();
         Sql {
             request: format!(
-                "INSERT INTO handoffs ({COLUMNS}) \
+                "INSERT INTO handoffs ({HANDOFF_COLUMNS}) \
                  SELECT $1, $2, $3, $4, '{pending}', NULL, $5, $5 \
                  WHERE EXISTS (SELECT 1 FROM sessions WHERE id = $2 AND profile = $3 \
                      AND status <> '{closed}') \
@@ -64,26 +61,26 @@ impl Sql {
                  WHERE id = (SELECT id FROM handoffs WHERE profile = $1 AND target = $2 \
                      AND state = '{pending}' ORDER BY created_at_ms, ord LIMIT 1 \
                      FOR UPDATE SKIP LOCKED) \
-                 AND state = '{pending}' RETURNING {COLUMNS}"
+                 AND state = '{pending}' RETURNING {HANDOFF_COLUMNS}"
             ),
             complete: format!(
                 "UPDATE handoffs SET state = '{completed}', updated_at_ms = $3 \
-                 WHERE id = $1 AND profile = $2 AND state = '{running}' RETURNING {COLUMNS}"
+                 WHERE id = $1 AND profile = $2 AND state = '{running}' RETURNING {HANDOFF_COLUMNS}"
             ),
             // `$5` = only_if_pending.
             fail: format!(
                 "UPDATE handoffs SET state = '{failed}', error = $3, updated_at_ms = $4 \
                  WHERE id = $1 AND profile = $2 \
                  AND (state = '{pending}' OR (NOT $5 AND state = '{running}')) \
-                 RETURNING {COLUMNS}"
+                 RETURNING {HANDOFF_COLUMNS}"
             ),
             // Insertion order, not the clock: a clock that steps back must not hide the newest.
             latest: format!(
-                "SELECT {COLUMNS} FROM handoffs WHERE session_id = $1 AND profile = $2 \
+                "SELECT {HANDOFF_COLUMNS} FROM handoffs WHERE session_id = $1 AND profile = $2 \
                  ORDER BY ord DESC LIMIT 1"
             ),
             in_flight: format!(
-                "SELECT {COLUMNS} FROM handoffs WHERE session_id = $1 AND profile = $2 \
+                "SELECT {HANDOFF_COLUMNS} FROM handoffs WHERE session_id = $1 AND profile = $2 \
                  AND state IN ('{pending}', '{running}')"
             ),
             state_of: "SELECT state FROM handoffs WHERE id = $1 AND profile = $2".to_string(),
@@ -111,7 +108,7 @@ impl PgHandoffs {
             .fetch_optional(&self.pool)
             .await
             .map_err(map_sqlx)?;
-        row.map(|r| parse_state(&get::<String>(&r, 0)?)).transpose()
+        row.map(|r| parse_handoff_state(&r.text(0)?)).transpose()
     }
 
     /// The session's stored status, `None` if it is not in `profile`.
@@ -126,7 +123,7 @@ impl PgHandoffs {
             .fetch_optional(&self.pool)
             .await
             .map_err(map_sqlx)?;
-        row.map(|r| get::<String>(&r, 0)).transpose()
+        row.map(|r| r.text(0)).transpose()
     }
 
     async fn in_flight(
@@ -260,23 +257,4 @@ impl HandoffStore for PgHandoffs {
             .map_err(map_sqlx)?;
         row.as_ref().map(handoff_from_row).transpose()
     }
-}
-
-fn parse_state(text: &str) -> Result<HandoffState, StoreError> {
-    HandoffState::parse(text)
-        .ok_or_else(|| StoreError::Invalid(format!("stored handoff state is {text:?}")))
-}
-
-/// Decodes a row selected (or returned) with [`COLUMNS`].
-fn handoff_from_row(row: &PgRow) -> Result<HandoffRow, StoreError> {
-    Ok(HandoffRow {
-        id: HandoffId::from(get::<String>(row, 0)?),
-        session_id: SessionId::from(get::<String>(row, 1)?),
-        profile: get(row, 2)?,
-        target: get(row, 3)?,
-        state: parse_state(&get::<String>(row, 4)?)?,
-        error: get(row, 5)?,
-        created_at_ms: get(row, 6)?,
-        updated_at_ms: get(row, 7)?,
-    })
 }

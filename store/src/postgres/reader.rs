@@ -9,7 +9,6 @@
 use async_trait::async_trait;
 use futures::TryStreamExt;
 use sqlx::postgres::PgPool;
-use sqlx::Row;
 
 use tether_protocol::{EventType, SessionId, SessionStatus};
 
@@ -17,7 +16,7 @@ use crate::paging::{events_since_binds, ListPage};
 use crate::{EventRow, SessionRow, StoreError, StoreRead};
 
 use super::errors::map_sqlx;
-use super::rows::{event_from_row, get, session_from_row, EVENT_COLUMNS, SESSION_COLUMNS};
+use super::rows::{event_from_row, session_from_row, StoreRow, EVENT_COLUMNS, SESSION_COLUMNS};
 
 /// The [`StoreRead`] of the PostgreSQL store.
 pub(crate) struct PgReader {
@@ -187,7 +186,7 @@ impl StoreRead for PgReader {
             .await
             .map_err(map_sqlx)?;
         rows.iter()
-            .map(|r| Ok((get::<String>(r, 0)?, SessionId::from(get::<String>(r, 1)?))))
+            .map(|r| Ok((r.text(0)?, SessionId::from(r.text(1)?))))
             .collect()
     }
 
@@ -197,8 +196,7 @@ impl StoreRead for PgReader {
             .fetch_one(&self.pool)
             .await
             .map_err(map_sqlx)?;
-        let n: i64 = row.try_get(0).map_err(map_sqlx)?;
-        Ok(u64::try_from(n).unwrap_or(0))
+        Ok(u64::try_from(row.int(0)?).unwrap_or(0))
     }
 
     async fn branch_titles(
@@ -213,6 +211,6 @@ impl StoreRead for PgReader {
                 .fetch_all(&self.pool)
                 .await
                 .map_err(map_sqlx)?;
-        rows.iter().map(|r| get(r, 0)).collect()
+        rows.iter().map(|r| r.text(0)).collect()
     }
 }

@@ -26,8 +26,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::sqlite::{SqlitePool, SqlitePoolOptions, SqliteRow};
-use sqlx::Row;
+use sqlx::sqlite::{SqlitePool, SqlitePoolOptions};
 
 use tether_protocol::{now_ms, HandoffId, HandoffState, SessionId, SessionStatus};
 
@@ -35,13 +34,11 @@ use crate::handoff::{
     truncate_utf8, CompleteOutcome, FailOutcome, HandoffRow, HandoffStore, RequestOutcome,
     MAX_HANDOFF_ERROR_BYTES,
 };
+use crate::rows::{handoff_from_row, parse_handoff_state, StoreRow, HANDOFF_COLUMNS};
 use crate::{StoreConfig, StoreError};
 
 use super::base_options;
 use super::errors::{map_sqlx, Doing};
-
-/// The columns, in the order [`handoff_from_row`] reads them.
-const COLUMNS: &str = "id, session_id, profile, target, state, error, created_at_ms, updated_at_ms";
 
 /// The [`HandoffStore`] of the SQLite store.
 pub(crate) struct SqliteHandoffs {
@@ -71,7 +68,7 @@ impl Sql {
             // The session (open, in this profile) and the absence of a handoff in flight are
             // checked by the INSERT itself: no other writer can slip in between.
             request: format!(
-                "INSERT INTO handoffs ({COLUMNS}) \
+                "INSERT INTO handoffs ({HANDOFF_COLUMNS}) \
                  SELECT ?1, ?2, ?3, ?4, '{pending}', NULL, ?5, ?5 \
                  WHERE EXISTS (SELECT 1 FROM sessions WHERE id = ?2 AND profile = ?3 \
                      AND status <> '{closed}') \
@@ -85,26 +82,26 @@ impl Sql {
                 "UPDATE handoffs SET state = '{running}', updated_at_ms = ?3 \
                  WHERE id = (SELECT id FROM handoffs WHERE profile = ?1 AND target = ?2 \
                      AND state = '{pending}' ORDER BY created_at_ms, rowid LIMIT 1) \
-                 AND state = '{pending}' RETURNING {COLUMNS}"
+                 AND state = '{pending}' RETURNING {HANDOFF_COLUMNS}"
             ),
             complete: format!(
                 "UPDATE handoffs SET state = '{completed}', updated_at_ms = ?3 \
-                 WHERE id = ?1 AND profile = ?2 AND state = '{running}' RETURNING {COLUMNS}"
+                 WHERE id = ?1 AND profile = ?2 AND state = '{running}' RETURNING {HANDOFF_COLUMNS}"
             ),
             // `?5` = only_if_pending.
             fail: format!(
                 "UPDATE handoffs SET state = '{failed}', error = ?3, updated_at_ms = ?4 \
                  WHERE id = ?1 AND profile = ?2 \
                  AND (state = '{pending}' OR (NOT ?5 AND state = '{running}')) \
-                 RETURNING {COLUMNS}"
+                 RETURNING {HANDOFF_COLUMNS}"
             ),
             // rowid, not the clock: a clock that steps back must not hide the newest one.
             latest: format!(
-                "SELECT {COLUMNS} FROM handoffs WHERE session_id = ?1 AND profile = ?2 \
+                "SELECT {HANDOFF_COLUMNS} FROM handoffs WHERE session_id = ?1 AND profile = ?2 \
                  ORDER BY rowid DESC LIMIT 1"
             ),
             in_flight: format!(
-                "SELECT {COLUMNS} FROM handoffs WHERE session_id = ?1 AND profile = ?2 \
+                "SELECT {HANDOFF_COLUMNS} FROM handoffs WHERE session_id = ?1 AND profile = ?2 \
                  AND state IN ('{pending}', '{running}')"
             ),
             state_of: "SELECT state FROM handoffs WHERE id = ?1 AND profile = ?2".to_string(),
@@ -143,7 +140,7 @@ impl SqliteHandoffs {
             .fetch_optional(&self.pool)
             .await
             .map_err(read_err)?;
-        row.map(|r| parse_state(&get::<String>(&r, 0)?)).transpose()
+        row.map(|r| parse_handoff_state(&r.text(0)?)).transpose()
     }
 
     /// The session's stored status, `None` if it is not in `profile`.
@@ -158,7 +155,7 @@ impl SqliteHandoffs {
             .fetch_optional(&self.pool)
             .await
             .map_err(read_err)?;
-        row.map(|r| get::<String>(&r, 0)).transpose()
+        row.map(|r| r.text(0)).transpose()
     }
 
     async fn in_flight(
@@ -300,30 +297,4 @@ fn read_err(e: sqlx::Error) -> StoreError {
 
 fn write_err(e: sqlx::Error) -> StoreError {
     map_sqlx(e, Doing::Write)
-}
-
-fn get<'r, T>(row: &'r SqliteRow, idx: usize) -> Result<T, StoreError>
-where
-    T: sqlx::Decode<'r, sqlx::Sqlite> + sqlx::Type<sqlx::Sqlite>,
-{
-    row.try_get(idx).map_err(read_err)
-}
-
-fn parse_state(text: &str) -> Result<HandoffState, StoreError> {
-    HandoffState::parse(text)
-        .ok_or_else(|| StoreError::Invalid(format!("stored handoff state is {text:?}")))
-}
-
-/// Decodes a row selected (or returned) with [`COLUMNS`].
-fn handoff_from_row(row: &SqliteRow) -> Result<HandoffRow, StoreError> {
-    Ok(HandoffRow {
-        id: HandoffId::from(get::<String>(row, 0)?),
-        session_id: SessionId::from(get::<String>(row, 1)?),
-        profile: get(row, 2)?,
-        target: get(row, 3)?,
-        state: parse_state(&get::<String>(row, 4)?)?,
-        error: get(row, 5)?,
-        created_at_ms: get(row, 6)?,
-        updated_at_ms: get(row, 7)?,
-    })
 }

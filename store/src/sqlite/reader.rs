@@ -5,18 +5,16 @@
 //! only what the writer confirmed.
 
 use async_trait::async_trait;
-use sqlx::sqlite::SqlitePool;
-use sqlx::Row;
-
 use futures::TryStreamExt;
+use sqlx::sqlite::SqlitePool;
 
-use crate::paging::{events_since_binds, ListPage};
 use tether_protocol::{EventType, SessionId, SessionStatus};
 
+use crate::paging::{events_since_binds, ListPage};
 use crate::{EventRow, SessionRow, StoreError, StoreRead};
 
 use super::errors::{map_sqlx, Doing};
-use super::rows::{event_from_row, session_from_row, EVENT_COLUMNS, SESSION_COLUMNS};
+use super::rows::{event_from_row, session_from_row, StoreRow, EVENT_COLUMNS, SESSION_COLUMNS};
 
 /// The [`StoreRead`] of the SQLite store.
 pub(crate) struct SqliteReader {
@@ -198,9 +196,7 @@ impl StoreRead for SqliteReader {
                 .fetch_all(&self.pool)
                 .await
                 .map_err(read_err)?;
-        rows.iter()
-            .map(|r| r.try_get(0).map_err(read_err))
-            .collect()
+        rows.iter().map(|r| r.text(0)).collect()
     }
 
     async fn sessions_with_turn_marker(&self) -> Result<Vec<(String, SessionId)>, StoreError> {
@@ -212,11 +208,7 @@ impl StoreRead for SqliteReader {
         .await
         .map_err(read_err)?;
         rows.iter()
-            .map(|r| {
-                let profile: String = r.try_get(0).map_err(read_err)?;
-                let id: String = r.try_get(1).map_err(read_err)?;
-                Ok((profile, SessionId::from(id)))
-            })
+            .map(|r| Ok((r.text(0)?, SessionId::from(r.text(1)?))))
             .collect()
     }
 
@@ -226,8 +218,7 @@ impl StoreRead for SqliteReader {
             .fetch_one(&self.pool)
             .await
             .map_err(read_err)?;
-        let n: i64 = row.try_get(0).map_err(read_err)?;
-        Ok(u64::try_from(n).unwrap_or(0))
+        Ok(u64::try_from(row.int(0)?).unwrap_or(0))
     }
 
     async fn segment_events(&self, session_id: &SessionId) -> Result<Vec<EventRow>, StoreError> {
