@@ -8,7 +8,8 @@
 
 use async_trait::async_trait;
 use futures::TryStreamExt;
-use sqlx::postgres::PgPool;
+use sqlx::postgres::{PgArguments, PgPool, PgRow, Postgres};
+use sqlx::query::Query;
 
 use tether_protocol::{EventType, SessionId, SessionStatus};
 
@@ -24,6 +25,8 @@ pub(crate) struct PgReader {
     epoch: String,
     sql: Sql,
 }
+
+type PgQuery<'q> = Query<'q, Postgres, PgArguments>;
 
 /// The reader's statements, built once from the column lists.
 struct Sql {
@@ -89,6 +92,26 @@ impl PgReader {
             sql: Sql::new(),
         }
     }
+
+    /// Runs a read that answers with at most one row.
+    async fn optional<T: Send>(
+        &self,
+        query: PgQuery<'_>,
+        decode: fn(&PgRow) -> Result<T, StoreError>,
+    ) -> Result<Option<T>, StoreError> {
+        let row = query.fetch_optional(&self.pool).await.map_err(map_sqlx)?;
+        row.as_ref().map(decode).transpose()
+    }
+
+    /// Runs a read and decodes every row it answers.
+    async fn all<T: Send>(
+        &self,
+        query: PgQuery<'_>,
+        decode: fn(&PgRow) -> Result<T, StoreError>,
+    ) -> Result<Vec<T>, StoreError> {
+        let rows = query.fetch_all(&self.pool).await.map_err(map_sqlx)?;
+        rows.iter().map(decode).collect()
+    }
 }
 
 #[async_trait]
@@ -102,13 +125,10 @@ impl StoreRead for PgReader {
         profile: &str,
         id: &SessionId,
     ) -> Result<Option<SessionRow>, StoreError> {
-        let row = sqlx::query(&self.sql.get_session)
+        let query = sqlx::query(&self.sql.get_session)
             .bind(id.as_str())
-            .bind(profile)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(map_sqlx)?;
-        row.as_ref().map(session_from_row).transpose()
+            .bind(profile);
+        self.optional(query, session_from_row).await
     }
 
     async fn list_sessions_within(
@@ -152,42 +172,27 @@ impl StoreRead for PgReader {
         let Some((after, limit)) = events_since_binds(after, limit) else {
             return Ok(Vec::new());
         };
-        let rows = sqlx::query(&self.sql.events_since)
+        let query = sqlx::query(&self.sql.events_since)
             .bind(session_id.as_str())
             .bind(after)
-            .bind(limit)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(map_sqlx)?;
-        rows.iter().map(event_from_row).collect()
+            .bind(limit);
+        self.all(query, event_from_row).await
     }
 
     async fn segment_events(&self, session_id: &SessionId) -> Result<Vec<EventRow>, StoreError> {
-        let rows = sqlx::query(&self.sql.segment)
-            .bind(session_id.as_str())
-            .fetch_all(&self.pool)
-            .await
-            .map_err(map_sqlx)?;
-        rows.iter().map(event_from_row).collect()
+        let query = sqlx::query(&self.sql.segment).bind(session_id.as_str());
+        self.all(query, event_from_row).await
     }
 
     async fn latest_todos(&self, session_id: &SessionId) -> Result<Option<EventRow>, StoreError> {
-        let row = sqlx::query(&self.sql.latest_todos)
-            .bind(session_id.as_str())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(map_sqlx)?;
-        row.as_ref().map(event_from_row).transpose()
+        let query = sqlx::query(&self.sql.latest_todos).bind(session_id.as_str());
+        self.optional(query, event_from_row).await
     }
 
     async fn sessions_with_turn_marker(&self) -> Result<Vec<(String, SessionId)>, StoreError> {
-        let rows = sqlx::query("SELECT profile, id FROM sessions WHERE turn_marker IS NOT NULL")
-            .fetch_all(&self.pool)
+        let query = sqlx::query("SELECT profile, id FROM sessions WHERE turn_marker IS NOT NULL");
+        self.all(query, |r| Ok((r.text(0)?, SessionId::from(r.text(1)?))))
             .await
-            .map_err(map_sqlx)?;
-        rows.iter()
-            .map(|r| Ok((r.text(0)?, SessionId::from(r.text(1)?))))
-            .collect()
     }
 
     async fn count_open_sessions(&self) -> Result<u64, StoreError> {
@@ -204,13 +209,10 @@ impl StoreRead for PgReader {
         profile: &str,
         parent: &SessionId,
     ) -> Result<Vec<String>, StoreError> {
-        let rows =
+        let query =
             sqlx::query("SELECT title FROM sessions WHERE profile = $1 AND parent_session_id = $2")
                 .bind(profile)
-                .bind(parent.as_str())
-                .fetch_all(&self.pool)
-                .await
-                .map_err(map_sqlx)?;
-        rows.iter().map(|r| r.text(0)).collect()
+                .bind(parent.as_str());
+        self.all(query, |r| r.text(0)).await
     }
 }

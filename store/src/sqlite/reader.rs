@@ -6,7 +6,8 @@
 
 use async_trait::async_trait;
 use futures::TryStreamExt;
-use sqlx::sqlite::SqlitePool;
+use sqlx::query::Query;
+use sqlx::sqlite::{Sqlite, SqliteArguments, SqlitePool, SqliteRow};
 
 use tether_protocol::{EventType, SessionId, SessionStatus};
 
@@ -24,6 +25,8 @@ pub(crate) struct SqliteReader {
     /// Dropped with the reader, which stops the background checkpointer.
     _stop_checkpoints: tokio::sync::oneshot::Sender<()>,
 }
+
+type SqliteQuery<'q> = Query<'q, Sqlite, SqliteArguments<'q>>;
 
 /// The reader's statements, built once from the column lists.
 struct Sql {
@@ -96,6 +99,26 @@ impl SqliteReader {
             _stop_checkpoints: stop_checkpoints,
         }
     }
+
+    /// Runs a read that answers with at most one row.
+    async fn optional<T: Send>(
+        &self,
+        query: SqliteQuery<'_>,
+        decode: fn(&SqliteRow) -> Result<T, StoreError>,
+    ) -> Result<Option<T>, StoreError> {
+        let row = query.fetch_optional(&self.pool).await.map_err(read_err)?;
+        row.as_ref().map(decode).transpose()
+    }
+
+    /// Runs a read and decodes every row it answers.
+    async fn all<T: Send>(
+        &self,
+        query: SqliteQuery<'_>,
+        decode: fn(&SqliteRow) -> Result<T, StoreError>,
+    ) -> Result<Vec<T>, StoreError> {
+        let rows = query.fetch_all(&self.pool).await.map_err(read_err)?;
+        rows.iter().map(decode).collect()
+    }
 }
 
 fn read_err(e: sqlx::Error) -> StoreError {
@@ -113,13 +136,10 @@ impl StoreRead for SqliteReader {
         profile: &str,
         id: &SessionId,
     ) -> Result<Option<SessionRow>, StoreError> {
-        let row = sqlx::query(&self.sql.get_session)
+        let query = sqlx::query(&self.sql.get_session)
             .bind(id.as_str())
-            .bind(profile)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(read_err)?;
-        row.as_ref().map(session_from_row).transpose()
+            .bind(profile);
+        self.optional(query, session_from_row).await
     }
 
     async fn list_sessions_within(
@@ -163,25 +183,18 @@ impl StoreRead for SqliteReader {
         let Some((after, limit)) = events_since_binds(after, limit) else {
             return Ok(Vec::new());
         };
-        let rows = sqlx::query(&self.sql.events_since)
+        let query = sqlx::query(&self.sql.events_since)
             .bind(session_id.as_str())
             .bind(after)
-            .bind(limit)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(read_err)?;
-        rows.iter().map(event_from_row).collect()
+            .bind(limit);
+        self.all(query, event_from_row).await
     }
 
     async fn latest_todos(&self, session_id: &SessionId) -> Result<Option<EventRow>, StoreError> {
         // INDEXED BY: the partial index makes this one seek; without it the
         // planner walks the session's events backwards.
-        let row = sqlx::query(&self.sql.latest_todos)
-            .bind(session_id.as_str())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(read_err)?;
-        row.as_ref().map(event_from_row).transpose()
+        let query = sqlx::query(&self.sql.latest_todos).bind(session_id.as_str());
+        self.optional(query, event_from_row).await
     }
 
     async fn branch_titles(
@@ -189,27 +202,20 @@ impl StoreRead for SqliteReader {
         profile: &str,
         parent: &SessionId,
     ) -> Result<Vec<String>, StoreError> {
-        let rows =
+        let query =
             sqlx::query("SELECT title FROM sessions WHERE profile = ? AND parent_session_id = ?")
                 .bind(profile)
-                .bind(parent.as_str())
-                .fetch_all(&self.pool)
-                .await
-                .map_err(read_err)?;
-        rows.iter().map(|r| r.text(0)).collect()
+                .bind(parent.as_str());
+        self.all(query, |r| r.text(0)).await
     }
 
     async fn sessions_with_turn_marker(&self) -> Result<Vec<(String, SessionId)>, StoreError> {
-        let rows = sqlx::query(
+        let query = sqlx::query(
             "SELECT profile, id FROM sessions INDEXED BY sessions_with_turn_marker \
              WHERE turn_marker IS NOT NULL",
-        )
-        .fetch_all(&self.pool)
-        .await
-        .map_err(read_err)?;
-        rows.iter()
-            .map(|r| Ok((r.text(0)?, SessionId::from(r.text(1)?))))
-            .collect()
+        );
+        self.all(query, |r| Ok((r.text(0)?, SessionId::from(r.text(1)?))))
+            .await
     }
 
     async fn count_open_sessions(&self) -> Result<u64, StoreError> {
@@ -222,11 +228,7 @@ impl StoreRead for SqliteReader {
     }
 
     async fn segment_events(&self, session_id: &SessionId) -> Result<Vec<EventRow>, StoreError> {
-        let rows = sqlx::query(&self.sql.segment)
-            .bind(session_id.as_str())
-            .fetch_all(&self.pool)
-            .await
-            .map_err(read_err)?;
-        rows.iter().map(event_from_row).collect()
+        let query = sqlx::query(&self.sql.segment).bind(session_id.as_str());
+        self.all(query, event_from_row).await
     }
 }
