@@ -2,8 +2,10 @@
 //! arguments of `events_since` ([`StoreRead`](crate::StoreRead) says what a caller may rely on).
 //!
 //! Plain Rust fed rows, so that both readers cut pages at the same row and point their cursors
-//! at the same place; a dialect only runs the query ([`ListPage::fetch`] rows of it) and hands
-//! each row over until the page says stop.
+//! at the same place; a dialect only binds the query (its LIMIT is [`ListPage::fetch`]) and
+//! hands the page the query's row stream ([`ListPage::fill`]).
+
+use futures::{Stream, TryStreamExt};
 
 use crate::cursor::{list_cursor_after, ListCursor};
 use crate::{SessionRow, StoreError};
@@ -67,6 +69,22 @@ impl ListPage {
         Ok(true)
     }
 
+    /// Reads the query's rows into the page, decoding each with `decode`, until the page says
+    /// stop ([`ListPage::take`]); the page and its next cursor ([`ListPage::finish`]).
+    pub(crate) async fn fill<R>(
+        mut self,
+        mut rows: impl Stream<Item = Result<R, sqlx::Error>> + Unpin,
+        map_err: impl Fn(sqlx::Error) -> StoreError,
+        decode: impl Fn(&R) -> Result<SessionRow, StoreError>,
+    ) -> Result<(Vec<SessionRow>, Option<String>), StoreError> {
+        while let Some(row) = rows.try_next().await.map_err(&map_err)? {
+            if !self.take(|| decode(&row))? {
+                break;
+            }
+        }
+        Ok(self.finish())
+    }
+
     /// The page and its next cursor: `Some` only if a row was cut, and then right after the
     /// page's last row, so that paging visits every session exactly once.
     pub(crate) fn finish(self) -> (Vec<SessionRow>, Option<String>) {
@@ -88,6 +106,7 @@ pub(crate) fn events_since_binds(after: u64, limit: u32) -> Option<(i64, i64)> {
 
 #[cfg(test)]
 mod tests {
+    use futures::StreamExt;
     use tether_protocol::{SessionId, SessionStatus};
 
     use super::*;
@@ -191,6 +210,34 @@ mod tests {
         let mut page = start(2, usize::MAX);
         let err = page.take(|| Err(StoreError::Invalid("corrupt".into())));
         assert!(matches!(err, Err(StoreError::Invalid(_))));
+    }
+
+    #[tokio::test]
+    async fn a_page_stops_reading_where_it_is_cut() {
+        let rows: Vec<_> = (1..=3).map(|n| session(n, "t")).collect();
+        let pulled = std::cell::Cell::new(0);
+        let stream = futures::stream::iter(rows.clone()).map(|row| {
+            pulled.set(pulled.get() + 1);
+            Ok(row)
+        });
+        let io = |e: sqlx::Error| StoreError::Io(e.to_string());
+        let filled = start(1, usize::MAX)
+            .fill(stream, io, |r| Ok(r.clone()))
+            .await;
+        let next = Some(list_cursor_after(&rows[0]));
+        assert_eq!(filled, Ok((rows[..1].to_vec(), next)));
+        // The row that proved another page exists was the last one read.
+        assert_eq!(pulled.get(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_failed_read_fails_the_page() {
+        let rows = vec![Ok(session(1, "t")), Err(sqlx::Error::PoolTimedOut)];
+        let unavailable = |e: sqlx::Error| StoreError::Unavailable(e.to_string());
+        let filled = start(5, usize::MAX)
+            .fill(futures::stream::iter(rows), unavailable, |r| Ok(r.clone()))
+            .await;
+        assert!(matches!(filled, Err(StoreError::Unavailable(_))));
     }
 
     #[test]

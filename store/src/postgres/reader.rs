@@ -7,7 +7,6 @@
 //! [`StoreError::Unavailable`] (5072).
 
 use async_trait::async_trait;
-use futures::TryStreamExt;
 use sqlx::postgres::{PgArguments, PgPool, PgRow, Postgres};
 use sqlx::query::Query;
 
@@ -139,7 +138,7 @@ impl StoreRead for PgReader {
         limit: u32,
         max_bytes: usize,
     ) -> Result<(Vec<SessionRow>, Option<String>), StoreError> {
-        let (mut page, after) = ListPage::start(cursor, limit, max_bytes)?;
+        let (page, after) = ListPage::start(cursor, limit, max_bytes)?;
         let query = match &after {
             None => sqlx::query(&self.sql.list_first)
                 .bind(profile)
@@ -154,13 +153,8 @@ impl StoreRead for PgReader {
         };
         // Streamed, not fetched whole: the page decides row by row where it ends
         // (`crate::paging`), so a page never holds much more than `max_bytes` in memory.
-        let mut rows = query.fetch(&self.pool);
-        while let Some(row) = rows.try_next().await.map_err(map_sqlx)? {
-            if !page.take(|| session_from_row(&row))? {
-                break;
-            }
-        }
-        Ok(page.finish())
+        page.fill(query.fetch(&self.pool), map_sqlx, session_from_row)
+            .await
     }
 
     async fn events_since(

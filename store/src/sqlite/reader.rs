@@ -5,7 +5,6 @@
 //! only what the writer confirmed.
 
 use async_trait::async_trait;
-use futures::TryStreamExt;
 use sqlx::query::Query;
 use sqlx::sqlite::{Sqlite, SqliteArguments, SqlitePool, SqliteRow};
 
@@ -150,7 +149,7 @@ impl StoreRead for SqliteReader {
         limit: u32,
         max_bytes: usize,
     ) -> Result<(Vec<SessionRow>, Option<String>), StoreError> {
-        let (mut page, after) = ListPage::start(cursor, limit, max_bytes)?;
+        let (page, after) = ListPage::start(cursor, limit, max_bytes)?;
         let query = match &after {
             None => sqlx::query(&self.sql.list_first)
                 .bind(profile)
@@ -165,13 +164,8 @@ impl StoreRead for SqliteReader {
         };
         // Streamed, not fetched whole: the page decides row by row where it ends
         // (`crate::paging`), so a page never holds much more than `max_bytes` in memory.
-        let mut rows = query.fetch(&self.pool);
-        while let Some(row) = rows.try_next().await.map_err(read_err)? {
-            if !page.take(|| session_from_row(&row))? {
-                break;
-            }
-        }
-        Ok(page.finish())
+        page.fill(query.fetch(&self.pool), read_err, session_from_row)
+            .await
     }
 
     async fn events_since(
