@@ -89,6 +89,7 @@ pub(crate) struct Handoffs<D> {
 }
 
 impl<D: HandoffDialect> Handoffs<D> {
+    /// The queue over `dialect`'s statements.
     pub(crate) fn over(dialect: D) -> Self {
         Handoffs { dialect }
     }
@@ -148,6 +149,7 @@ impl<D: HandoffDialect> HandoffStore for Handoffs<D> {
         if inserted(self.dialect.insert_if_allowed(&row).await)? {
             return Ok(RequestOutcome::Requested(row));
         }
+        // Refused; say why (the module doc says why reading it afterwards is sound).
         let status = self.dialect.session_status(profile, session_id).await?;
         if let Some(outcome) = refused_by_session(status.as_deref()) {
             return Ok(outcome);
@@ -161,11 +163,11 @@ impl<D: HandoffDialect> HandoffStore for Handoffs<D> {
     }
 
     async fn complete(&self, profile: &str, id: &HandoffId) -> Result<CompleteOutcome, StoreError> {
-        if let Some(row) = self
+        let moved = self
             .dialect
             .complete_if_running(profile, id, now_ms())
-            .await?
-        {
+            .await?;
+        if let Some(row) = moved {
             return Ok(CompleteOutcome::Completed(row));
         }
         Ok(not_completed(self.dialect.state_of(profile, id).await?))
