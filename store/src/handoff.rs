@@ -5,12 +5,19 @@
 //! two callers can both see the same `from` state and both move it: that is what makes
 //! `handoff.claim` exactly-once. Every call is scoped by profile; another profile's handoff or
 //! session is reported exactly like one that does not exist.
+//!
+//! Both stores implement the trait once, in `handoff/dialect.rs`, over their statements
+//! ([`HandoffDialect`]): what a refused compare-and-set answers is one rule, not one per dialect.
+
+mod dialect;
 
 use async_trait::async_trait;
 
 use tether_protocol::{HandoffId, HandoffState, SessionId};
 
 use crate::StoreError;
+
+pub(crate) use dialect::{HandoffDialect, Handoffs};
 
 /// The longest `error` a failed handoff keeps, in bytes (UTF-8). Longer texts are cut at the last
 /// character boundary within it, so one client's stack trace cannot bloat every `handoff.state`.

@@ -30,7 +30,9 @@ mod lock;
 mod model;
 mod open;
 mod open_error;
+mod paging;
 mod postgres;
+mod rows;
 mod rules;
 mod sqlite;
 

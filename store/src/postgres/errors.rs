@@ -7,6 +7,7 @@
 
 use sqlx::migrate::MigrateError;
 
+use crate::rows::is_bad_data;
 use crate::StoreError;
 
 /// The SQLSTATE our guard function raises when a session's `latest_seq` is not the one a batch
@@ -57,13 +58,7 @@ pub(crate) fn classify(err: sqlx::Error) -> Failure {
         sqlx::Error::PoolTimedOut | sqlx::Error::Configuration(_) => {
             Failure::Refused(StoreError::Unavailable(text))
         }
-        sqlx::Error::RowNotFound
-        | sqlx::Error::ColumnDecode { .. }
-        | sqlx::Error::Decode(_)
-        | sqlx::Error::Encode(_)
-        | sqlx::Error::ColumnNotFound(_)
-        | sqlx::Error::ColumnIndexOutOfBounds { .. }
-        | sqlx::Error::TypeNotFound { .. } => Failure::Refused(StoreError::Invalid(text)),
+        _ if is_bad_data(&err) => Failure::Refused(StoreError::Invalid(text)),
         _ => Failure::Refused(StoreError::Io(text)),
     }
 }
@@ -132,5 +127,12 @@ mod tests {
             classify(sqlx::Error::PoolTimedOut),
             Failure::Refused(StoreError::Unavailable(_))
         ));
+    }
+
+    #[test]
+    fn decoding_fails_as_this_dialect_says() {
+        // The shared row decoders map their errors without a dialect (`crate::rows`).
+        let err = || sqlx::Error::ColumnIndexOutOfBounds { index: 9, len: 8 };
+        assert_eq!(map_sqlx(err()), crate::rows::decode_err(err()));
     }
 }

@@ -1,4 +1,5 @@
-//! The [`HandoffStore`] of the PostgreSQL store.
+//! The handoff statements of the PostgreSQL store ([`HandoffDialect`]); what their answers
+//! mean is decided once for both dialects, in `handoff/dialect.rs`.
 //!
 //! As in SQLite (`sqlite/handoffs.rs` says why), transitions do not go through the writer: each
 //! is one statement on a small pool of its own. Under READ COMMITTED two statements can run at
@@ -9,27 +10,28 @@
 //! `0003_handoffs.sql` keeps two racing requests from both inserting.
 
 use async_trait::async_trait;
-use sqlx::postgres::{PgPool, PgRow};
+use sqlx::postgres::{PgArguments, PgPool, Postgres};
+use sqlx::query::Query;
 
-use tether_protocol::{now_ms, HandoffId, HandoffState, SessionId, SessionStatus};
+use tether_protocol::{HandoffId, HandoffState, SessionId, SessionStatus};
 
-use crate::handoff::{
-    truncate_utf8, CompleteOutcome, FailOutcome, HandoffRow, HandoffStore, RequestOutcome,
-    MAX_HANDOFF_ERROR_BYTES,
-};
+use crate::handoff::{HandoffDialect, HandoffRow, Handoffs};
+use crate::rows::{handoff_from_row, parse_handoff_state, StoreRow, HANDOFF_COLUMNS};
 use crate::StoreError;
 
 use super::errors::map_sqlx;
-use super::rows::get;
 
-/// The columns, in the order [`handoff_from_row`] reads them.
-const COLUMNS: &str = "id, session_id, profile, target, state, error, created_at_ms, updated_at_ms";
+/// The [`HandoffStore`](crate::HandoffStore) of the PostgreSQL store: the shared queue
+/// (`handoff/dialect.rs`) over this dialect's statements.
+pub(crate) type PgHandoffs = Handoffs<PgHandoffSql>;
 
-/// The [`HandoffStore`] of the PostgreSQL store.
-pub(crate) struct PgHandoffs {
+/// The handoff statements of the PostgreSQL store, on the handoff pool.
+pub(crate) struct PgHandoffSql {
     pool: PgPool,
     sql: Sql,
 }
+
+type PgQuery<'q> = Query<'q, Postgres, PgArguments>;
 
 /// The statements, built once.
 struct Sql {
@@ -51,7 +53,7 @@ impl Sql {
         let closed = SessionStatus::Closed.as_str();
         Sql {
             request: format!(
-                "INSERT INTO handoffs ({COLUMNS}) \
+                "INSERT INTO handoffs ({HANDOFF_COLUMNS}) \
                  SELECT $1, $2, $3, $4, '{pending}', NULL, $5, $5 \
                  WHERE EXISTS (SELECT 1 FROM sessions WHERE id = $2 AND profile = $3 \
                      AND status <> '{closed}') \
@@ -64,26 +66,26 @@ impl Sql {
                  WHERE id = (SELECT id FROM handoffs WHERE profile = $1 AND target = $2 \
                      AND state = '{pending}' ORDER BY created_at_ms, ord LIMIT 1 \
                      FOR UPDATE SKIP LOCKED) \
-                 AND state = '{pending}' RETURNING {COLUMNS}"
+                 AND state = '{pending}' RETURNING {HANDOFF_COLUMNS}"
             ),
             complete: format!(
                 "UPDATE handoffs SET state = '{completed}', updated_at_ms = $3 \
-                 WHERE id = $1 AND profile = $2 AND state = '{running}' RETURNING {COLUMNS}"
+                 WHERE id = $1 AND profile = $2 AND state = '{running}' RETURNING {HANDOFF_COLUMNS}"
             ),
             // `$5` = only_if_pending.
             fail: format!(
                 "UPDATE handoffs SET state = '{failed}', error = $3, updated_at_ms = $4 \
                  WHERE id = $1 AND profile = $2 \
                  AND (state = '{pending}' OR (NOT $5 AND state = '{running}')) \
-                 RETURNING {COLUMNS}"
+                 RETURNING {HANDOFF_COLUMNS}"
             ),
             // Insertion order, not the clock: a clock that steps back must not hide the newest.
             latest: format!(
-                "SELECT {COLUMNS} FROM handoffs WHERE session_id = $1 AND profile = $2 \
+                "SELECT {HANDOFF_COLUMNS} FROM handoffs WHERE session_id = $1 AND profile = $2 \
                  ORDER BY ord DESC LIMIT 1"
             ),
             in_flight: format!(
-                "SELECT {COLUMNS} FROM handoffs WHERE session_id = $1 AND profile = $2 \
+                "SELECT {HANDOFF_COLUMNS} FROM handoffs WHERE session_id = $1 AND profile = $2 \
                  AND state IN ('{pending}', '{running}')"
             ),
             state_of: "SELECT state FROM handoffs WHERE id = $1 AND profile = $2".to_string(),
@@ -91,42 +93,108 @@ impl Sql {
     }
 }
 
-impl PgHandoffs {
+impl Handoffs<PgHandoffSql> {
     pub(crate) fn new(pool: PgPool) -> Self {
-        PgHandoffs {
+        Handoffs::over(PgHandoffSql {
             pool,
             sql: Sql::new(),
-        }
+        })
+    }
+}
+
+impl PgHandoffSql {
+    /// Runs a statement that answers with at most one handoff.
+    async fn one(&self, query: PgQuery<'_>) -> Result<Option<HandoffRow>, StoreError> {
+        let row = query.fetch_optional(&self.pool).await.map_err(map_sqlx)?;
+        row.as_ref().map(handoff_from_row).transpose()
     }
 
-    /// The current state of a handoff, read after a compare-and-set refused it.
+    /// Runs a statement that answers with at most one TEXT value.
+    async fn text(&self, query: PgQuery<'_>) -> Result<Option<String>, StoreError> {
+        let row = query.fetch_optional(&self.pool).await.map_err(map_sqlx)?;
+        row.map(|r| r.text(0)).transpose()
+    }
+}
+
+#[async_trait]
+impl HandoffDialect for PgHandoffSql {
+    async fn insert_if_allowed(&self, row: &HandoffRow) -> Result<bool, StoreError> {
+        let done = sqlx::query(&self.sql.request)
+            .bind(row.id.as_str())
+            .bind(row.session_id.as_str())
+            .bind(&row.profile)
+            .bind(&row.target)
+            .bind(row.created_at_ms)
+            .execute(&self.pool)
+            .await
+            .map_err(map_sqlx)?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn claim(
+        &self,
+        profile: &str,
+        target: &str,
+        now: i64,
+    ) -> Result<Option<HandoffRow>, StoreError> {
+        let query = sqlx::query(&self.sql.claim)
+            .bind(profile)
+            .bind(target)
+            .bind(now);
+        self.one(query).await
+    }
+
+    async fn complete_if_running(
+        &self,
+        profile: &str,
+        id: &HandoffId,
+        now: i64,
+    ) -> Result<Option<HandoffRow>, StoreError> {
+        let query = sqlx::query(&self.sql.complete)
+            .bind(id.as_str())
+            .bind(profile)
+            .bind(now);
+        self.one(query).await
+    }
+
+    async fn fail_if_allowed(
+        &self,
+        profile: &str,
+        id: &HandoffId,
+        error: &str,
+        now: i64,
+        only_if_pending: bool,
+    ) -> Result<Option<HandoffRow>, StoreError> {
+        let query = sqlx::query(&self.sql.fail)
+            .bind(id.as_str())
+            .bind(profile)
+            .bind(error)
+            .bind(now)
+            .bind(only_if_pending);
+        self.one(query).await
+    }
+
     async fn state_of(
         &self,
         profile: &str,
         id: &HandoffId,
     ) -> Result<Option<HandoffState>, StoreError> {
-        let row = sqlx::query(&self.sql.state_of)
+        let query = sqlx::query(&self.sql.state_of)
             .bind(id.as_str())
-            .bind(profile)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(map_sqlx)?;
-        row.map(|r| parse_state(&get::<String>(&r, 0)?)).transpose()
+            .bind(profile);
+        let state = self.text(query).await?;
+        state.map(|s| parse_handoff_state(&s)).transpose()
     }
 
-    /// The session's stored status, `None` if it is not in `profile`.
     async fn session_status(
         &self,
         profile: &str,
         session_id: &SessionId,
     ) -> Result<Option<String>, StoreError> {
-        let row = sqlx::query("SELECT status FROM sessions WHERE id = $1 AND profile = $2")
+        let query = sqlx::query("SELECT status FROM sessions WHERE id = $1 AND profile = $2")
             .bind(session_id.as_str())
-            .bind(profile)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(map_sqlx)?;
-        row.map(|r| get::<String>(&r, 0)).transpose()
+            .bind(profile);
+        self.text(query).await
     }
 
     async fn in_flight(
@@ -134,117 +202,10 @@ impl PgHandoffs {
         profile: &str,
         session_id: &SessionId,
     ) -> Result<Option<HandoffRow>, StoreError> {
-        let row = sqlx::query(&self.sql.in_flight)
+        let query = sqlx::query(&self.sql.in_flight)
             .bind(session_id.as_str())
-            .bind(profile)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(map_sqlx)?;
-        row.as_ref().map(handoff_from_row).transpose()
-    }
-}
-
-#[async_trait]
-impl HandoffStore for PgHandoffs {
-    async fn request(
-        &self,
-        profile: &str,
-        session_id: &SessionId,
-        target: &str,
-    ) -> Result<RequestOutcome, StoreError> {
-        let now = now_ms();
-        let row = HandoffRow {
-            id: HandoffId::new(),
-            session_id: session_id.clone(),
-            profile: profile.to_string(),
-            target: target.to_string(),
-            state: HandoffState::Pending,
-            error: None,
-            created_at_ms: now,
-            updated_at_ms: now,
-        };
-        let inserted = sqlx::query(&self.sql.request)
-            .bind(row.id.as_str())
-            .bind(session_id.as_str())
-            .bind(profile)
-            .bind(target)
-            .bind(now)
-            .execute(&self.pool)
-            .await
-            .map_err(map_sqlx);
-        match inserted {
-            Ok(done) if done.rows_affected() == 1 => return Ok(RequestOutcome::Requested(row)),
-            Ok(_) => {}
-            // The partial unique index refused it: another request won a race that the INSERT's
-            // own check could not see under READ COMMITTED.
-            Err(StoreError::Conflict(_)) => {}
-            Err(e) => return Err(e),
-        }
-        // Refused; say why. These reads may see a later state than the refusal did (the
-        // handoff in flight may have finished since), which only makes the answer fresher.
-        match self.session_status(profile, session_id).await? {
-            None => return Ok(RequestOutcome::NoSession),
-            Some(status) if status == SessionStatus::Closed.as_str() => {
-                return Ok(RequestOutcome::SessionClosed)
-            }
-            Some(_) => {}
-        }
-        Ok(RequestOutcome::InFlight(
-            self.in_flight(profile, session_id).await?,
-        ))
-    }
-
-    async fn claim(&self, profile: &str, target: &str) -> Result<Option<HandoffRow>, StoreError> {
-        let row = sqlx::query(&self.sql.claim)
-            .bind(profile)
-            .bind(target)
-            .bind(now_ms())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(map_sqlx)?;
-        row.as_ref().map(handoff_from_row).transpose()
-    }
-
-    async fn complete(&self, profile: &str, id: &HandoffId) -> Result<CompleteOutcome, StoreError> {
-        let row = sqlx::query(&self.sql.complete)
-            .bind(id.as_str())
-            .bind(profile)
-            .bind(now_ms())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(map_sqlx)?;
-        if let Some(row) = row {
-            return Ok(CompleteOutcome::Completed(handoff_from_row(&row)?));
-        }
-        Ok(match self.state_of(profile, id).await? {
-            Some(state) => CompleteOutcome::NotRunning(state),
-            None => CompleteOutcome::NotFound,
-        })
-    }
-
-    async fn fail(
-        &self,
-        profile: &str,
-        id: &HandoffId,
-        error: &str,
-        only_if_pending: bool,
-    ) -> Result<FailOutcome, StoreError> {
-        let row = sqlx::query(&self.sql.fail)
-            .bind(id.as_str())
-            .bind(profile)
-            .bind(truncate_utf8(error, MAX_HANDOFF_ERROR_BYTES))
-            .bind(now_ms())
-            .bind(only_if_pending)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(map_sqlx)?;
-        if let Some(row) = row {
-            return Ok(FailOutcome::Failed(handoff_from_row(&row)?));
-        }
-        Ok(match self.state_of(profile, id).await? {
-            Some(state) => FailOutcome::Unchanged(state),
-            None => FailOutcome::NotFound,
-        })
+            .bind(profile);
+        self.one(query).await
     }
 
     async fn latest(
@@ -252,31 +213,9 @@ impl HandoffStore for PgHandoffs {
         profile: &str,
         session_id: &SessionId,
     ) -> Result<Option<HandoffRow>, StoreError> {
-        let row = sqlx::query(&self.sql.latest)
+        let query = sqlx::query(&self.sql.latest)
             .bind(session_id.as_str())
-            .bind(profile)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(map_sqlx)?;
-        row.as_ref().map(handoff_from_row).transpose()
+            .bind(profile);
+        self.one(query).await
     }
-}
-
-fn parse_state(text: &str) -> Result<HandoffState, StoreError> {
-    HandoffState::parse(text)
-        .ok_or_else(|| StoreError::Invalid(format!("stored handoff state is {text:?}")))
-}
-
-/// Decodes a row selected (or returned) with [`COLUMNS`].
-fn handoff_from_row(row: &PgRow) -> Result<HandoffRow, StoreError> {
-    Ok(HandoffRow {
-        id: HandoffId::from(get::<String>(row, 0)?),
-        session_id: SessionId::from(get::<String>(row, 1)?),
-        profile: get(row, 2)?,
-        target: get(row, 3)?,
-        state: parse_state(&get::<String>(row, 4)?)?,
-        error: get(row, 5)?,
-        created_at_ms: get(row, 6)?,
-        updated_at_ms: get(row, 7)?,
-    })
 }

@@ -7,17 +7,16 @@
 //! [`StoreError::Unavailable`] (5072).
 
 use async_trait::async_trait;
-use futures::TryStreamExt;
-use sqlx::postgres::PgPool;
-use sqlx::Row;
+use sqlx::postgres::{PgArguments, PgPool, PgRow, Postgres};
+use sqlx::query::Query;
 
 use tether_protocol::{EventType, SessionId, SessionStatus};
 
-use crate::cursor::{list_cursor_after, ListCursor};
+use crate::paging::{events_since_binds, ListPage};
 use crate::{EventRow, SessionRow, StoreError, StoreRead};
 
 use super::errors::map_sqlx;
-use super::rows::{event_from_row, get, session_from_row, EVENT_COLUMNS, SESSION_COLUMNS};
+use super::rows::{event_from_row, session_from_row, StoreRow, EVENT_COLUMNS, SESSION_COLUMNS};
 
 /// The [`StoreRead`] of the PostgreSQL store.
 pub(crate) struct PgReader {
@@ -25,6 +24,8 @@ pub(crate) struct PgReader {
     epoch: String,
     sql: Sql,
 }
+
+type PgQuery<'q> = Query<'q, Postgres, PgArguments>;
 
 /// The reader's statements, built once from the column lists.
 struct Sql {
@@ -90,6 +91,26 @@ impl PgReader {
             sql: Sql::new(),
         }
     }
+
+    /// Runs a read that answers with at most one row.
+    async fn optional<T: Send>(
+        &self,
+        query: PgQuery<'_>,
+        decode: fn(&PgRow) -> Result<T, StoreError>,
+    ) -> Result<Option<T>, StoreError> {
+        let row = query.fetch_optional(&self.pool).await.map_err(map_sqlx)?;
+        row.as_ref().map(decode).transpose()
+    }
+
+    /// Runs a read and decodes every row it answers.
+    async fn all<T: Send>(
+        &self,
+        query: PgQuery<'_>,
+        decode: fn(&PgRow) -> Result<T, StoreError>,
+    ) -> Result<Vec<T>, StoreError> {
+        let rows = query.fetch_all(&self.pool).await.map_err(map_sqlx)?;
+        rows.iter().map(decode).collect()
+    }
 }
 
 #[async_trait]
@@ -103,13 +124,10 @@ impl StoreRead for PgReader {
         profile: &str,
         id: &SessionId,
     ) -> Result<Option<SessionRow>, StoreError> {
-        let row = sqlx::query(&self.sql.get_session)
+        let query = sqlx::query(&self.sql.get_session)
             .bind(id.as_str())
-            .bind(profile)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(map_sqlx)?;
-        row.as_ref().map(session_from_row).transpose()
+            .bind(profile);
+        self.optional(query, session_from_row).await
     }
 
     async fn list_sessions_within(
@@ -120,44 +138,23 @@ impl StoreRead for PgReader {
         limit: u32,
         max_bytes: usize,
     ) -> Result<(Vec<SessionRow>, Option<String>), StoreError> {
-        if limit == 0 {
-            return Err(StoreError::Invalid("list limit must be at least 1".into()));
-        }
-        // One row more than asked tells whether another page exists.
-        let fetch = i64::from(limit) + 1;
-        let after = cursor.map(ListCursor::decode).transpose()?;
+        let (page, after) = ListPage::start(cursor, limit, max_bytes)?;
         let query = match &after {
             None => sqlx::query(&self.sql.list_first)
                 .bind(profile)
                 .bind(include_closed)
-                .bind(fetch),
+                .bind(page.fetch()),
             Some(after) => sqlx::query(&self.sql.list_after)
                 .bind(profile)
                 .bind(include_closed)
-                .bind(fetch)
+                .bind(page.fetch())
                 .bind(after.created_at_ms)
                 .bind(after.id.as_str()),
         };
-        // Streamed, as in the SQLite reader: rows with huge titles end the page after the row
-        // that passes `max_bytes`.
-        let mut rows = query.fetch(&self.pool);
-        let mut sessions = Vec::new();
-        let mut bytes = 0usize;
-        let mut more = false;
-        while let Some(row) = rows.try_next().await.map_err(map_sqlx)? {
-            if sessions.len() == limit as usize || bytes > max_bytes {
-                more = true;
-                break;
-            }
-            let session = session_from_row(&row)?;
-            bytes = bytes.saturating_add(session.title.len() + session.id.as_str().len());
-            sessions.push(session);
-        }
-        let next = match sessions.last() {
-            Some(last) if more => Some(list_cursor_after(last)),
-            _ => None,
-        };
-        Ok((sessions, next))
+        // Streamed, not fetched whole: the page decides row by row where it ends
+        // (`crate::paging`), so a page never holds much more than `max_bytes` in memory.
+        page.fill(query.fetch(&self.pool), map_sqlx, session_from_row)
+            .await
     }
 
     async fn events_since(
@@ -166,49 +163,30 @@ impl StoreRead for PgReader {
         after: u64,
         limit: u32,
     ) -> Result<Vec<EventRow>, StoreError> {
-        // No stored seq exceeds i64::MAX, so "after" anything larger is simply nothing.
-        let Ok(after) = i64::try_from(after) else {
+        let Some((after, limit)) = events_since_binds(after, limit) else {
             return Ok(Vec::new());
         };
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
-        let rows = sqlx::query(&self.sql.events_since)
+        let query = sqlx::query(&self.sql.events_since)
             .bind(session_id.as_str())
             .bind(after)
-            .bind(i64::from(limit))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(map_sqlx)?;
-        rows.iter().map(event_from_row).collect()
+            .bind(limit);
+        self.all(query, event_from_row).await
     }
 
     async fn segment_events(&self, session_id: &SessionId) -> Result<Vec<EventRow>, StoreError> {
-        let rows = sqlx::query(&self.sql.segment)
-            .bind(session_id.as_str())
-            .fetch_all(&self.pool)
-            .await
-            .map_err(map_sqlx)?;
-        rows.iter().map(event_from_row).collect()
+        let query = sqlx::query(&self.sql.segment).bind(session_id.as_str());
+        self.all(query, event_from_row).await
     }
 
     async fn latest_todos(&self, session_id: &SessionId) -> Result<Option<EventRow>, StoreError> {
-        let row = sqlx::query(&self.sql.latest_todos)
-            .bind(session_id.as_str())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(map_sqlx)?;
-        row.as_ref().map(event_from_row).transpose()
+        let query = sqlx::query(&self.sql.latest_todos).bind(session_id.as_str());
+        self.optional(query, event_from_row).await
     }
 
     async fn sessions_with_turn_marker(&self) -> Result<Vec<(String, SessionId)>, StoreError> {
-        let rows = sqlx::query("SELECT profile, id FROM sessions WHERE turn_marker IS NOT NULL")
-            .fetch_all(&self.pool)
+        let query = sqlx::query("SELECT profile, id FROM sessions WHERE turn_marker IS NOT NULL");
+        self.all(query, |r| Ok((r.text(0)?, SessionId::from(r.text(1)?))))
             .await
-            .map_err(map_sqlx)?;
-        rows.iter()
-            .map(|r| Ok((get::<String>(r, 0)?, SessionId::from(get::<String>(r, 1)?))))
-            .collect()
     }
 
     async fn count_open_sessions(&self) -> Result<u64, StoreError> {
@@ -217,8 +195,7 @@ impl StoreRead for PgReader {
             .fetch_one(&self.pool)
             .await
             .map_err(map_sqlx)?;
-        let n: i64 = row.try_get(0).map_err(map_sqlx)?;
-        Ok(u64::try_from(n).unwrap_or(0))
+        Ok(u64::try_from(row.int(0)?).unwrap_or(0))
     }
 
     async fn branch_titles(
@@ -226,13 +203,10 @@ impl StoreRead for PgReader {
         profile: &str,
         parent: &SessionId,
     ) -> Result<Vec<String>, StoreError> {
-        let rows =
+        let query =
             sqlx::query("SELECT title FROM sessions WHERE profile = $1 AND parent_session_id = $2")
                 .bind(profile)
-                .bind(parent.as_str())
-                .fetch_all(&self.pool)
-                .await
-                .map_err(map_sqlx)?;
-        rows.iter().map(|r| get(r, 0)).collect()
+                .bind(parent.as_str());
+        self.all(query, |r| r.text(0)).await
     }
 }

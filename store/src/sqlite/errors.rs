@@ -6,6 +6,7 @@
 
 use sqlx::migrate::MigrateError;
 
+use crate::rows::is_bad_data;
 use crate::StoreError;
 
 // SQLite primary result codes (https://www.sqlite.org/rescode.html).
@@ -53,14 +54,8 @@ pub(crate) fn map_sqlx(err: sqlx::Error, doing: Doing) -> StoreError {
         | sqlx::Error::Io(_)
         | sqlx::Error::WorkerCrashed
         | sqlx::Error::Configuration(_) => StoreError::Unavailable(text),
-        sqlx::Error::RowNotFound
-        | sqlx::Error::ColumnDecode { .. }
-        | sqlx::Error::Decode(_)
-        | sqlx::Error::Encode(_)
-        | sqlx::Error::ColumnNotFound(_)
-        | sqlx::Error::ColumnIndexOutOfBounds { .. }
-        | sqlx::Error::TypeNotFound { .. } => StoreError::Invalid(text),
         sqlx::Error::Migrate(_) => StoreError::Unavailable(text),
+        _ if is_bad_data(&err) => StoreError::Invalid(text),
         _ => StoreError::Io(text),
     }
 }
@@ -157,5 +152,12 @@ mod tests {
             map_sqlx(sqlx::Error::PoolClosed, Doing::Write),
             StoreError::Unavailable(_)
         ));
+    }
+
+    #[test]
+    fn decoding_fails_as_this_dialect_says() {
+        // The shared row decoders map their errors without a dialect (`crate::rows`).
+        let err = || sqlx::Error::ColumnIndexOutOfBounds { index: 9, len: 8 };
+        assert_eq!(map_sqlx(err(), Doing::Read), crate::rows::decode_err(err()));
     }
 }

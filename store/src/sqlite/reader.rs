@@ -5,18 +5,16 @@
 //! only what the writer confirmed.
 
 use async_trait::async_trait;
-use sqlx::sqlite::SqlitePool;
-use sqlx::Row;
+use sqlx::query::Query;
+use sqlx::sqlite::{Sqlite, SqliteArguments, SqlitePool, SqliteRow};
 
-use futures::TryStreamExt;
-
-use crate::cursor::{list_cursor_after, ListCursor};
 use tether_protocol::{EventType, SessionId, SessionStatus};
 
+use crate::paging::{events_since_binds, ListPage};
 use crate::{EventRow, SessionRow, StoreError, StoreRead};
 
 use super::errors::{map_sqlx, Doing};
-use super::rows::{event_from_row, session_from_row, EVENT_COLUMNS, SESSION_COLUMNS};
+use super::rows::{event_from_row, session_from_row, StoreRow, EVENT_COLUMNS, SESSION_COLUMNS};
 
 /// The [`StoreRead`] of the SQLite store.
 pub(crate) struct SqliteReader {
@@ -26,6 +24,8 @@ pub(crate) struct SqliteReader {
     /// Dropped with the reader, which stops the background checkpointer.
     _stop_checkpoints: tokio::sync::oneshot::Sender<()>,
 }
+
+type SqliteQuery<'q> = Query<'q, Sqlite, SqliteArguments<'q>>;
 
 /// The reader's statements, built once from the column lists.
 struct Sql {
@@ -98,6 +98,26 @@ impl SqliteReader {
             _stop_checkpoints: stop_checkpoints,
         }
     }
+
+    /// Runs a read that answers with at most one row.
+    async fn optional<T: Send>(
+        &self,
+        query: SqliteQuery<'_>,
+        decode: fn(&SqliteRow) -> Result<T, StoreError>,
+    ) -> Result<Option<T>, StoreError> {
+        let row = query.fetch_optional(&self.pool).await.map_err(read_err)?;
+        row.as_ref().map(decode).transpose()
+    }
+
+    /// Runs a read and decodes every row it answers.
+    async fn all<T: Send>(
+        &self,
+        query: SqliteQuery<'_>,
+        decode: fn(&SqliteRow) -> Result<T, StoreError>,
+    ) -> Result<Vec<T>, StoreError> {
+        let rows = query.fetch_all(&self.pool).await.map_err(read_err)?;
+        rows.iter().map(decode).collect()
+    }
 }
 
 fn read_err(e: sqlx::Error) -> StoreError {
@@ -115,13 +135,10 @@ impl StoreRead for SqliteReader {
         profile: &str,
         id: &SessionId,
     ) -> Result<Option<SessionRow>, StoreError> {
-        let row = sqlx::query(&self.sql.get_session)
+        let query = sqlx::query(&self.sql.get_session)
             .bind(id.as_str())
-            .bind(profile)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(read_err)?;
-        row.as_ref().map(session_from_row).transpose()
+            .bind(profile);
+        self.optional(query, session_from_row).await
     }
 
     async fn list_sessions_within(
@@ -132,46 +149,23 @@ impl StoreRead for SqliteReader {
         limit: u32,
         max_bytes: usize,
     ) -> Result<(Vec<SessionRow>, Option<String>), StoreError> {
-        if limit == 0 {
-            return Err(StoreError::Invalid("list limit must be at least 1".into()));
-        }
-        // One row more than asked tells whether another page exists.
-        let fetch = i64::from(limit) + 1;
-        let after = cursor.map(ListCursor::decode).transpose()?;
+        let (page, after) = ListPage::start(cursor, limit, max_bytes)?;
         let query = match &after {
             None => sqlx::query(&self.sql.list_first)
                 .bind(profile)
                 .bind(include_closed)
-                .bind(fetch),
+                .bind(page.fetch()),
             Some(after) => sqlx::query(&self.sql.list_after)
                 .bind(profile)
                 .bind(include_closed)
-                .bind(fetch)
+                .bind(page.fetch())
                 .bind(after.created_at_ms)
                 .bind(after.id.as_str()),
         };
-        // Streamed, not fetched whole: rows with huge titles (written
-        // before titles were bounded, or under a larger bound) stop the
-        // page after the row that passes `max_bytes`, so a page never
-        // holds more than about that much in memory.
-        let mut rows = query.fetch(&self.pool);
-        let mut sessions = Vec::new();
-        let mut bytes = 0usize;
-        let mut more = false;
-        while let Some(row) = rows.try_next().await.map_err(read_err)? {
-            if sessions.len() == limit as usize || bytes > max_bytes {
-                more = true;
-                break;
-            }
-            let session = session_from_row(&row)?;
-            bytes = bytes.saturating_add(session.title.len() + session.id.as_str().len());
-            sessions.push(session);
-        }
-        let next = match sessions.last() {
-            Some(last) if more => Some(list_cursor_after(last)),
-            _ => None,
-        };
-        Ok((sessions, next))
+        // Streamed, not fetched whole: the page decides row by row where it ends
+        // (`crate::paging`), so a page never holds much more than `max_bytes` in memory.
+        page.fill(query.fetch(&self.pool), read_err, session_from_row)
+            .await
     }
 
     async fn events_since(
@@ -180,32 +174,21 @@ impl StoreRead for SqliteReader {
         after: u64,
         limit: u32,
     ) -> Result<Vec<EventRow>, StoreError> {
-        // No stored seq exceeds i64::MAX, so "after" anything larger is simply nothing.
-        let Ok(after) = i64::try_from(after) else {
+        let Some((after, limit)) = events_since_binds(after, limit) else {
             return Ok(Vec::new());
         };
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
-        let rows = sqlx::query(&self.sql.events_since)
+        let query = sqlx::query(&self.sql.events_since)
             .bind(session_id.as_str())
             .bind(after)
-            .bind(i64::from(limit))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(read_err)?;
-        rows.iter().map(event_from_row).collect()
+            .bind(limit);
+        self.all(query, event_from_row).await
     }
 
     async fn latest_todos(&self, session_id: &SessionId) -> Result<Option<EventRow>, StoreError> {
         // INDEXED BY: the partial index makes this one seek; without it the
         // planner walks the session's events backwards.
-        let row = sqlx::query(&self.sql.latest_todos)
-            .bind(session_id.as_str())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(read_err)?;
-        row.as_ref().map(event_from_row).transpose()
+        let query = sqlx::query(&self.sql.latest_todos).bind(session_id.as_str());
+        self.optional(query, event_from_row).await
     }
 
     async fn branch_titles(
@@ -213,33 +196,20 @@ impl StoreRead for SqliteReader {
         profile: &str,
         parent: &SessionId,
     ) -> Result<Vec<String>, StoreError> {
-        let rows =
+        let query =
             sqlx::query("SELECT title FROM sessions WHERE profile = ? AND parent_session_id = ?")
                 .bind(profile)
-                .bind(parent.as_str())
-                .fetch_all(&self.pool)
-                .await
-                .map_err(read_err)?;
-        rows.iter()
-            .map(|r| r.try_get(0).map_err(read_err))
-            .collect()
+                .bind(parent.as_str());
+        self.all(query, |r| r.text(0)).await
     }
 
     async fn sessions_with_turn_marker(&self) -> Result<Vec<(String, SessionId)>, StoreError> {
-        let rows = sqlx::query(
+        let query = sqlx::query(
             "SELECT profile, id FROM sessions INDEXED BY sessions_with_turn_marker \
              WHERE turn_marker IS NOT NULL",
-        )
-        .fetch_all(&self.pool)
-        .await
-        .map_err(read_err)?;
-        rows.iter()
-            .map(|r| {
-                let profile: String = r.try_get(0).map_err(read_err)?;
-                let id: String = r.try_get(1).map_err(read_err)?;
-                Ok((profile, SessionId::from(id)))
-            })
-            .collect()
+        );
+        self.all(query, |r| Ok((r.text(0)?, SessionId::from(r.text(1)?))))
+            .await
     }
 
     async fn count_open_sessions(&self) -> Result<u64, StoreError> {
@@ -248,16 +218,11 @@ impl StoreRead for SqliteReader {
             .fetch_one(&self.pool)
             .await
             .map_err(read_err)?;
-        let n: i64 = row.try_get(0).map_err(read_err)?;
-        Ok(u64::try_from(n).unwrap_or(0))
+        Ok(u64::try_from(row.int(0)?).unwrap_or(0))
     }
 
     async fn segment_events(&self, session_id: &SessionId) -> Result<Vec<EventRow>, StoreError> {
-        let rows = sqlx::query(&self.sql.segment)
-            .bind(session_id.as_str())
-            .fetch_all(&self.pool)
-            .await
-            .map_err(read_err)?;
-        rows.iter().map(event_from_row).collect()
+        let query = sqlx::query(&self.sql.segment).bind(session_id.as_str());
+        self.all(query, event_from_row).await
     }
 }
