@@ -6,12 +6,12 @@ use serde_json::Value;
 
 use crate::StoreError;
 
-/// The session columns, in the order each dialect's `session_from_row` reads them.
+/// The session columns, in the order `rows::session_from_row` reads them.
 pub(crate) const SESSION_COLUMNS: &str = "id, profile, title, status, parent_session_id, kind, \
     history_version, close_on_disconnect, engine_pin, follow_profile_config, turn_marker, \
     created_at_ms, updated_at_ms, latest_seq, message_count, retained_from_seq";
 
-/// The event columns, in the order each dialect's `event_from_row` reads them.
+/// The event columns, in the order `rows::event_from_row` reads them.
 pub(crate) const EVENT_COLUMNS: &str = "seq, type, payload, turn_id, trace_id, ts_ms";
 
 /// A u64 for binding; values beyond i64 cannot be stored.
