@@ -38,7 +38,13 @@ const POLL: Duration = Duration::from_millis(20);
 pub async fn run(b: &LoadBench, url: &str, pid: Option<u32>) -> anyhow::Result<Value> {
     let target = Target::prepare(b.target, url, b.sessions).await?;
     let tallies = start_readers(b, &target).await?;
-    let (steps, stopped) = ramp(b, |aim, secs| step(b, &target, &tallies, pid, aim, secs)).await?;
+    let on = Setup {
+        b,
+        target: &target,
+        tallies: &tallies,
+        pid,
+    };
+    let (steps, stopped) = ramp(b, |aim, secs| step(&on, aim, secs)).await?;
     let saturation = steps
         .iter()
         .filter_map(|s| s["deliveries_per_s"].as_f64())
@@ -70,6 +76,16 @@ pub(super) async fn start_readers(b: &LoadBench, target: &Target) -> anyhow::Res
         tokio::spawn(read(c.sub.conn, c.tally));
     }
     Ok(tallies)
+}
+
+/// What the steps of a ramp run against: the clients' tallies and the
+/// server (`pid`: its process, for CPU and memory).
+#[derive(Clone, Copy)]
+pub(super) struct Setup<'a> {
+    pub b: &'a LoadBench,
+    pub target: &'a Target,
+    pub tallies: &'a [Shared],
+    pub pid: Option<u32>,
 }
 
 /// The ramp (of this scenario and of `turns`): the warm-up, then each of
@@ -145,12 +161,13 @@ pub(super) struct Window {
 /// Waits for the step's first event, then until every client is `done`
 /// or lost, or `--drain-secs` after the last event was due.
 pub(super) async fn measure(
-    b: &LoadBench,
-    tallies: &[Shared],
+    on: &Setup<'_>,
     sched: &Schedule,
-    pid: Option<u32>,
     done: impl Fn(&Tally) -> bool,
 ) -> Window {
+    let Setup {
+        b, tallies, pid, ..
+    } = *on;
     sleep_until_us(sched.t0_us).await;
     let before = proc::sample(pid);
     let gen_before = proc::own_cpu_s();
@@ -192,20 +209,16 @@ pub(super) async fn read(mut conn: super::conn::Conn, tally: Shared) {
 }
 
 /// One step of the ramp; its JSON line.
-async fn step(
-    b: &LoadBench,
-    target: &Target,
-    tallies: &[Shared],
-    pid: Option<u32>,
-    aim: u64,
-    secs: f64,
-) -> anyhow::Result<Value> {
+async fn step(on: &Setup<'_>, aim: u64, secs: f64) -> anyhow::Result<Value> {
+    let Setup {
+        b, target, tallies, ..
+    } = *on;
     let sched = schedule(b, tallies.len(), 1, aim, secs, LEAD_US, b.payload_bytes);
     for t in tallies {
         t.lock().reset(sched.count, true);
     }
     let publisher = target.publish(&sched).await?;
-    let w = measure(b, tallies, &sched, pid, Tally::complete).await;
+    let w = measure(on, &sched, Tally::complete).await;
     let publisher_error = match publisher {
         Some(task) if task.is_finished() => task.await.ok().and_then(Result::err),
         Some(task) => {

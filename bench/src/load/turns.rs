@@ -22,7 +22,7 @@ use anyhow::Context;
 use serde_json::{json, Value};
 
 use super::conn::{unix_micros, Conn, Event, Flood, Frame, STALL};
-use super::fanout::{measure, ramp, schedule, start_readers, Window};
+use super::fanout::{measure, ramp, schedule, start_readers, Setup, Window};
 use super::proc;
 use super::publish::Schedule;
 use super::tally::{round3, seq_faults, summary_ms, Shared};
@@ -67,7 +67,13 @@ fn words() -> String {
 pub async fn run(b: &LoadBench, url: &str, pid: Option<u32>) -> anyhow::Result<Value> {
     let target = Target::prepare(b.target, url, b.sessions).await?;
     let tallies = start_readers(b, &target).await?;
-    let (steps, stopped) = ramp(b, |aim, secs| step(b, &target, &tallies, pid, aim, secs)).await?;
+    let on = Setup {
+        b,
+        target: &target,
+        tallies: &tallies,
+        pid,
+    };
+    let (steps, stopped) = ramp(b, |aim, secs| step(&on, aim, secs)).await?;
     let best = |key: &str, clean_only: bool| {
         steps
             .iter()
@@ -93,14 +99,10 @@ pub async fn run(b: &LoadBench, url: &str, pid: Option<u32>) -> anyhow::Result<V
 }
 
 /// One step: `aim` durable deliveries a second for `secs`; its JSON line.
-async fn step(
-    b: &LoadBench,
-    target: &Target,
-    tallies: &[Shared],
-    pid: Option<u32>,
-    aim: u64,
-    secs: f64,
-) -> anyhow::Result<Value> {
+async fn step(on: &Setup<'_>, aim: u64, secs: f64) -> anyhow::Result<Value> {
+    let Setup {
+        b, target, tallies, ..
+    } = *on;
     // Each turn is `DURABLE` durable deliveries to each client.
     let sched = schedule(b, tallies.len(), DURABLE, aim, secs, LEAD_US, 0);
     let gaps_before = seq_faults(tallies);
@@ -117,7 +119,7 @@ async fn step(
             tokio::spawn(async move { drive(kind, &url, &room, k, &sched).await })
         })
         .collect();
-    let w = measure(b, tallies, &sched, pid, |t| {
+    let w = measure(on, &sched, |t| {
         t.complete() && t.pieces >= WORDS * t.expected
     })
     .await;
