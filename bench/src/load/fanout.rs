@@ -16,7 +16,6 @@
 //! up a second and a half by another process's disk writes was seen) does
 //! not end it far below saturation. Both attempts are reported.
 
-use std::future::Future;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -36,29 +35,22 @@ const LEAD_US: u64 = 1_000_000;
 const POLL: Duration = Duration::from_millis(20);
 
 pub async fn run(b: &LoadBench, url: &str, pid: Option<u32>) -> anyhow::Result<Value> {
-    let target = Target::prepare(b.target, url, b.sessions).await?;
-    let tallies = start_readers(b, &target).await?;
-    let on = Setup {
-        b,
-        target: &target,
-        tallies: &tallies,
-        pid,
-    };
-    let (steps, stopped) = ramp(b, |aim, secs| step(&on, aim, secs)).await?;
-    let saturation = steps
+    let ramped = ramp(b, url, pid, step).await?;
+    let saturation = ramped
+        .steps
         .iter()
         .filter_map(|s| s["deliveries_per_s"].as_f64())
         .fold(0.0_f64, f64::max);
-    let (seq_gaps, seq_dups) = seq_faults(&tallies);
-    let end = proc::sample(pid);
+    let (seq_gaps, seq_dups) = ramped.seq_faults;
+    let end = ramped.end;
     Ok(json!({
         "sessions": b.sessions,
         "peers": b.peers,
-        "clients": tallies.len(),
+        "clients": ramped.clients,
         "payload_bytes": b.payload_bytes,
         "step_secs": b.step_secs,
-        "steps": steps,
-        "stopped": stopped,
+        "steps": ramped.steps,
+        "stopped": ramped.stopped,
         "saturation_deliveries_per_s": saturation.round(),
         "seq_gaps": seq_gaps,
         "seq_dups": seq_dups,
@@ -69,7 +61,7 @@ pub async fn run(b: &LoadBench, url: &str, pid: Option<u32>) -> anyhow::Result<V
 
 /// Connects the clients (`--peers` per room) and starts a reader for
 /// each; their tallies.
-pub(super) async fn start_readers(b: &LoadBench, target: &Target) -> anyhow::Result<Vec<Shared>> {
+async fn start_readers(b: &LoadBench, target: &Target) -> anyhow::Result<Vec<Shared>> {
     let clients = target.subscribe_all(b.sessions * b.peers).await?;
     let tallies: Vec<Shared> = clients.iter().map(|c| c.tally.clone()).collect();
     for c in clients {
@@ -88,26 +80,42 @@ pub(super) struct Setup<'a> {
     pub pid: Option<u32>,
 }
 
-/// The ramp (of this scenario and of `turns`): the warm-up, then each of
-/// `--steps` for `--step-secs`, a failed one run once more before the
-/// ramp stops. Every attempt's JSON line (with its `attempt`), and why
-/// the ramp stopped.
-pub(super) async fn ramp<F, Fut>(
+/// What a ramp left: every attempt's JSON line (with its `attempt`), why
+/// it stopped, and the clients and the server as they were at its end.
+pub(super) struct Ramped {
+    pub steps: Vec<Value>,
+    pub stopped: Option<String>,
+    pub clients: usize,
+    /// `seq` gaps and duplicates over every client.
+    pub seq_faults: (u64, u64),
+    pub end: Sample,
+}
+
+/// The ramp (of this scenario and of `turns`): the target prepared and
+/// its clients connected, the warm-up, then each of `--steps` for
+/// `--step-secs`, a failed one run once more before the ramp stops.
+pub(super) async fn ramp(
     b: &LoadBench,
-    mut step: F,
-) -> anyhow::Result<(Vec<Value>, Option<String>)>
-where
-    F: FnMut(u64, f64) -> Fut,
-    Fut: Future<Output = anyhow::Result<Value>>,
-{
+    url: &str,
+    pid: Option<u32>,
+    step: impl AsyncFn(&Setup<'_>, u64, f64) -> anyhow::Result<Value>,
+) -> anyhow::Result<Ramped> {
+    let target = Target::prepare(b.target, url, b.sessions).await?;
+    let tallies = start_readers(b, &target).await?;
+    let on = Setup {
+        b,
+        target: &target,
+        tallies: &tallies,
+        pid,
+    };
     if let (Some(&first), true) = (b.steps.first(), b.ramp_warmup_secs > 0.0) {
-        let warm = step(first, b.ramp_warmup_secs).await?;
+        let warm = step(&on, first, b.ramp_warmup_secs).await?;
         eprintln!("bench load: warm-up {warm}");
     }
     let (mut steps, mut stopped) = (Vec::new(), None);
     'ramp: for &aim in &b.steps {
         for attempt in 1..=2 {
-            let mut s = step(aim, b.step_secs).await?;
+            let mut s = step(&on, aim, b.step_secs).await?;
             s["attempt"] = json!(attempt);
             eprintln!("bench load: {s}");
             let why = stop_reason(&s, b.max_p99_ms);
@@ -122,7 +130,13 @@ where
             }
         }
     }
-    Ok((steps, stopped))
+    Ok(Ramped {
+        steps,
+        stopped,
+        clients: tallies.len(),
+        seq_faults: seq_faults(&tallies),
+        end: proc::sample(pid),
+    })
 }
 
 /// A step's schedule: `aim` deliveries a second to `clients` spread over

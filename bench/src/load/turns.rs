@@ -22,11 +22,9 @@ use anyhow::Context;
 use serde_json::{json, Value};
 
 use super::conn::{unix_micros, Conn, Event, Flood, Frame, STALL};
-use super::fanout::{measure, ramp, schedule, start_readers, Setup, Window};
-use super::proc;
+use super::fanout::{measure, ramp, schedule, Setup, Window};
 use super::publish::Schedule;
 use super::tally::{round3, seq_faults, summary_ms, Shared};
-use super::target::Target;
 use super::{cpu_pct, socketio, tether, LoadBench, TargetKind};
 
 /// Words per turn: one delta each.
@@ -65,15 +63,8 @@ fn words() -> String {
 }
 
 pub async fn run(b: &LoadBench, url: &str, pid: Option<u32>) -> anyhow::Result<Value> {
-    let target = Target::prepare(b.target, url, b.sessions).await?;
-    let tallies = start_readers(b, &target).await?;
-    let on = Setup {
-        b,
-        target: &target,
-        tallies: &tallies,
-        pid,
-    };
-    let (steps, stopped) = ramp(b, |aim, secs| step(&on, aim, secs)).await?;
+    let ramped = ramp(b, url, pid, step).await?;
+    let steps = ramped.steps;
     let best = |key: &str, clean_only: bool| {
         steps
             .iter()
@@ -81,18 +72,18 @@ pub async fn run(b: &LoadBench, url: &str, pid: Option<u32>) -> anyhow::Result<V
             .filter_map(|s| s[key].as_f64())
             .fold(0.0_f64, f64::max)
     };
-    let end = proc::sample(pid);
+    let end = ramped.end;
     Ok(json!({
         "sessions": b.sessions,
         "peers": b.peers,
-        "clients": tallies.len(),
+        "clients": ramped.clients,
         "step_secs": b.step_secs,
         "clean_durable_deliveries_per_s": best("durable_deliveries_per_s", true).round(),
         "clean_events_delivered_per_s": best("events_delivered_per_s", true).round(),
         "clean_wire_frames_per_s": best("wire_frames_per_s", true).round(),
         "saturation_events_delivered_per_s": best("events_delivered_per_s", false).round(),
         "steps": steps,
-        "stopped": stopped,
+        "stopped": ramped.stopped,
         "server_peak_rss_kib": end.server_peak_kib,
         "hosts_peak_rss_kib": end.children_peak_kib,
     }))
