@@ -96,34 +96,7 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Command::Client(cmd) => client::main(cmd),
-        Command::Host(args) => {
-            logging::init(args.log_format);
-            // One thread: a host is one process per slot, fed one line at a
-            // time; worker threads would only add their heaps and wake-ups
-            // (its stdin and stdout have threads of their own).
-            let runtime = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => {
-                    eprintln!("tether host: cannot start the runtime: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            // anyhow for its `{:#}`: the error with its sources.
-            match runtime
-                .block_on(host::run(args))
-                .map_err(anyhow::Error::from)
-            {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    tracing::error!(error = format!("{e:#}"), "tether host stopped");
-                    eprintln!("tether host: {e:#}");
-                    ExitCode::FAILURE
-                }
-            }
-        }
+        Command::Host(args) => host_main(args),
         Command::Bench(args) => match bench::run(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -131,38 +104,70 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Serve(args) => {
-            let sub = matches.subcommand_matches("serve");
-            let args = *args;
-            let args = match sub.map(|m| args.clone().resolve(m)).unwrap_or(Ok(args)) {
-                Ok(a) => a,
-                Err(e) => {
-                    eprintln!("tether: {e:#}");
-                    return ExitCode::from(EX_USAGE);
-                }
-            };
-            logging::init(args.log_format);
-            if !args.stdio {
-                fdlimit::raise(args.max_connections);
-            }
-            let runtime = match tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => {
-                    eprintln!("tether: cannot start the runtime: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            match runtime.block_on(serve::run(args)) {
-                Ok(code) => code,
-                Err(e) => {
-                    tracing::error!(error = format!("{e:#}"), "tether stopped");
-                    eprintln!("tether: {e:#}");
-                    ExitCode::FAILURE
-                }
-            }
+        Command::Serve(args) => serve_main(*args, matches.subcommand_matches("serve")),
+    }
+}
+
+/// `tether host`.
+fn host_main(args: host::HostArgs) -> ExitCode {
+    logging::init(args.log_format);
+    // One thread: a host is one process per slot, fed one line at a
+    // time; worker threads would only add their heaps and wake-ups
+    // (its stdin and stdout have threads of their own).
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("tether host: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    // anyhow for its `{:#}`: the error with its sources.
+    match runtime
+        .block_on(host::run(args))
+        .map_err(anyhow::Error::from)
+    {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = format!("{e:#}"), "tether host stopped");
+            eprintln!("tether host: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `tether serve`: its flags resolved against the environment and the
+/// config file (`sub`, the command's matches), then the gateway.
+fn serve_main(args: config::ServeArgs, sub: Option<&clap::ArgMatches>) -> ExitCode {
+    let args = match sub.map(|m| args.clone().resolve(m)).unwrap_or(Ok(args)) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("tether: {e:#}");
+            return ExitCode::from(EX_USAGE);
+        }
+    };
+    logging::init(args.log_format);
+    if !args.stdio {
+        fdlimit::raise(args.max_connections);
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("tether: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(serve::run(args)) {
+        Ok(code) => code,
+        Err(e) => {
+            tracing::error!(error = format!("{e:#}"), "tether stopped");
+            eprintln!("tether: {e:#}");
+            ExitCode::FAILURE
         }
     }
 }

@@ -14,8 +14,8 @@ use tokio::sync::oneshot;
 use tokio_tungstenite::tungstenite::Message;
 
 use super::harness::{
-    connect, drive, on_pinned_thread, pinned_runtime, process_cpu_s, request, session_actor,
-    start_gateway, Ws,
+    connect, create_attached, drive, on_pinned_thread, pinned_runtime, process_cpu_s, request,
+    session_actor, start_gateway, GatewayOptions, Ws,
 };
 use super::store::cpu_label;
 
@@ -33,12 +33,8 @@ pub struct FanoutBench {
     /// Events per emission.
     #[arg(long, default_value_t = 10)]
     batch: usize,
-    /// Payload size of each event in bytes.
-    #[arg(long, default_value_t = 100)]
-    payload_bytes: usize,
-    /// CPU the gateway runs on.
-    #[arg(long, default_value_t = 0)]
-    server_cpu: usize,
+    #[command(flatten)]
+    gateway: GatewayOptions,
     /// CPU the load generator (clients) runs on.
     #[arg(long, default_value_t = 1)]
     client_cpu: usize,
@@ -56,7 +52,9 @@ pub fn run(b: FanoutBench) -> anyhow::Result<()> {
     let (done_tx, done_rx) = oneshot::channel::<()>();
     let sb = b.clone();
     let server = std::thread::spawn(move || {
-        on_pinned_thread(sb.server_cpu, move || serve(sb, addr_tx, ids_rx, done_rx))
+        on_pinned_thread(sb.gateway.server_cpu, move || {
+            serve(sb, addr_tx, ids_rx, done_rx)
+        })
     });
     let cb = b.clone();
     let outcome = on_pinned_thread(
@@ -82,8 +80,8 @@ pub fn run(b: FanoutBench) -> anyhow::Result<()> {
         "peers_per_session": b.peers,
         "events_per_session": b.events,
         "batch": b.batch,
-        "payload_bytes": b.payload_bytes,
-        "server_cpu": cpu_label(b.server_cpu),
+        "payload_bytes": b.gateway.payload_bytes,
+        "server_cpu": cpu_label(b.gateway.server_cpu),
         "client_cpu": cpu_label(b.client_cpu),
         "seconds": secs,
         "appended_events_per_s": (appended / secs).round(),
@@ -111,7 +109,7 @@ fn serve(
     ids_rx: oneshot::Receiver<Vec<SessionId>>,
     done_rx: oneshot::Receiver<()>,
 ) -> anyhow::Result<f64> {
-    let rt = pinned_runtime("tether-gw", b.server_cpu, 1)?;
+    let rt = pinned_runtime("tether-gw", b.gateway.server_cpu, 1)?;
     rt.block_on(async move {
         let gw = start_gateway(tether_actors::GatewayConfig::default()).await?;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
@@ -125,7 +123,7 @@ fn serve(
         try_join_all(
             actors
                 .into_iter()
-                .map(|a| drive(a, b.events, b.batch, b.payload_bytes, 8)),
+                .map(|a| drive(a, b.events, b.batch, b.gateway.payload_bytes, 8)),
         )
         .await?;
         let _ = done_rx.await;
@@ -146,12 +144,7 @@ async fn load(
     let mut ids = Vec::new();
     let mut clients = Vec::new();
     for _ in 0..b.sessions {
-        let mut creator = connect(&url).await?;
-        let r = request(&mut creator, "session.create", json!({"attach": true})).await?;
-        let id = r["session"]["session_id"]
-            .as_str()
-            .context("session id")?
-            .to_string();
+        let (creator, id) = create_attached(&url).await?;
         clients.push(creator);
         for _ in 1..b.peers {
             let mut c = connect(&url).await?;

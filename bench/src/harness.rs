@@ -285,6 +285,57 @@ pub fn thread_cpu_s(prefix: &str) -> f64 {
     total
 }
 
+/// The options every bench that drives an in-process gateway takes.
+#[derive(Debug, clap::Args, Clone)]
+pub struct GatewayOptions {
+    /// Payload size of each event in bytes.
+    #[arg(long, default_value_t = 100)]
+    pub payload_bytes: usize,
+    /// CPU the gateway runs on.
+    #[arg(long, default_value_t = 0)]
+    pub server_cpu: usize,
+}
+
+/// The store option of the benches that measure the store.
+#[derive(Debug, clap::Args, Clone)]
+pub struct StoreOption {
+    /// Run on PostgreSQL: a database of the bench's own, created (and
+    /// dropped) on the server this URL names; its user must be allowed to
+    /// create databases. Without it, SQLite in a temporary directory.
+    #[arg(long, value_name = "SERVER_URL")]
+    pub postgres: Option<String>,
+}
+
+impl StoreOption {
+    /// The store's name in a report.
+    pub fn backend(&self) -> &'static str {
+        if self.postgres.is_some() {
+            "postgres"
+        } else {
+            "sqlite"
+        }
+    }
+}
+
+/// Runs `body` against a gateway on the store `store` names, on a
+/// runtime of its own pinned to `cpu`, and shuts the gateway
+/// down once `body` is done.
+pub fn on_store_gateway<F, Fut>(cpu: usize, store: StoreOption, body: F) -> anyhow::Result<()>
+where
+    F: FnOnce(tether_actors::Ctx) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    on_pinned_thread(cpu, move || {
+        let rt = pinned_runtime("tether-gw", cpu, 1)?;
+        rt.block_on(async move {
+            let gw = start_gateway_on(GatewayConfig::default(), store.postgres.as_deref()).await?;
+            body(gw.handle.ctx().clone()).await?;
+            gw.handle.shutdown(std::time::Duration::from_secs(5)).await;
+            Ok(())
+        })
+    })
+}
+
 /// A load-generator WebSocket client.
 pub type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
@@ -295,6 +346,23 @@ pub async fn connect(url: &str) -> anyhow::Result<Ws> {
     let (mut ws, _) = tokio_tungstenite::connect_async_with_config(url, None, true).await?;
     ws.next().await.context("no ready frame")??;
     Ok(ws)
+}
+
+/// Connects and creates a session attached to this connection; the
+/// connection and the session's id.
+pub async fn create_attached(url: &str) -> anyhow::Result<(Ws, String)> {
+    let mut ws = connect(url).await?;
+    let r = request(
+        &mut ws,
+        "session.create",
+        serde_json::json!({"attach": true}),
+    )
+    .await?;
+    let id = r["session"]["session_id"]
+        .as_str()
+        .context("session id")?
+        .to_string();
+    Ok((ws, id))
 }
 
 /// Sends a request and waits for its reply, skipping events.

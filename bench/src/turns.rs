@@ -18,7 +18,8 @@ use tokio::sync::oneshot;
 use tokio_tungstenite::tungstenite::Message;
 
 use super::harness::{
-    connect, on_pinned_thread, peak_rss_kib, pinned_runtime, request, start_gateway_store, Ws,
+    connect, create_attached, on_pinned_thread, peak_rss_kib, pinned_runtime, request,
+    start_gateway_store, Ws,
 };
 use super::store::cpu_label;
 use tether_store::Synchronous;
@@ -141,13 +142,7 @@ pub fn run_turns(b: TurnsBench) -> anyhow::Result<()> {
                 let prompt: String = (0..cb.words).map(|i| format!("word{i} ")).collect();
                 let mut clients = Vec::new();
                 for _ in 0..cb.sessions {
-                    let mut ws = connect(&url).await?;
-                    let r = request(&mut ws, "session.create", json!({"attach": true})).await?;
-                    let id = r["session"]["session_id"]
-                        .as_str()
-                        .context("id")?
-                        .to_string();
-                    clients.push((ws, id));
+                    clients.push(create_attached(&url).await?);
                 }
                 let t0 = Instant::now();
                 let tasks: Vec<_> = clients

@@ -10,11 +10,10 @@ use anyhow::{bail, Context};
 use clap::Args;
 use serde_json::json;
 use tether_actors::hooks::{AppendOutcome, WriterLoad};
-use tether_actors::GatewayConfig;
 use tokio::sync::mpsc;
 
 use super::harness::{
-    events, on_pinned_thread, peak_rss_kib, pinned_runtime, process_cpu_s, start_gateway_on,
+    events, on_store_gateway, peak_rss_kib, process_cpu_s, GatewayOptions, StoreOption,
 };
 use super::store::cpu_label;
 
@@ -32,17 +31,10 @@ pub struct WriterBench {
     /// Appends in flight per session.
     #[arg(long, default_value_t = 2)]
     in_flight: usize,
-    /// Payload size of each event in bytes.
-    #[arg(long, default_value_t = 100)]
-    payload_bytes: usize,
-    /// CPU the gateway runs on.
-    #[arg(long, default_value_t = 0)]
-    server_cpu: usize,
-    /// Run on PostgreSQL: a database of the bench's own, created (and
-    /// dropped) on the server this URL names; its user must be allowed to
-    /// create databases. Without it, SQLite in a temporary directory.
-    #[arg(long, value_name = "SERVER_URL")]
-    postgres: Option<String>,
+    #[command(flatten)]
+    gateway: GatewayOptions,
+    #[command(flatten)]
+    store: StoreOption,
 }
 
 /// Plays the sessions: sends appends, counts commits, sends more.
@@ -102,47 +94,42 @@ impl Driver {
 }
 
 pub fn run(b: WriterBench) -> anyhow::Result<()> {
-    let cpu = b.server_cpu;
-    on_pinned_thread(cpu, move || {
-        let rt = pinned_runtime("tether-gw", cpu, 1)?;
-        rt.block_on(async move {
-            let gw = start_gateway_on(GatewayConfig::default(), b.postgres.as_deref()).await?;
-            let (load, mut outcomes) = WriterLoad::start(gw.handle.ctx(), b.sessions).await?;
-            let appends = (b.events / b.append_events.max(1)).max(1);
-            let target = (b.sessions * appends * b.append_events) as u64;
-            let mut driver = Driver {
-                load,
-                remaining: vec![appends; b.sessions],
-                append_events: b.append_events,
-                payload_bytes: b.payload_bytes,
-            };
-            let cpu0 = process_cpu_s();
-            let t0 = Instant::now();
-            tokio::time::timeout(
-                Duration::from_secs(300),
-                driver.run(&mut outcomes, b.in_flight, target),
-            )
-            .await??;
-            let secs = t0.elapsed().as_secs_f64();
-            let cpu = process_cpu_s() - cpu0;
-            let report = json!({
-                "scenario": "writer",
-                "backend": if b.postgres.is_some() { "postgres" } else { "sqlite" },
-                "sessions": b.sessions,
-                "append_events": b.append_events,
-                "appends_per_session": appends,
-                "in_flight": b.in_flight,
-                "payload_bytes": b.payload_bytes,
-                "server_cpu": cpu_label(b.server_cpu),
-                "seconds": secs,
-                "committed_events_per_s": (target as f64 / secs).round(),
-                "cpu_seconds": cpu,
-                "peak_rss_kib": peak_rss_kib(),
-            });
-            println!("{report}");
-            driver.load.stop();
-            gw.handle.shutdown(Duration::from_secs(5)).await;
-            Ok(())
-        })
+    let (cpu, store) = (b.gateway.server_cpu, b.store.clone());
+    on_store_gateway(cpu, store, move |ctx| async move {
+        let (load, mut outcomes) = WriterLoad::start(&ctx, b.sessions).await?;
+        let appends = (b.events / b.append_events.max(1)).max(1);
+        let target = (b.sessions * appends * b.append_events) as u64;
+        let mut driver = Driver {
+            load,
+            remaining: vec![appends; b.sessions],
+            append_events: b.append_events,
+            payload_bytes: b.gateway.payload_bytes,
+        };
+        let cpu0 = process_cpu_s();
+        let t0 = Instant::now();
+        tokio::time::timeout(
+            Duration::from_secs(300),
+            driver.run(&mut outcomes, b.in_flight, target),
+        )
+        .await??;
+        let secs = t0.elapsed().as_secs_f64();
+        let cpu = process_cpu_s() - cpu0;
+        let report = json!({
+            "scenario": "writer",
+            "backend": b.store.backend(),
+            "sessions": b.sessions,
+            "append_events": b.append_events,
+            "appends_per_session": appends,
+            "in_flight": b.in_flight,
+            "payload_bytes": b.gateway.payload_bytes,
+            "server_cpu": cpu_label(b.gateway.server_cpu),
+            "seconds": secs,
+            "committed_events_per_s": (target as f64 / secs).round(),
+            "cpu_seconds": cpu,
+            "peak_rss_kib": peak_rss_kib(),
+        });
+        println!("{report}");
+        driver.load.stop();
+        Ok(())
     })
 }

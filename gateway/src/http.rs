@@ -33,9 +33,8 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use tether_actors::metrics::Transport;
-use tether_actors::{Identity, Outbound, OutboxReceiver, PeerMsg};
+use tether_actors::{Outbound, OutboxReceiver, PeerMsg};
 use tokio::sync::Semaphore;
-use tracing::warn;
 
 use crate::server::AppState;
 
@@ -57,48 +56,15 @@ pub async fn post_rpc(
     if let Err(retry_after) = app.client_buckets.take(&caller.profile, remote.ip()) {
         return rate_limited(retry_after);
     }
-    if !is_json(&headers) {
-        return status_text(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "Content-Type must be application/json",
-        );
-    }
-    let max = app.ctx.config.max_frame_bytes;
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok());
-    if declared.is_some_and(|n| n > max as u64) {
-        return too_large(max);
-    }
-    // The body is bounded in time like the request head: a client that
-    // drips it a byte at a time would otherwise hold a connection (and its
-    // place under --max-connections) for as long as it likes.
-    let read_timeout = app.ctx.config.request_read_timeout;
-    let bytes = match tokio::time::timeout(read_timeout, read_limited(body, max)).await {
-        Ok(Ok(b)) => b,
-        Ok(Err(ReadError::TooLarge)) => return too_large(max),
-        Ok(Err(ReadError::Broken)) => {
-            return status_text(StatusCode::BAD_REQUEST, "cannot read body")
-        }
-        Err(_) => return body_too_slow(read_timeout),
+    let msg = match request_msg(&app, &headers, body).await {
+        Ok(msg) => msg,
+        Err(refused) => return refused,
     };
-    let msg = match String::from_utf8(bytes) {
-        Ok(text) => PeerMsg::Text { text, permit: None },
-        Err(_) => PeerMsg::Binary,
-    };
-    let identity = Identity {
-        profile: caller.profile,
-        fixed: caller.fixed,
-        can_attach: false,
-        transport: tether_protocol::PeerTransport::Http,
-    };
-    let (peer, mut rx) = match tether_actors::spawn_peer(&app.ctx, identity).await {
-        Ok(p) => p,
-        Err(e) => {
-            warn!(error = %e, "could not start a peer");
-            return status_text(StatusCode::SERVICE_UNAVAILABLE, "gateway unavailable");
-        }
+    let Some((peer, mut rx)) = app
+        .start_peer(caller, false, tether_protocol::PeerTransport::Http)
+        .await
+    else {
+        return unavailable();
     };
     let wait = app.ctx.config.call_timeout + ANSWER_MARGIN;
     let answer = tokio::time::timeout(wait, handle(&peer, msg, &mut rx)).await;
@@ -118,6 +84,41 @@ pub async fn post_rpc(
             resp
         }
     }
+}
+
+/// The request's body as the peer's message (text, or `Binary` when it is
+/// not UTF-8), or the status that refuses it: 415, 413, 400 or 408.
+async fn request_msg(app: &AppState, headers: &HeaderMap, body: Body) -> Result<PeerMsg, Response> {
+    if !is_json(headers) {
+        return Err(status_text(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "Content-Type must be application/json",
+        ));
+    }
+    let max = app.ctx.config.max_frame_bytes;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max as u64) {
+        return Err(too_large(max));
+    }
+    // The body is bounded in time like the request head: a client that
+    // drips it a byte at a time would otherwise hold a connection (and its
+    // place under --max-connections) for as long as it likes.
+    let read_timeout = app.ctx.config.request_read_timeout;
+    let bytes = match tokio::time::timeout(read_timeout, read_limited(body, max)).await {
+        Ok(Ok(b)) => b,
+        Ok(Err(ReadError::TooLarge)) => return Err(too_large(max)),
+        Ok(Err(ReadError::Broken)) => {
+            return Err(status_text(StatusCode::BAD_REQUEST, "cannot read body"))
+        }
+        Err(_) => return Err(body_too_slow(read_timeout)),
+    };
+    Ok(match String::from_utf8(bytes) {
+        Ok(text) => PeerMsg::Text { text, permit: None },
+        Err(_) => PeerMsg::Binary,
+    })
 }
 
 /// Hands the frame to the peer and returns its answer, `None` when it
@@ -224,6 +225,11 @@ pub fn rate_limited(retry_after: Duration) -> Response {
     );
     headers.insert(header::RETRY_AFTER, HeaderValue::from(ms.div_ceil(1000)));
     resp
+}
+
+/// 503: the peer that would answer could not be started.
+pub fn unavailable() -> Response {
+    status_text(StatusCode::SERVICE_UNAVAILABLE, "gateway unavailable")
 }
 
 pub fn status_text(status: StatusCode, text: &str) -> Response {

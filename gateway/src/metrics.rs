@@ -98,37 +98,34 @@ fn capacity(t: &mut Text, m: &Metrics, hosts_up: usize, parked: Option<i64>) {
 
 /// Events written and frames delivered, and what the outboxes did.
 fn traffic(t: &mut Text, m: &Metrics) {
-    t.single(
-        "tether_events_appended_total",
-        Kind::Counter,
-        "Durable events committed to the store.",
-        m.events_appended.get(),
-    );
-    t.single(
-        "tether_deliveries_total",
-        Kind::Counter,
-        "Event frames handed to client connections (one per peer per frame; replies not counted).",
-        m.outbox.deliveries(),
-    );
     let outbox = m.outbox.snapshot();
-    t.single(
-        "tether_outbox_coalesced_total",
-        Kind::Counter,
-        "Deltas joined to the delta queued before them in a pressured outbox.",
-        outbox.coalesced,
-    );
-    t.single(
-        "tether_outbox_dropped_total",
-        Kind::Counter,
-        "Transient frames dropped because a peer's outbox was full.",
-        outbox.dropped,
-    );
-    t.single(
-        "tether_slow_consumer_closes_total",
-        Kind::Counter,
-        "Peers closed with 1013 because what waited for them (events, replies) was over the outbox bound.",
-        outbox.slow_consumer_closes,
-    );
+    t.counters(&[
+        (
+            "tether_events_appended_total",
+            "Durable events committed to the store.",
+            m.events_appended.get(),
+        ),
+        (
+            "tether_deliveries_total",
+            "Event frames handed to client connections (one per peer per frame; replies not counted).",
+            m.outbox.deliveries(),
+        ),
+        (
+            "tether_outbox_coalesced_total",
+            "Deltas joined to the delta queued before them in a pressured outbox.",
+            outbox.coalesced,
+        ),
+        (
+            "tether_outbox_dropped_total",
+            "Transient frames dropped because a peer's outbox was full.",
+            outbox.dropped,
+        ),
+        (
+            "tether_slow_consumer_closes_total",
+            "Peers closed with 1013 because what waited for them (events, replies) was over the outbox bound.",
+            outbox.slow_consumer_closes,
+        ),
+    ]);
 }
 
 fn turns(t: &mut Text, m: &Metrics) {
@@ -153,36 +150,33 @@ fn turns(t: &mut Text, m: &Metrics) {
 
 /// Host restarts and rests, and control answers that came late.
 fn host_failures(t: &mut Text, m: &Metrics) {
-    t.single(
-        "tether_host_restarts_total",
-        Kind::Counter,
-        "Compute-host processes restarted after they died.",
-        m.host_restarts.get(),
-    );
-    t.single(
-        "tether_host_rests_total",
-        Kind::Counter,
-        "Times a compute-host slot exceeded its restart intensity and began to rest.",
-        m.host_rests.get(),
-    );
-    t.single(
-        "tether_late_acks_adopted_total",
-        Kind::Counter,
-        "Control answers that came after their wait and were delivered by the late handler.",
-        m.late_acks_adopted.get(),
-    );
-    t.single(
-        "tether_late_acks_expired_total",
-        Kind::Counter,
-        "Late handlers whose TTL ran out before their answer came.",
-        m.late_acks_expired.get(),
-    );
-    t.single(
-        "tether_late_acks_evicted_total",
-        Kind::Counter,
-        "Late handlers evicted to stay within --late-ack-cap.",
-        m.late_acks_evicted.get(),
-    );
+    t.counters(&[
+        (
+            "tether_host_restarts_total",
+            "Compute-host processes restarted after they died.",
+            m.host_restarts.get(),
+        ),
+        (
+            "tether_host_rests_total",
+            "Times a compute-host slot exceeded its restart intensity and began to rest.",
+            m.host_rests.get(),
+        ),
+        (
+            "tether_late_acks_adopted_total",
+            "Control answers that came after their wait and were delivered by the late handler.",
+            m.late_acks_adopted.get(),
+        ),
+        (
+            "tether_late_acks_expired_total",
+            "Late handlers whose TTL ran out before their answer came.",
+            m.late_acks_expired.get(),
+        ),
+        (
+            "tether_late_acks_evicted_total",
+            "Late handlers evicted to stay within --late-ack-cap.",
+            m.late_acks_evicted.get(),
+        ),
+    ]);
 }
 
 fn store(t: &mut Text, m: &Metrics) {

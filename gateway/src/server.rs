@@ -4,9 +4,11 @@ use axum::extract::{State, WebSocketUpgrade};
 use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
+use ractor::ActorRef;
 use std::sync::Arc;
-use tether_actors::Ctx;
+use tether_actors::{Ctx, Identity, OutboxReceiver, PeerMsg};
 use tokio::sync::watch;
+use tracing::warn;
 
 use crate::ws::serve_socket;
 
@@ -40,6 +42,30 @@ impl AppState {
             client_buckets: Default::default(),
             tokens: Default::default(),
             store_dir: None,
+        }
+    }
+
+    /// Starts the peer that speaks for one connection, request or stream
+    /// of `caller`; `None` (logged) when the actor could not start, which
+    /// each transport answers in its own way.
+    pub(crate) async fn start_peer(
+        &self,
+        caller: crate::auth::Caller,
+        can_attach: bool,
+        transport: tether_protocol::PeerTransport,
+    ) -> Option<(ActorRef<PeerMsg>, OutboxReceiver)> {
+        let identity = Identity {
+            profile: caller.profile,
+            fixed: caller.fixed,
+            can_attach,
+            transport,
+        };
+        match tether_actors::spawn_peer(&self.ctx, identity).await {
+            Ok(p) => Some(p),
+            Err(e) => {
+                warn!(error = %e, "could not start a peer");
+                None
+            }
         }
     }
 }

@@ -52,15 +52,14 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use tether_actors::metrics::Transport;
-use tether_actors::{Identity, Outbound, OutboxReceiver, PeerMsg};
+use tether_actors::{Outbound, OutboxReceiver, PeerMsg};
 use tether_protocol::{
     encode_event_params, format_ts, now_ms, to_raw, DeltaPayload, EventParams, EventType,
     SessionId, TraceId, TurnId,
 };
 use tokio::sync::watch;
-use tracing::warn;
 
-use crate::http::status_text;
+use crate::http::{status_text, unavailable};
 use crate::server::AppState;
 
 /// Interval of the `: keep-alive` comment.
@@ -95,119 +94,29 @@ pub async fn session_events(
     Query(query): Query<EventsQuery>,
     headers: HeaderMap,
 ) -> Response {
-    let header_id = headers
-        .get("last-event-id")
-        .map(|v| v.to_str().unwrap_or("x").trim().to_string());
-    let last_seen = match header_id.or(query.last_seen) {
-        None => None,
-        Some(s) => match s.parse::<u64>() {
-            Ok(n) => Some(n),
-            Err(_) => {
-                return status_text(
-                    StatusCode::BAD_REQUEST,
-                    "Last-Event-ID / last_seen must be a non-negative integer",
-                )
-            }
-        },
-    };
-    let max_delay_ms = match query.max_delay_ms.as_deref().map(str::parse::<u32>) {
-        None => None,
-        Some(Ok(n)) => Some(n),
-        Some(Err(_)) => {
-            return status_text(
-                StatusCode::BAD_REQUEST,
-                "max_delay_ms must be a non-negative integer",
-            )
-        }
-    };
     let caller = crate::auth::caller_of(caller);
-    // A token fixes the profile; naming another one finds nothing (404),
-    // exactly as an unknown session.
-    let profile = match query.profile {
-        Some(p) if caller.fixed && p != caller.profile => {
-            return status_text(StatusCode::NOT_FOUND, "no such session")
-        }
-        Some(p) => p,
-        None => caller.profile.clone(),
+    let asked = match asked_resume(&headers, query, &caller) {
+        Ok(asked) => asked,
+        Err((status, why)) => return status_text(status, why),
     };
     // Each open is a new stream: without a shared bucket a client could
     // reopen without end.
-    if let Err(retry_after) = app.client_buckets.take(&profile, remote.ip()) {
+    if let Err(retry_after) = app.client_buckets.take(&asked.profile, remote.ip()) {
         return crate::http::rate_limited(retry_after);
     }
-    let mut params = json!({
-        "session_id": session_id,
-        "profile": profile,
-        "omit_messages": true,
-        "attach": true,
-    });
-    if let Some(n) = last_seen {
-        params["last_seen"] = json!(n);
-    }
-    if let Some(ms) = max_delay_ms {
-        params["delivery"] = json!({ "max_delay_ms": ms });
-    }
-    let request =
-        json!({"jsonrpc": "2.0", "id": RESUME_ID, "method": "session.resume", "params": params});
-
-    let identity = Identity {
-        profile: caller.profile,
-        fixed: caller.fixed,
-        can_attach: true,
-        transport: tether_protocol::PeerTransport::Sse,
-    };
-    let (peer, mut rx) = match tether_actors::spawn_peer(&app.ctx, identity).await {
-        Ok(p) => p,
-        Err(e) => {
-            warn!(error = %e, "could not start a peer");
-            return status_text(StatusCode::SERVICE_UNAVAILABLE, "gateway unavailable");
-        }
+    let request = resume_request(&session_id, &asked);
+    let Some((peer, mut rx)) = app
+        .start_peer(caller, true, tether_protocol::PeerTransport::Sse)
+        .await
+    else {
+        return unavailable();
     };
     let guard = PeerGuard(peer.clone());
-    if peer
-        .cast(PeerMsg::Text {
-            text: request.to_string(),
-            permit: None,
-        })
-        .is_err()
-    {
-        return status_text(StatusCode::SERVICE_UNAVAILABLE, "gateway unavailable");
-    }
-    let wait = app.ctx.config.call_timeout + ANSWER_MARGIN;
-    let reply = match tokio::time::timeout(wait, resume_reply(&mut rx)).await {
-        Err(_) => return status_text(StatusCode::GATEWAY_TIMEOUT, "no answer in time"),
-        Ok(None) => return status_text(StatusCode::SERVICE_UNAVAILABLE, "peer ended"),
-        Ok(Some(v)) => v,
+    let reply = match resume(&app, &peer, &mut rx, request).await {
+        Ok(reply) => reply,
+        Err(refused) => return refused,
     };
-    if let Some(err) = reply.get("error") {
-        let code = err["code"].as_i64().unwrap_or(0);
-        let message = err["message"].as_str().unwrap_or("resume failed");
-        let status = match code {
-            4001 | 4002 => StatusCode::NOT_FOUND,
-            -32602 => StatusCode::BAD_REQUEST,
-            _ => StatusCode::INTERNAL_SERVER_ERROR,
-        };
-        return status_text(status, message);
-    }
-    let result = &reply["result"];
-    let mut first = String::new();
-    if result["resync"] == true {
-        first.push_str(": resync\n\n");
-    }
-    if let Some(events) = result["events"].as_array() {
-        for params in events {
-            let kind = params["type"].as_str().unwrap_or("event");
-            write_event(
-                &mut first,
-                kind,
-                params["seq"].as_u64(),
-                &params.to_string(),
-            );
-        }
-    }
-    if let Some(text) = mid_turn_delta(&session_id, &result["active_turn"]) {
-        write_event(&mut first, "message.delta", None, &text);
-    }
+    let first = replay_chunk(&session_id, &reply["result"]);
     let live = Live {
         rx,
         batch: Vec::new(),
@@ -227,6 +136,145 @@ pub async fn session_events(
         Body::from_stream(stream),
     )
         .into_response()
+}
+
+/// What the client asks the resume for.
+struct Asked {
+    profile: String,
+    last_seen: Option<u64>,
+    max_delay_ms: Option<u32>,
+}
+
+/// The profile, watermark and delay budget the client asks the resume
+/// for, or the status that refuses them (400, or 404 for a profile its
+/// token does not allow).
+fn asked_resume(
+    headers: &HeaderMap,
+    query: EventsQuery,
+    caller: &crate::auth::Caller,
+) -> Result<Asked, (StatusCode, &'static str)> {
+    let header_id = headers
+        .get("last-event-id")
+        .map(|v| v.to_str().unwrap_or("x").trim().to_string());
+    let last_seen = match header_id.or(query.last_seen) {
+        None => None,
+        Some(s) => match s.parse::<u64>() {
+            Ok(n) => Some(n),
+            Err(_) => {
+                return Err((
+                    StatusCode::BAD_REQUEST,
+                    "Last-Event-ID / last_seen must be a non-negative integer",
+                ))
+            }
+        },
+    };
+    let max_delay_ms = match query.max_delay_ms.as_deref().map(str::parse::<u32>) {
+        None => None,
+        Some(Ok(n)) => Some(n),
+        Some(Err(_)) => {
+            return Err((
+                StatusCode::BAD_REQUEST,
+                "max_delay_ms must be a non-negative integer",
+            ))
+        }
+    };
+    // A token fixes the profile; naming another one finds nothing (404),
+    // exactly as an unknown session.
+    let profile = match query.profile {
+        Some(p) if caller.fixed && p != caller.profile => {
+            return Err((StatusCode::NOT_FOUND, "no such session"))
+        }
+        Some(p) => p,
+        None => caller.profile.clone(),
+    };
+    Ok(Asked {
+        profile,
+        last_seen,
+        max_delay_ms,
+    })
+}
+
+/// The `session.resume` this transport sends for the client: no
+/// transcript, attached, from the watermark (if any).
+fn resume_request(session_id: &str, asked: &Asked) -> String {
+    let mut params = json!({
+        "session_id": session_id,
+        "profile": asked.profile,
+        "omit_messages": true,
+        "attach": true,
+    });
+    if let Some(n) = asked.last_seen {
+        params["last_seen"] = json!(n);
+    }
+    if let Some(ms) = asked.max_delay_ms {
+        params["delivery"] = json!({ "max_delay_ms": ms });
+    }
+    json!({"jsonrpc": "2.0", "id": RESUME_ID, "method": "session.resume", "params": params})
+        .to_string()
+}
+
+/// Sends the resume and waits for its reply (a successful one), or the
+/// status the stream is refused with before it starts.
+async fn resume(
+    app: &AppState,
+    peer: &ActorRef<PeerMsg>,
+    rx: &mut OutboxReceiver,
+    request: String,
+) -> Result<Value, Response> {
+    let text = PeerMsg::Text {
+        text: request,
+        permit: None,
+    };
+    if peer.cast(text).is_err() {
+        return Err(unavailable());
+    }
+    let wait = app.ctx.config.call_timeout + ANSWER_MARGIN;
+    let reply = match tokio::time::timeout(wait, resume_reply(rx)).await {
+        Err(_) => {
+            return Err(status_text(
+                StatusCode::GATEWAY_TIMEOUT,
+                "no answer in time",
+            ))
+        }
+        Ok(None) => return Err(status_text(StatusCode::SERVICE_UNAVAILABLE, "peer ended")),
+        Ok(Some(v)) => v,
+    };
+    if let Some(err) = reply.get("error") {
+        let code = err["code"].as_i64().unwrap_or(0);
+        let message = err["message"].as_str().unwrap_or("resume failed");
+        let status = match code {
+            4001 | 4002 => StatusCode::NOT_FOUND,
+            -32602 => StatusCode::BAD_REQUEST,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        return Err(status_text(status, message));
+    }
+    Ok(reply)
+}
+
+/// The stream's first chunk: the resync comment or the replayed events,
+/// then the turn's text so far when it joins mid-turn; empty when there
+/// is nothing before the live frames.
+fn replay_chunk(session_id: &str, result: &Value) -> String {
+    let mut first = String::new();
+    if result["resync"] == true {
+        first.push_str(": resync\n\n");
+    }
+    if let Some(events) = result["events"].as_array() {
+        for params in events {
+            let kind = params["type"].as_str().unwrap_or("event");
+            write_event(
+                &mut first,
+                kind,
+                params["seq"].as_u64(),
+                &params.to_string(),
+            );
+        }
+    }
+    if let Some(text) = mid_turn_delta(session_id, &result["active_turn"]) {
+        write_event(&mut first, "message.delta", None, &text);
+    }
+    first
 }
 
 /// The `message.delta` params that give a stream joining mid-turn the

@@ -15,21 +15,27 @@
 //! status code, then the TCP connection is closed; a frame that breaks the
 //! framing rules is answered with a Close 1002 (see [`close_code_for`]).
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket};
 use futures::{SinkExt, StreamExt};
+use ractor::ActorRef;
 use tether_actors::metrics::Transport;
-use tether_actors::{Identity, Outbound, OutboxReceiver, PeerMsg, CLOSE_GOING_AWAY};
+use tether_actors::{Outbound, OutboxReceiver, PeerMsg, CLOSE_GOING_AWAY};
 use tokio::sync::{mpsc, oneshot, watch, Semaphore};
+use tokio::task::JoinHandle;
 use tokio::time::{Duration, Instant};
-use tracing::{debug, warn};
+use tracing::debug;
 use tungstenite::error::{Error as WsError, ProtocolError};
 
 use crate::server::AppState;
 
 /// Frames a peer may have queued but not yet handled.
 const INBOUND_IN_FLIGHT: usize = 32;
+
+/// Time the writer gets to send what the peer queued before a close.
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
 
 pub async fn serve_socket(
     socket: WebSocket,
@@ -38,111 +44,175 @@ pub async fn serve_socket(
     _permit: Option<tokio::sync::OwnedSemaphorePermit>,
 ) {
     let _open = app.ctx.metrics.open_connection(Transport::WebSocket);
-    let identity = Identity {
-        profile: caller.profile,
-        fixed: caller.fixed,
-        can_attach: true,
-        transport: tether_protocol::PeerTransport::WebSocket,
-    };
-    let (peer, rx) = match tether_actors::spawn_peer(&app.ctx, identity).await {
-        Ok(p) => p,
-        Err(e) => {
-            warn!(error = %e, "could not start a peer");
-            return;
-        }
+    let Some((peer, rx)) = app
+        .start_peer(caller, true, tether_protocol::PeerTransport::WebSocket)
+        .await
+    else {
+        return;
     };
     let (sink, mut stream) = socket.split();
     let (ping_tx, ping_rx) = mpsc::channel(1);
     let (closed_tx, closed_rx) = oneshot::channel();
-    let mut closed_tx = Some(closed_tx);
-    let mut writer = tokio::spawn(write_loop(sink, rx, ping_rx, closed_rx));
-    // The peer actor logs its `peer_id` in this actor's span: the id links them.
-    let peer_actor = peer.get_id();
+    let writer = tokio::spawn(write_loop(sink, rx, ping_rx, closed_rx));
     let heartbeat = Duration::from_secs(app.ctx.config.heartbeat_s.max(1));
-    let idle_timeout = app.ctx.config.idle_timeout;
-    let mut last_inbound = Instant::now();
+    let mut conn = Reader {
+        // The peer actor logs its `peer_id` in this actor's span: the id links them.
+        peer_actor: peer.get_id(),
+        peer,
+        writer,
+        closed_tx: Some(closed_tx),
+        ping_tx,
+        permits: Arc::new(Semaphore::new(INBOUND_IN_FLIGHT)),
+        max: app.ctx.config.max_frame_bytes,
+        heartbeat,
+        idle_timeout: app.ctx.config.idle_timeout,
+        last_inbound: Instant::now(),
+    };
     let mut ticks = tokio::time::interval_at(Instant::now() + heartbeat, heartbeat);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let permits = Arc::new(Semaphore::new(INBOUND_IN_FLIGHT));
-    let max = app.ctx.config.max_frame_bytes;
     let mut shutdown = app.shutdown.clone();
     loop {
-        tokio::select! {
-            msg = stream.next() => {
-                let Some(msg) = msg else { break };
-                last_inbound = Instant::now();
-                let msg = match msg {
-                    Ok(m) => m,
-                    Err(e) => {
-                        debug!(%peer_actor, error = %e, "websocket read ended");
-                        if let Some((code, reason)) = close_code_for(&e) {
-                            // The peer queues the close behind what it already
-                            // sent; wait for the writer before stopping it.
-                            let _ = peer.cast(PeerMsg::Close { code, reason: reason.into() });
-                            let _ = tokio::time::timeout(Duration::from_secs(2), &mut writer).await;
-                        }
-                        break;
-                    }
-                };
-                let inbound = match msg {
-                    Message::Text(t) if t.len() > max => PeerMsg::TooLarge { len: t.len() },
-                    Message::Text(t) => {
-                        let Ok(permit) = permits.clone().acquire_owned().await else { break };
-                        PeerMsg::Text { text: t.as_str().to_owned(), permit: Some(permit) }
-                    }
-                    Message::Binary(b) if b.len() > max => PeerMsg::TooLarge { len: b.len() },
-                    Message::Binary(_) => PeerMsg::Binary,
-                    Message::Close(frame) => {
-                        debug!(%peer_actor, code = frame.as_ref().map(|f| f.code), "the client closed");
-                        // tungstenite queued the echo of this Close when it
-                        // read it; the writer flushes it (nothing else can
-                        // be sent after it) and the socket is then dropped.
-                        if let Some(tx) = closed_tx.take() {
-                            let _ = tx.send(());
-                        }
-                        let _ = tokio::time::timeout(Duration::from_secs(2), &mut writer).await;
-                        break;
-                    }
-                    Message::Ping(_) | Message::Pong(_) => continue,
-                };
-                if peer.cast(inbound).is_err() {
-                    break;
-                }
-            }
-            _ = &mut writer => break,
-            _ = ticks.tick() => {
-                let quiet = last_inbound.elapsed();
-                if quiet >= idle_timeout {
-                    debug!(quiet_s = quiet.as_secs(), "closing an idle websocket");
-                    let _ = peer.cast(PeerMsg::Close { code: CLOSE_GOING_AWAY, reason: "idle timeout".into() });
-                    let _ = tokio::time::timeout(Duration::from_secs(2), &mut writer).await;
-                    break;
-                }
-                if quiet >= heartbeat {
-                    // Full means a ping is already waiting: one is enough.
-                    let _ = ping_tx.try_send(());
-                }
-            }
+        let flow = tokio::select! {
+            msg = stream.next() => conn.on_read(msg).await,
+            _ = &mut conn.writer => ControlFlow::Break(()),
+            _ = ticks.tick() => conn.on_tick().await,
             changed = shutdown.changed() => {
                 if changed.is_err() || *shutdown.borrow() {
-                    let _ = peer.cast(PeerMsg::Close { code: CLOSE_GOING_AWAY, reason: "gateway shutting down".into() });
-                    // Let the writer send the close frame.
-                    let _ = tokio::time::timeout(Duration::from_secs(2), &mut writer).await;
-                    break;
+                    conn.close(CLOSE_GOING_AWAY, "gateway shutting down").await;
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
                 }
             }
+        };
+        if flow.is_break() {
+            break;
         }
     }
-    peer.stop(None);
-    // A JoinHandle must not be polled again once it returned its output.
-    if !writer.is_finished()
-        && tokio::time::timeout(Duration::from_secs(1), &mut writer)
-            .await
-            .is_err()
-    {
-        // A client that does not read would keep the writer (and the
-        // socket, and the frames it holds) forever.
-        writer.abort();
+    conn.finish().await;
+}
+
+/// The reading side of one socket: what it hands the peer, and the
+/// writer task it waits for when it closes.
+struct Reader {
+    peer: ActorRef<PeerMsg>,
+    peer_actor: ractor::ActorId,
+    writer: JoinHandle<()>,
+    /// Tells the writer the client closed; taken when it is sent.
+    closed_tx: Option<oneshot::Sender<()>>,
+    ping_tx: mpsc::Sender<()>,
+    /// One for each frame the peer holds but has not handled yet.
+    permits: Arc<Semaphore>,
+    max: usize,
+    heartbeat: Duration,
+    idle_timeout: Duration,
+    last_inbound: Instant,
+}
+
+impl Reader {
+    /// One read of the socket: its frame handed to the peer, or the end
+    /// of the connection.
+    #[inline]
+    async fn on_read(&mut self, msg: Option<Result<Message, axum::Error>>) -> ControlFlow<()> {
+        let Some(msg) = msg else {
+            return ControlFlow::Break(());
+        };
+        self.last_inbound = Instant::now();
+        let msg = match msg {
+            Ok(m) => m,
+            Err(e) => {
+                self.on_read_error(&e).await;
+                return ControlFlow::Break(());
+            }
+        };
+        let max = self.max;
+        let inbound = match msg {
+            Message::Text(t) if t.len() > max => PeerMsg::TooLarge { len: t.len() },
+            Message::Text(t) => {
+                let Ok(permit) = self.permits.clone().acquire_owned().await else {
+                    return ControlFlow::Break(());
+                };
+                PeerMsg::Text {
+                    text: t.as_str().to_owned(),
+                    permit: Some(permit),
+                }
+            }
+            Message::Binary(b) if b.len() > max => PeerMsg::TooLarge { len: b.len() },
+            Message::Binary(_) => PeerMsg::Binary,
+            Message::Close(frame) => {
+                self.on_client_close(frame).await;
+                return ControlFlow::Break(());
+            }
+            Message::Ping(_) | Message::Pong(_) => return ControlFlow::Continue(()),
+        };
+        if self.peer.cast(inbound).is_err() {
+            return ControlFlow::Break(());
+        }
+        ControlFlow::Continue(())
+    }
+
+    async fn on_read_error(&mut self, e: &axum::Error) {
+        debug!(peer_actor = %self.peer_actor, error = %e, "websocket read ended");
+        if let Some((code, reason)) = close_code_for(e) {
+            // The peer queues the close behind what it already
+            // sent; wait for the writer before stopping it.
+            self.close(code, reason).await;
+        }
+    }
+
+    async fn on_client_close(&mut self, frame: Option<CloseFrame>) {
+        debug!(peer_actor = %self.peer_actor, code = frame.as_ref().map(|f| f.code), "the client closed");
+        // tungstenite queued the echo of this Close when it
+        // read it; the writer flushes it (nothing else can
+        // be sent after it) and the socket is then dropped.
+        if let Some(tx) = self.closed_tx.take() {
+            let _ = tx.send(());
+        }
+        self.wait_writer().await;
+    }
+
+    /// A heartbeat: the close after `--idle-timeout-s` of silence, a ping
+    /// after a heartbeat of it.
+    async fn on_tick(&mut self) -> ControlFlow<()> {
+        let quiet = self.last_inbound.elapsed();
+        if quiet >= self.idle_timeout {
+            debug!(quiet_s = quiet.as_secs(), "closing an idle websocket");
+            self.close(CLOSE_GOING_AWAY, "idle timeout").await;
+            return ControlFlow::Break(());
+        }
+        if quiet >= self.heartbeat {
+            // Full means a ping is already waiting: one is enough.
+            let _ = self.ping_tx.try_send(());
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// Has the peer queue a close behind what it already sent, and lets
+    /// the writer send it all.
+    async fn close(&mut self, code: u16, reason: &str) {
+        let _ = self.peer.cast(PeerMsg::Close {
+            code,
+            reason: reason.into(),
+        });
+        self.wait_writer().await;
+    }
+
+    async fn wait_writer(&mut self) {
+        let _ = tokio::time::timeout(CLOSE_GRACE, &mut self.writer).await;
+    }
+
+    async fn finish(mut self) {
+        self.peer.stop(None);
+        // A JoinHandle must not be polled again once it returned its output.
+        if !self.writer.is_finished()
+            && tokio::time::timeout(Duration::from_secs(1), &mut self.writer)
+                .await
+                .is_err()
+        {
+            // A client that does not read would keep the writer (and the
+            // socket, and the frames it holds) forever.
+            self.writer.abort();
+        }
     }
 }
 

@@ -23,7 +23,7 @@ use serde_json::{json, Value};
 use super::conn::{unix_micros, Frame};
 use super::proc::{self, Sample};
 use super::publish::Schedule;
-use super::tally::{round3, summary_ms, Shared};
+use super::tally::{round3, seq_faults, summary_ms, Shared, Tally};
 use super::target::Target;
 use super::{cpu_pct, LoadBench};
 
@@ -35,27 +35,91 @@ const LEAD_US: u64 = 1_000_000;
 const POLL: Duration = Duration::from_millis(20);
 
 pub async fn run(b: &LoadBench, url: &str, pid: Option<u32>) -> anyhow::Result<Value> {
-    let target = Target::prepare(b.target, url, b.sessions).await?;
+    let ramped = ramp(b, url, pid, step).await?;
+    let saturation = ramped
+        .steps
+        .iter()
+        .filter_map(|s| s["deliveries_per_s"].as_f64())
+        .fold(0.0_f64, f64::max);
+    let (seq_gaps, seq_dups) = ramped.seq_faults;
+    let end = ramped.end;
+    Ok(json!({
+        "sessions": b.sessions,
+        "peers": b.peers,
+        "clients": ramped.clients,
+        "payload_bytes": b.payload_bytes,
+        "step_secs": b.step_secs,
+        "steps": ramped.steps,
+        "stopped": ramped.stopped,
+        "saturation_deliveries_per_s": saturation.round(),
+        "seq_gaps": seq_gaps,
+        "seq_dups": seq_dups,
+        "server_peak_rss_kib": end.server_peak_kib,
+        "hosts_peak_rss_kib": end.children_peak_kib,
+    }))
+}
+
+/// Connects the clients (`--peers` per room) and starts a reader for
+/// each; their tallies.
+async fn start_readers(b: &LoadBench, target: &Target) -> anyhow::Result<Vec<Shared>> {
     let clients = target.subscribe_all(b.sessions * b.peers).await?;
     let tallies: Vec<Shared> = clients.iter().map(|c| c.tally.clone()).collect();
     for c in clients {
         tokio::spawn(read(c.sub.conn, c.tally));
     }
+    Ok(tallies)
+}
+
+/// What the steps of a ramp run against: the clients' tallies and the
+/// server (`pid`: its process, for CPU and memory).
+#[derive(Clone, Copy)]
+pub(super) struct Setup<'a> {
+    pub b: &'a LoadBench,
+    pub target: &'a Target,
+    pub tallies: &'a [Shared],
+    pub pid: Option<u32>,
+}
+
+/// What a ramp left: every attempt's JSON line (with its `attempt`), why
+/// it stopped, and the clients and the server as they were at its end.
+pub(super) struct Ramped {
+    pub steps: Vec<Value>,
+    pub stopped: Option<String>,
+    pub clients: usize,
+    /// `seq` gaps and duplicates over every client.
+    pub seq_faults: (u64, u64),
+    pub end: Sample,
+}
+
+/// The ramp (of this scenario and of `turns`): the target prepared and
+/// its clients connected, the warm-up, then each of `--steps` for
+/// `--step-secs`, a failed one run once more before the ramp stops.
+pub(super) async fn ramp(
+    b: &LoadBench,
+    url: &str,
+    pid: Option<u32>,
+    step: impl AsyncFn(&Setup<'_>, u64, f64) -> anyhow::Result<Value>,
+) -> anyhow::Result<Ramped> {
+    let target = Target::prepare(b.target, url, b.sessions).await?;
+    let tallies = start_readers(b, &target).await?;
+    let on = Setup {
+        b,
+        target: &target,
+        tallies: &tallies,
+        pid,
+    };
     if let (Some(&first), true) = (b.steps.first(), b.ramp_warmup_secs > 0.0) {
-        let warm = step(b, &target, &tallies, pid, first, b.ramp_warmup_secs).await?;
+        let warm = step(&on, first, b.ramp_warmup_secs).await?;
         eprintln!("bench load: warm-up {warm}");
     }
-    let mut steps = Vec::new();
-    let mut saturation: f64 = 0.0;
-    let mut stopped = None;
+    let (mut steps, mut stopped) = (Vec::new(), None);
     'ramp: for &aim in &b.steps {
         for attempt in 1..=2 {
-            let mut step = step(b, &target, &tallies, pid, aim, b.step_secs).await?;
-            saturation = saturation.max(step["deliveries_per_s"].as_f64().unwrap_or(0.0));
-            step["attempt"] = json!(attempt);
-            eprintln!("bench load: {step}");
-            let why = stop_reason(&step, b.max_p99_ms);
-            steps.push(step);
+            let mut s = step(&on, aim, b.step_secs).await?;
+            s["attempt"] = json!(attempt);
+            eprintln!("bench load: {s}");
+            let why = stop_reason(&s, b.max_p99_ms);
+            steps.push(s);
             match why {
                 None => break,
                 Some(why) if attempt == 2 => {
@@ -66,25 +130,82 @@ pub async fn run(b: &LoadBench, url: &str, pid: Option<u32>) -> anyhow::Result<V
             }
         }
     }
-    let (seq_gaps, seq_dups) = tallies.iter().fold((0, 0), |(g, d), t| {
-        let t = t.lock();
-        (g + t.seq_gaps, d + t.seq_dups)
-    });
-    let end = proc::sample(pid);
-    Ok(json!({
-        "sessions": b.sessions,
-        "peers": b.peers,
-        "clients": tallies.len(),
-        "payload_bytes": b.payload_bytes,
-        "step_secs": b.step_secs,
-        "steps": steps,
-        "stopped": stopped,
-        "saturation_deliveries_per_s": saturation.round(),
-        "seq_gaps": seq_gaps,
-        "seq_dups": seq_dups,
-        "server_peak_rss_kib": end.server_peak_kib,
-        "hosts_peak_rss_kib": end.children_peak_kib,
-    }))
+    Ok(Ramped {
+        steps,
+        stopped,
+        clients: tallies.len(),
+        seq_faults: seq_faults(&tallies),
+        end: proc::sample(pid),
+    })
+}
+
+/// A step's schedule: `aim` deliveries a second to `clients` spread over
+/// the rooms, for `secs`, each of a room's events being `per_event`
+/// deliveries to each of its clients; its first event `lead_us` from now.
+pub(super) fn schedule(
+    b: &LoadBench,
+    clients: usize,
+    per_event: u64,
+    aim: u64,
+    secs: f64,
+    lead_us: u64,
+    bytes: usize,
+) -> Schedule {
+    let clients_per_room = (clients as f64 / b.sessions as f64).max(1.0);
+    let per_room = aim as f64 / (b.sessions as f64 * clients_per_room * per_event as f64);
+    let count = (per_room * secs).ceil().max(1.0) as u64;
+    Schedule {
+        rooms: b.sessions,
+        per_room,
+        count,
+        t0_us: unix_micros() + lead_us,
+        bytes,
+    }
+}
+
+/// What a step measured from its first event to its end.
+pub(super) struct Window {
+    pub wall: f64,
+    pub before: Sample,
+    pub after: Sample,
+    /// CPU seconds of this process (the load generator) meanwhile.
+    pub gen_cpu: f64,
+}
+
+/// Waits for the step's first event, then until every client is `done`
+/// or lost, or `--drain-secs` after the last event was due.
+pub(super) async fn measure(
+    on: &Setup<'_>,
+    sched: &Schedule,
+    done: impl Fn(&Tally) -> bool,
+) -> Window {
+    let Setup {
+        b, tallies, pid, ..
+    } = *on;
+    sleep_until_us(sched.t0_us).await;
+    let before = proc::sample(pid);
+    let gen_before = proc::own_cpu_s();
+    let started = tokio::time::Instant::now();
+    let deadline = sched.end_us() + (b.drain_secs * 1e6) as u64;
+    loop {
+        let all = tallies.iter().all(|t| {
+            let t = t.lock();
+            done(&t) || t.closed.is_some()
+        });
+        if all || unix_micros() > deadline {
+            break;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    let wall = started.elapsed().as_secs_f64();
+    let after = proc::sample(pid);
+    let gen_cpu = proc::own_cpu_s() - gen_before;
+    Window {
+        wall,
+        before,
+        after,
+        gen_cpu,
+    }
 }
 
 /// A client's reader: records every event until the connection ends.
@@ -102,46 +223,16 @@ pub(super) async fn read(mut conn: super::conn::Conn, tally: Shared) {
 }
 
 /// One step of the ramp; its JSON line.
-async fn step(
-    b: &LoadBench,
-    target: &Target,
-    tallies: &[Shared],
-    pid: Option<u32>,
-    aim: u64,
-    secs: f64,
-) -> anyhow::Result<Value> {
-    let clients_per_room = (tallies.len() as f64 / b.sessions as f64).max(1.0);
-    let per_room = aim as f64 / (b.sessions as f64 * clients_per_room);
-    let count = (per_room * secs).ceil().max(1.0) as u64;
-    let sched = Schedule {
-        rooms: b.sessions,
-        per_room,
-        count,
-        t0_us: unix_micros() + LEAD_US,
-        bytes: b.payload_bytes,
-    };
+async fn step(on: &Setup<'_>, aim: u64, secs: f64) -> anyhow::Result<Value> {
+    let Setup {
+        b, target, tallies, ..
+    } = *on;
+    let sched = schedule(b, tallies.len(), 1, aim, secs, LEAD_US, b.payload_bytes);
     for t in tallies {
-        t.lock().reset(count, true);
+        t.lock().reset(sched.count, true);
     }
     let publisher = target.publish(&sched).await?;
-    sleep_until_us(sched.t0_us).await;
-    let before = proc::sample(pid);
-    let gen_before = proc::own_cpu_s();
-    let started = tokio::time::Instant::now();
-    let deadline = sched.end_us() + (b.drain_secs * 1e6) as u64;
-    loop {
-        let done = tallies.iter().all(|t| {
-            let t = t.lock();
-            t.complete() || t.closed.is_some()
-        });
-        if done || unix_micros() > deadline {
-            break;
-        }
-        tokio::time::sleep(POLL).await;
-    }
-    let wall = started.elapsed().as_secs_f64();
-    let after = proc::sample(pid);
-    let gen_cpu = proc::own_cpu_s() - gen_before;
+    let w = measure(on, &sched, Tally::complete).await;
     let publisher_error = match publisher {
         Some(task) if task.is_finished() => task.await.ok().and_then(Result::err),
         Some(task) => {
@@ -151,7 +242,7 @@ async fn step(
         }
         None => None,
     };
-    let mut v = harvest(tallies, &sched, aim, wall, &before, &after, gen_cpu);
+    let mut v = harvest(tallies, &sched, aim, &w);
     if let Some(e) = publisher_error {
         v["publisher_error"] = json!(format!("{e:#}"));
     }
@@ -159,15 +250,8 @@ async fn step(
 }
 
 /// Adds up the tallies of a finished step.
-fn harvest(
-    tallies: &[Shared],
-    sched: &Schedule,
-    aim: u64,
-    wall: f64,
-    before: &Sample,
-    after: &Sample,
-    gen_cpu: f64,
-) -> Value {
+fn harvest(tallies: &[Shared], sched: &Schedule, aim: u64, w: &Window) -> Value {
+    let (wall, before, after) = (w.wall, &w.before, &w.after);
     let mut latencies = Vec::new();
     let (mut delivered, mut dups, mut beyond, mut closed, mut last_at) = (0, 0, 0, 0, 0);
     for t in tallies {
@@ -204,7 +288,7 @@ fn harvest(
         "seconds": round3(wall),
         "server_cpu_pct": cpu_pct(after.server_cpu_s - before.server_cpu_s, wall),
         "hosts_cpu_pct": cpu_pct(after.children_cpu_s - before.children_cpu_s, wall),
-        "generator_cpu_pct": cpu_pct(gen_cpu, wall),
+        "generator_cpu_pct": cpu_pct(w.gen_cpu, wall),
         "server_peak_rss_kib": after.server_peak_kib,
         "hosts_peak_rss_kib": after.children_peak_kib,
     })

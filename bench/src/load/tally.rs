@@ -144,6 +144,14 @@ impl Tally {
     }
 }
 
+/// `seq` gaps and duplicates over every client so far.
+pub fn seq_faults(tallies: &[Shared]) -> (u64, u64) {
+    tallies.iter().fold((0, 0), |(g, d), t| {
+        let t = t.lock();
+        (g + t.seq_gaps, d + t.seq_dups)
+    })
+}
+
 /// The value at quantile `q` of sorted microseconds, in milliseconds.
 pub fn quantile_ms(sorted_us: &[u32], q: f64) -> Option<f64> {
     if sorted_us.is_empty() {

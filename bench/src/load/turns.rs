@@ -22,11 +22,9 @@ use anyhow::Context;
 use serde_json::{json, Value};
 
 use super::conn::{unix_micros, Conn, Event, Flood, Frame, STALL};
-use super::fanout::{read, sleep_until_us, stop_reason};
-use super::proc::{self, Sample};
+use super::fanout::{measure, ramp, schedule, Setup, Window};
 use super::publish::Schedule;
-use super::tally::{round3, summary_ms, Shared};
-use super::target::Target;
+use super::tally::{round3, seq_faults, summary_ms, Shared};
 use super::{cpu_pct, socketio, tether, LoadBench, TargetKind};
 
 /// Words per turn: one delta each.
@@ -38,7 +36,6 @@ pub const DURABLE: u64 = 5;
 const CLEAN_P99_MS: f64 = 200.0;
 /// Time between starting a step and its first turn: the drivers connect.
 const LEAD_US: u64 = 1_500_000;
-const POLL: Duration = Duration::from_millis(20);
 /// Sizes of the baselines' messages, about those of tether's frames for
 /// this turn (a durable event's frame carries the envelope, the session,
 /// turn and trace ids, a timestamp and a seq; a delta's a few less).
@@ -66,34 +63,8 @@ fn words() -> String {
 }
 
 pub async fn run(b: &LoadBench, url: &str, pid: Option<u32>) -> anyhow::Result<Value> {
-    let target = Target::prepare(b.target, url, b.sessions).await?;
-    let clients = target.subscribe_all(b.sessions * b.peers).await?;
-    let tallies: Vec<Shared> = clients.iter().map(|c| c.tally.clone()).collect();
-    for c in clients {
-        tokio::spawn(read(c.sub.conn, c.tally));
-    }
-    if let (Some(&first), true) = (b.steps.first(), b.ramp_warmup_secs > 0.0) {
-        let warm = step(b, &target, &tallies, pid, first, b.ramp_warmup_secs).await?;
-        eprintln!("bench load: warm-up {warm}");
-    }
-    let (mut steps, mut stopped) = (Vec::new(), None);
-    'ramp: for &aim in &b.steps {
-        for attempt in 1..=2 {
-            let mut s = step(b, &target, &tallies, pid, aim, b.step_secs).await?;
-            s["attempt"] = json!(attempt);
-            eprintln!("bench load: {s}");
-            let why = stop_reason(&s, b.max_p99_ms);
-            steps.push(s);
-            match why {
-                None => break,
-                Some(why) if attempt == 2 => {
-                    stopped = Some(why);
-                    break 'ramp;
-                }
-                Some(_) => {}
-            }
-        }
-    }
+    let ramped = ramp(b, url, pid, step).await?;
+    let steps = ramped.steps;
     let best = |key: &str, clean_only: bool| {
         steps
             .iter()
@@ -101,47 +72,35 @@ pub async fn run(b: &LoadBench, url: &str, pid: Option<u32>) -> anyhow::Result<V
             .filter_map(|s| s[key].as_f64())
             .fold(0.0_f64, f64::max)
     };
-    let end = proc::sample(pid);
+    let end = ramped.end;
     Ok(json!({
         "sessions": b.sessions,
         "peers": b.peers,
-        "clients": tallies.len(),
+        "clients": ramped.clients,
         "step_secs": b.step_secs,
         "clean_durable_deliveries_per_s": best("durable_deliveries_per_s", true).round(),
         "clean_events_delivered_per_s": best("events_delivered_per_s", true).round(),
         "clean_wire_frames_per_s": best("wire_frames_per_s", true).round(),
         "saturation_events_delivered_per_s": best("events_delivered_per_s", false).round(),
         "steps": steps,
-        "stopped": stopped,
+        "stopped": ramped.stopped,
         "server_peak_rss_kib": end.server_peak_kib,
         "hosts_peak_rss_kib": end.children_peak_kib,
     }))
 }
 
 /// One step: `aim` durable deliveries a second for `secs`; its JSON line.
-async fn step(
-    b: &LoadBench,
-    target: &Target,
-    tallies: &[Shared],
-    pid: Option<u32>,
-    aim: u64,
-    secs: f64,
-) -> anyhow::Result<Value> {
-    let per_room_clients = (tallies.len() as f64 / b.sessions as f64).max(1.0);
-    let per_room = aim as f64 / (b.sessions as f64 * per_room_clients * DURABLE as f64);
-    let count = (per_room * secs).ceil().max(1.0) as u64;
-    let sched = Schedule {
-        rooms: b.sessions,
-        per_room,
-        count,
-        t0_us: unix_micros() + LEAD_US,
-        bytes: 0,
-    };
+async fn step(on: &Setup<'_>, aim: u64, secs: f64) -> anyhow::Result<Value> {
+    let Setup {
+        b, target, tallies, ..
+    } = *on;
+    // Each turn is `DURABLE` durable deliveries to each client.
+    let sched = schedule(b, tallies.len(), DURABLE, aim, secs, LEAD_US, 0);
     let gaps_before = seq_faults(tallies);
     for t in tallies {
         let mut t = t.lock();
         t.turns = true;
-        t.reset(count, true);
+        t.reset(sched.count, true);
     }
     let drivers: Vec<_> = (0..b.sessions)
         .map(|k| {
@@ -151,24 +110,29 @@ async fn step(
             tokio::spawn(async move { drive(kind, &url, &room, k, &sched).await })
         })
         .collect();
-    sleep_until_us(sched.t0_us).await;
-    let before = proc::sample(pid);
-    let gen_before = proc::own_cpu_s();
-    let started = tokio::time::Instant::now();
-    let deadline = sched.end_us() + (b.drain_secs * 1e6) as u64;
-    loop {
-        let done = tallies.iter().all(|t| {
-            let t = t.lock();
-            (t.complete() && t.pieces >= WORDS * t.expected) || t.closed.is_some()
-        });
-        if done || unix_micros() > deadline {
-            break;
-        }
-        tokio::time::sleep(POLL).await;
+    let w = measure(on, &sched, |t| {
+        t.complete() && t.pieces >= WORDS * t.expected
+    })
+    .await;
+    let (refused, driver_errors) = drivers_done(drivers).await;
+    let (gaps, dups) = seq_faults(tallies);
+    let mut v = harvest(tallies, &sched, aim, &w);
+    v["submits_refused"] = json!(refused);
+    v["seq_gaps"] = json!(gaps - gaps_before.0);
+    v["seq_dups"] = json!(dups - gaps_before.1);
+    if let Some(e) = driver_errors.first() {
+        v["driver_error"] = json!(e);
     }
-    let wall = started.elapsed().as_secs_f64();
-    let after = proc::sample(pid);
-    let gen_cpu = proc::own_cpu_s() - gen_before;
+    let clean = is_clean(&v) && refused == 0 && driver_errors.is_empty();
+    v["clean"] = json!(clean);
+    Ok(v)
+}
+
+/// The submits the drivers saw refused, and their errors (a driver still
+/// behind its schedule at the step's end is stopped and counts as one).
+async fn drivers_done(
+    drivers: Vec<tokio::task::JoinHandle<anyhow::Result<u64>>>,
+) -> (u64, Vec<String>) {
     let (mut refused, mut driver_errors) = (0, Vec::new());
     for d in drivers {
         if !d.is_finished() {
@@ -182,46 +146,25 @@ async fn step(
             Err(e) => driver_errors.push(format!("{e}")),
         }
     }
-    let (gaps, dups) = seq_faults(tallies);
-    let mut v = harvest(tallies, &sched, aim, wall, &before, &after, gen_cpu);
-    v["submits_refused"] = json!(refused);
-    v["seq_gaps"] = json!(gaps - gaps_before.0);
-    v["seq_dups"] = json!(dups - gaps_before.1);
-    if let Some(e) = driver_errors.first() {
-        v["driver_error"] = json!(e);
-    }
-    let clean = v["delivered_ratio"] == 1.0
+    (refused, driver_errors)
+}
+
+/// Whether the step's tallies are a clean step's: every turn, delta and
+/// durable event once, gap-free `seq`s, p99 under [`CLEAN_P99_MS`].
+fn is_clean(v: &Value) -> bool {
+    v["delivered_ratio"] == 1.0
         && v["pieces_ratio"] == 1.0
         && v["dups"] == 0
         && v["seq_gaps"] == 0
         && v["seq_dups"] == 0
-        && refused == 0
-        && driver_errors.is_empty()
         && v["latency_ms"]["p99"]
             .as_f64()
-            .is_some_and(|p| p < CLEAN_P99_MS);
-    v["clean"] = json!(clean);
-    Ok(v)
-}
-
-/// `seq` gaps and duplicates over every client so far.
-fn seq_faults(tallies: &[Shared]) -> (u64, u64) {
-    tallies.iter().fold((0, 0), |(g, d), t| {
-        let t = t.lock();
-        (g + t.seq_gaps, d + t.seq_dups)
-    })
+            .is_some_and(|p| p < CLEAN_P99_MS)
 }
 
 /// Adds up the tallies of a finished step.
-fn harvest(
-    tallies: &[Shared],
-    sched: &Schedule,
-    aim: u64,
-    wall: f64,
-    before: &Sample,
-    after: &Sample,
-    gen_cpu: f64,
-) -> Value {
+fn harvest(tallies: &[Shared], sched: &Schedule, aim: u64, w: &Window) -> Value {
+    let (wall, before, after) = (w.wall, &w.before, &w.after);
     let mut latencies = Vec::new();
     let (mut turns, mut dups, mut closed, mut last_at) = (0, 0, 0, 0);
     let (mut frames, mut durable, mut pieces) = (0, 0, 0);
@@ -265,7 +208,7 @@ fn harvest(
         "seconds": round3(wall),
         "server_cpu_pct": cpu_pct(after.server_cpu_s - before.server_cpu_s, wall),
         "hosts_cpu_pct": cpu_pct(after.children_cpu_s - before.children_cpu_s, wall),
-        "generator_cpu_pct": cpu_pct(gen_cpu, wall),
+        "generator_cpu_pct": cpu_pct(w.gen_cpu, wall),
         "server_rss_kib": after.server_rss_kib,
         "server_peak_rss_kib": after.server_peak_kib,
         "host_max_rss_kib": after.child_max_rss_kib,

@@ -70,6 +70,13 @@ impl Text {
         self.family(name, kind, help).sample(name, &[], value);
     }
 
+    /// Unlabelled counters, one a row: name, help, value.
+    pub fn counters(&mut self, rows: &[(&str, &str, u64)]) {
+        for &(name, help, value) in rows {
+            self.single(name, Kind::Counter, help, value);
+        }
+    }
+
     /// A histogram family: cumulative `_bucket`s up to `+Inf`, `_sum`, `_count`.
     pub fn histogram(&mut self, name: &str, help: &str, h: &HistogramSnapshot) {
         self.family(name, Kind::Histogram, help);
