@@ -1,0 +1,245 @@
+//! Several gateways on one PostgreSQL (issue 19; the contract is DESIGN.md "Several gateways on
+//! one PostgreSQL"): the store-level foundation. In progress: nothing outside `store/` uses it
+//! yet (docs/ARCHITECTURE.md, "Cluster (in progress)", says what is left).
+//!
+//! One concept per file:
+//!
+//! - `config.rs`: the lease and the timeouts derived from it;
+//! - `node.rs`: a node's fresh id, its row in `nodes`, its heartbeat and its run of
+//!   heartbeats;
+//! - `claim.rs`: claiming a session (the fence), releasing it;
+//! - `fences.rs`: the fences this node holds, shared by its claims and its writer;
+//! - `fenced.rs`: the writer's fenced transaction and its notifications;
+//! - `listener.rs`: `LISTEN` for committed events, with a resync after every reconnect;
+//! - `peers.rs`: each node's peer count per session;
+//! - `error.rs`: [`ClusterError`].
+//!
+//! PostgreSQL is the only shared component: nodes never talk to each other. Every judgement of
+//! time (who is dead, whose run is long enough) is made by the server's `clock_timestamp()`.
+
+mod claim;
+mod config;
+mod error;
+pub(crate) mod fenced;
+mod fences;
+mod listener;
+mod node;
+mod peers;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
+use tether_protocol::SessionId;
+
+use crate::{PostgresConfig, StoreWrite};
+
+use super::connect::{close, node_lock_key, Settings, WriterLock};
+use super::{connect_retrying, ensure_epoch, migrate, writer};
+
+pub use claim::{Claim, PreviousOwner};
+pub use config::ClusterConfig;
+pub use error::ClusterError;
+pub(crate) use fenced::{Fencing, Guard};
+pub use fences::Fences;
+pub use listener::{parse as parse_notification, EventListener, Wake, CHANNEL};
+pub use node::{Heartbeat, NodeId};
+
+/// Connections of a node's own pool: heartbeats, claims, peer counts. A heartbeat must not
+/// wait long behind claims that wait on row locks.
+const NODE_CONNECTIONS: u32 = 4;
+
+/// A node of a cluster: its id, its connections, the fences it holds. Cheap to clone; every
+/// clone is the same node.
+#[derive(Clone)]
+pub struct Cluster {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    settings: Arc<Settings>,
+    node: NodeId,
+    config: ClusterConfig,
+    pool: PgPool,
+    fences: Fences,
+    epoch: String,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("node", &self.inner.node)
+            .field("config", &self.inner.config)
+            .field("sessions", &self.inner.fences.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Cluster {
+    /// Joins the cluster on `cfg`'s database as a new node: connects (retrying an unreachable
+    /// server for `cfg.connect_timeout`) as a node, which a single gateway on the same database
+    /// keeps out (`OpenError::Held`) and other nodes do not; migrates; creates the epoch on
+    /// first open (one per database); registers a fresh node id. The caller then heartbeats
+    /// every [`ClusterConfig::heartbeat_every`].
+    pub async fn start(
+        cfg: &PostgresConfig,
+        config: ClusterConfig,
+    ) -> Result<Cluster, ClusterError> {
+        config.check()?;
+        let node = NodeId::fresh();
+        let mut settings = Settings::new(cfg)?;
+        settings.lock = WriterLock::Node {
+            key: node_lock_key(node.as_str()),
+            lock_timeout: config.lock_timeout(),
+            idle_in_transaction_timeout: config.idle_in_transaction_timeout(),
+        };
+        let settings = Arc::new(settings);
+        let mut conn = connect_retrying(&settings, writer::next_writer()).await?;
+        let prepared = async {
+            migrate(&mut conn, &settings.url).await?;
+            ensure_epoch(&mut conn).await.map_err(ClusterError::from)
+        }
+        .await;
+        close(conn).await;
+        let epoch = prepared?;
+        let options = settings
+            .node_options("node")
+            .ok_or_else(|| ClusterError::Config("not a node's settings".into()))?;
+        let pool = PgPoolOptions::new()
+            .max_connections(NODE_CONNECTIONS)
+            .min_connections(0)
+            .acquire_timeout(config.lock_timeout().max(Duration::from_millis(500)))
+            .connect_lazy_with(options);
+        node::register(&pool, &node).await?;
+        tracing::info!(node = %node, url = %settings.url, epoch = %epoch, lease_ms = config.lease.as_millis() as u64, "cluster node started");
+        Ok(Cluster {
+            inner: Arc::new(Inner {
+                settings,
+                node,
+                config,
+                pool,
+                fences: Fences::default(),
+                epoch,
+            }),
+        })
+    }
+
+    /// This node's id.
+    pub fn node_id(&self) -> &NodeId {
+        &self.inner.node
+    }
+
+    /// The lease and heartbeat settings.
+    pub fn config(&self) -> &ClusterConfig {
+        &self.inner.config
+    }
+
+    /// The database's epoch (one per database, whichever node a client talks to).
+    pub fn epoch(&self) -> &str {
+        &self.inner.epoch
+    }
+
+    /// One heartbeat; run it every [`ClusterConfig::heartbeat_every`]. A `run_restarted`
+    /// answer means this node may have looked dead: re-check ownerships (DESIGN.md).
+    pub async fn heartbeat(&self) -> Result<Heartbeat, ClusterError> {
+        node::heartbeat(&self.inner.pool, &self.inner.node, &self.inner.config).await
+    }
+
+    /// Claims `session_id` (which need not exist yet: claim before creating it). Succeeds when
+    /// it is unowned, owned by this node, or owned by a node dead by the lease while this node
+    /// has heartbeated without a break for one lease; the fence moves by one and is recorded
+    /// for this node's writer. [`PreviousOwner::Dead`] tells the caller to end that node's
+    /// running turns with `node_lost`.
+    pub async fn claim(&self, session_id: &SessionId) -> Result<Claim, ClusterError> {
+        let claim = claim::claim(
+            &self.inner.pool,
+            &self.inner.node,
+            &self.inner.config,
+            session_id,
+        )
+        .await?;
+        self.inner.fences.hold(session_id, claim.fence);
+        Ok(claim)
+    }
+
+    /// Gives `session_id` up if this node still owns it under `fence` (a clean stop, a park),
+    /// so the next node claims it without waiting for a lease. `true` when released.
+    pub async fn release(&self, session_id: &SessionId, fence: u64) -> Result<bool, ClusterError> {
+        self.inner.fences.forget(session_id, fence);
+        claim::release(&self.inner.pool, &self.inner.node, session_id, fence).await
+    }
+
+    /// The owner and fence of a session as stored (`None`: never claimed; owner `None`:
+    /// released). A read: by the time it returns it may have changed.
+    pub async fn owner_of(
+        &self,
+        session_id: &SessionId,
+    ) -> Result<Option<(Option<NodeId>, u64)>, ClusterError> {
+        claim::owner_of(&self.inner.pool, session_id).await
+    }
+
+    /// The fence this node believes it holds for `session_id`.
+    pub fn fence(&self, session_id: &SessionId) -> Option<u64> {
+        self.inner.fences.get(session_id)
+    }
+
+    /// The fences this node holds (shared with its writers).
+    pub fn fences(&self) -> &Fences {
+        &self.inner.fences
+    }
+
+    /// A writer of this node: every batch is fenced (`fenced.rs`). Like
+    /// [`open_postgres_writer`](crate::open_postgres_writer) it does not fail when the
+    /// server is down (it answers 5072 and connects in the background); a newer writer of
+    /// this node replaces an older one.
+    pub async fn open_writer(&self) -> Box<dyn StoreWrite> {
+        let settings = self.inner.settings.clone();
+        let writer_id = writer::next_writer();
+        let conn = match settings.connect_writer(writer_id, 1).await {
+            Ok(conn) => Some(conn),
+            Err(e) => {
+                tracing::warn!(node = %self.inner.node, error = %e.to_store_error(&settings.url), "node writer not connected yet");
+                None
+            }
+        };
+        let fencing = Fencing {
+            node: self.inner.node.clone(),
+            fences: self.inner.fences.clone(),
+        };
+        Box::new(writer::start(settings, writer_id, conn, Some(fencing)))
+    }
+
+    /// A listener for committed events of every node (`listener.rs`). Connects on its first
+    /// [`EventListener::recv`].
+    pub fn listener(&self) -> Result<EventListener, ClusterError> {
+        let options = self
+            .inner
+            .settings
+            .node_options("listener")
+            .ok_or_else(|| ClusterError::Config("not a node's settings".into()))?;
+        Ok(EventListener::new(options))
+    }
+
+    /// A connection of this node's kind (its lock and idle-transaction timeouts), for one-off
+    /// work outside the writer (and for tests that play a paused owner).
+    pub async fn connection(&self) -> Result<PgConnection, ClusterError> {
+        let settings = &self.inner.settings;
+        let options = settings
+            .node_options("node")
+            .ok_or_else(|| ClusterError::Config("not a node's settings".into()))?;
+        settings
+            .connect(&options)
+            .await
+            .map_err(|e| ClusterError::Store(e.to_store_error(&settings.url)))
+    }
+
+    /// Sets this node's peer count on `session_id`.
+    pub async fn set_peers(&self, session_id: &SessionId, peers: u64) -> Result<(), ClusterError> {
+        peers::set(&self.inner.pool, &self.inner.node, session_id, peers).await
+    }
+
+    /// Peers on `session_id` over all live nodes.
+    pub async fn live_peers(&self, session_id: &SessionId) -> Result<u64, ClusterError> {
+        peers::live(&self.inner.pool, &self.inner.config, session_id).await
+    }
+}

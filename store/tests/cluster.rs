@@ -1,0 +1,510 @@
+//! Several nodes on one PostgreSQL (issue 19, the store's part): node identities and leases,
+//! claims with fences, fenced writes, notifications of committed events, and the rules that
+//! keep a PostgreSQL outage or a paused owner from turning into two owners.
+//!
+//! PostgreSQL only (a SQLite store is always one gateway). Each test runs in a database of its
+//! own on the server `TETHER_TEST_POSTGRES` names, and is skipped (loudly) without one unless
+//! `TETHER_REQUIRE_POSTGRES=1`. Leases are short (1 s); every wait is bounded, and no test
+//! asserts how fast anything happened, only what happened and in which order.
+
+mod common;
+
+use std::future::Future;
+use std::time::Duration;
+
+use sqlx::{Connection, PgConnection};
+use tether_protocol::SessionId;
+use tether_store::cluster::{
+    Cluster, ClusterConfig, ClusterError, EventListener, PreviousOwner, Wake,
+};
+use tether_store::testing::{postgres_server, TestDatabase};
+use tether_store::{open_postgres, OpenError, PostgresConfig, StoreError, StoreWrite};
+use tokio::task::JoinHandle;
+
+use common::{append, create, sid};
+
+const LEASE: Duration = Duration::from_secs(1);
+/// Upper bound of any wait for something that must happen (a lease to run out, a claim to
+/// go through): generous, since the machine may be busy; never a speed assertion.
+const BOUND: Duration = Duration::from_secs(20);
+
+async fn database() -> Option<TestDatabase> {
+    let server = postgres_server()?;
+    Some(TestDatabase::create(&server).await)
+}
+
+fn config(db: &TestDatabase) -> PostgresConfig {
+    let mut cfg = PostgresConfig::new(db.url.clone());
+    cfg.connect_timeout = Duration::from_secs(5);
+    cfg
+}
+
+async fn node(db: &TestDatabase) -> Cluster {
+    Cluster::start(&config(db), ClusterConfig::with_lease(LEASE))
+        .await
+        .expect("node starts")
+}
+
+/// The node's heartbeats, every `heartbeat_every`, until aborted (which is how a test makes a
+/// node die, or go through an outage).
+fn heartbeats(node: &Cluster) -> JoinHandle<()> {
+    let node = node.clone();
+    tokio::spawn(async move {
+        loop {
+            if let Err(e) = node.heartbeat().await {
+                eprintln!("heartbeat of {}: {e}", node.node_id());
+            }
+            tokio::time::sleep(node.config().heartbeat_every).await;
+        }
+    })
+}
+
+/// Polls `f` until it gives `Some`, at most [`BOUND`].
+async fn until<T, F, Fut>(what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + BOUND;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: not within {BOUND:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Claims `s` on `node`, retrying the refusals that time resolves (a live owner whose lease
+/// has to run out, a run of heartbeats still too short).
+async fn claim_when_allowed(node: &Cluster, s: &SessionId) -> tether_store::cluster::Claim {
+    until("the claim", || async move {
+        match node.claim(s).await {
+            Ok(c) => Some(c),
+            Err(e) if e.is_retryable() => None,
+            Err(e) => panic!("claim: {e}"),
+        }
+    })
+    .await
+}
+
+async fn admin(db: &TestDatabase) -> PgConnection {
+    PgConnection::connect(&db.url).await.expect("connect")
+}
+
+/// Every session's fences in seq order, checked to never decrease; returns (seq, fence) of `s`.
+async fn fences_along_seq(db: &TestDatabase, s: &str) -> Vec<(i64, i64)> {
+    let mut c = admin(db).await;
+    let decreasing: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT fence, lag(fence) OVER (PARTITION BY session_id ORDER BY seq) \
+         AS prev FROM events) t WHERE fence < prev",
+    )
+    .fetch_one(&mut c)
+    .await
+    .expect("query");
+    assert_eq!(decreasing, 0, "a fence decreased along seq");
+    sqlx::query_as("SELECT seq, fence FROM events WHERE session_id = $1 ORDER BY seq")
+        .bind(s)
+        .fetch_all(&mut c)
+        .await
+        .expect("query")
+}
+
+/// The listener's next wake-up, within the bound.
+async fn next(listener: &mut EventListener) -> Wake {
+    tokio::time::timeout(BOUND, listener.recv())
+        .await
+        .expect("a wake-up within the bound")
+        .expect("recv")
+}
+
+async fn commit_one(
+    writer: &mut Box<dyn StoreWrite>,
+    op: tether_store::WriteOp,
+) -> Result<(), StoreError> {
+    let mut results = writer.commit(vec![op]).await;
+    assert_eq!(results.len(), 1);
+    results.remove(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_claim_an_unowned_session_and_one_is_refused_while_the_owner_lives() {
+    let Some(db) = database().await else { return };
+    let (a, b) = (node(&db).await, node(&db).await);
+    assert_ne!(a.node_id(), b.node_id());
+    assert_eq!(a.epoch(), b.epoch(), "one epoch per database");
+    let (_ha, _hb) = (heartbeats(&a), heartbeats(&b));
+    let s = sid("s_unowned");
+
+    let first = a.claim(&s).await.expect("claim of an unowned session");
+    assert_eq!(first.fence, 1);
+    assert_eq!(first.previous, PreviousOwner::None);
+    assert_eq!(a.fence(&s), Some(1));
+    assert_eq!(
+        a.owner_of(&s).await.expect("owner"),
+        Some((Some(a.node_id().clone()), 1))
+    );
+
+    // The owner claims again: the fence still moves (a batch planned under 1 is now refused).
+    let again = a.claim(&s).await.expect("re-claim");
+    assert_eq!((again.fence, again.previous), (2, PreviousOwner::Itself));
+
+    // Another node, however long it waits, is refused while A heartbeats.
+    for _ in 0..3 {
+        match b.claim(&s).await {
+            Err(ClusterError::OwnedElsewhere { owner, .. }) => assert_eq!(&owner, a.node_id()),
+            other => panic!("expected OwnedElsewhere, got {other:?}"),
+        }
+        tokio::time::sleep(LEASE / 2).await;
+    }
+    assert_eq!(b.fence(&s), None);
+
+    // Released: B claims at once, without waiting for A's lease.
+    assert!(a.release(&s, 2).await.expect("release"));
+    let taken = b.claim(&s).await.expect("claim of a released session");
+    assert_eq!((taken.fence, taken.previous), (3, PreviousOwner::None));
+    assert_eq!(a.fence(&s), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_owner_is_taken_over_and_its_late_commit_writes_nothing() {
+    let Some(db) = database().await else { return };
+    let (a, b) = (node(&db).await, node(&db).await);
+    let (ha, _hb) = (heartbeats(&a), heartbeats(&b));
+    let (s, kept) = (sid("s_taken"), sid("s_kept"));
+    a.claim(&s).await.expect("claim");
+    a.claim(&kept).await.expect("claim");
+    let mut wa = a.open_writer().await;
+    let results = wa
+        .commit(vec![
+            create("s_taken", "p", 1, 2),
+            create("s_kept", "p", 2, 0),
+        ])
+        .await;
+    assert_eq!(results, vec![Ok(()), Ok(())]);
+    commit_one(&mut wa, append("s_taken", 4, 2, 4))
+        .await
+        .expect("append while owner");
+
+    // A stops heartbeating (it is paused, or partitioned from the database; its writer's
+    // connection still works). B takes over once A's lease has run out.
+    ha.abort();
+    let claim = claim_when_allowed(&b, &s).await;
+    assert_eq!(claim.previous, PreviousOwner::Dead(a.node_id().clone()));
+    assert_eq!(claim.fence, 2);
+
+    let mut wb = b.open_writer().await;
+    assert_eq!(wb.latest_seq(&s).await, Ok(5));
+    commit_one(&mut wb, append("s_taken", 6, 1, 5))
+        .await
+        .expect("the new owner writes");
+
+    // A comes back to life and commits what it had: the taken session's op is refused and
+    // writes nothing, the op of the session nobody claimed from it is independent and commits.
+    let results = wa
+        .commit(vec![append("s_kept", 2, 1, 1), append("s_taken", 6, 2, 6)])
+        .await;
+    assert_eq!(results[0], Ok(()));
+    assert_eq!(
+        results[1],
+        Err(StoreError::NotOwner {
+            session_id: s.clone(),
+            fence: 1
+        })
+    );
+    // It forgot the fence: the next write is refused without asking the database.
+    assert_eq!(a.fence(&s), None);
+    assert!(matches!(
+        commit_one(&mut wa, append("s_taken", 7, 1, 7)).await,
+        Err(StoreError::NotOwner { fence: 0, .. })
+    ));
+    // A session created without a claim is refused too.
+    assert!(matches!(
+        commit_one(&mut wa, create("s_unclaimed", "p", 3, 0)).await,
+        Err(StoreError::NotOwner { fence: 0, .. })
+    ));
+
+    let stored = fences_along_seq(&db, "s_taken").await;
+    assert_eq!(
+        stored,
+        vec![(1, 1), (2, 1), (3, 1), (4, 1), (5, 1), (6, 2)],
+        "seqs 1..5 under A's fence, 6 under B's, nothing of A's late commit"
+    );
+    assert_eq!(wb.latest_seq(&s).await, Ok(6));
+    let mut c = admin(&db).await;
+    let unclaimed: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM sessions WHERE id = 's_unclaimed'")
+            .fetch_one(&mut c)
+            .await
+            .expect("query");
+    assert_eq!(unclaimed, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_notification_follows_each_committed_batch_and_none_a_refused_one() {
+    let Some(db) = database().await else { return };
+    let (a, b) = (node(&db).await, node(&db).await);
+    let (ha, _hb) = (heartbeats(&a), heartbeats(&b));
+    let s = sid("s_notified");
+    let mut listener = b.listener().expect("listener");
+    let first = tokio::time::timeout(BOUND, listener.recv())
+        .await
+        .expect("bounded")
+        .expect("listening");
+    assert_eq!(first, Wake::Resync, "listening starts with a resync");
+
+    a.claim(&s).await.expect("claim");
+    let mut wa = a.open_writer().await;
+    commit_one(&mut wa, create("s_notified", "p", 1, 2))
+        .await
+        .expect("create");
+    assert_eq!(
+        next(&mut listener).await,
+        Wake::Events {
+            session_id: s.clone(),
+            seq: 3
+        }
+    );
+    // Two appends of one session in one batch: one notification, at the batch's last seq.
+    let results = wa
+        .commit(vec![
+            append("s_notified", 4, 1, 3),
+            append("s_notified", 5, 2, 5),
+        ])
+        .await;
+    assert_eq!(results, vec![Ok(()), Ok(())]);
+    assert_eq!(
+        next(&mut listener).await,
+        Wake::Events {
+            session_id: s.clone(),
+            seq: 6
+        }
+    );
+
+    // A refused batch (A lost the session) sends nothing: the next notification is B's commit.
+    ha.abort();
+    claim_when_allowed(&b, &s).await;
+    assert!(matches!(
+        commit_one(&mut wa, append("s_notified", 7, 1, 6)).await,
+        Err(StoreError::NotOwner { .. })
+    ));
+    let mut wb = b.open_writer().await;
+    commit_one(&mut wb, append("s_notified", 7, 3, 8))
+        .await
+        .expect("new owner writes");
+    assert_eq!(
+        next(&mut listener).await,
+        Wake::Events {
+            session_id: s.clone(),
+            seq: 9
+        }
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_listener_resyncs_after_its_connection_is_lost() {
+    let Some(db) = database().await else { return };
+    let a = node(&db).await;
+    let _ha = heartbeats(&a);
+    let mut listener = a.listener().expect("listener");
+    assert_eq!(listener.recv().await.expect("listening"), Wake::Resync);
+    let mut c = admin(&db).await;
+    let killed: i64 = sqlx::query_scalar(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+         WHERE datname = current_database() AND application_name LIKE 'tether listener%'",
+    )
+    .fetch_one(&mut c)
+    .await
+    .expect("terminate");
+    assert_eq!(killed, 1);
+    // An error first (the connection could not be made again at once), or straight away the
+    // resync; never an event without one.
+    let deadline = tokio::time::Instant::now() + BOUND;
+    loop {
+        match tokio::time::timeout(BOUND, listener.recv()).await {
+            Ok(Ok(Wake::Resync)) => break,
+            Ok(Ok(other)) => panic!("expected a resync, got {other:?}"),
+            Ok(Err(e)) => assert!(
+                tokio::time::Instant::now() < deadline,
+                "no resync within the bound: {e}"
+            ),
+            Err(_) => panic!("the listener did not notice"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // And it listens again.
+    let s = sid("s_after");
+    a.claim(&s).await.expect("claim");
+    let mut wa = a.open_writer().await;
+    commit_one(&mut wa, create("s_after", "p", 1, 0))
+        .await
+        .expect("create");
+    assert_eq!(
+        tokio::time::timeout(BOUND, listener.recv())
+            .await
+            .expect("bounded")
+            .expect("recv"),
+        Wake::Events {
+            session_id: s,
+            seq: 1
+        }
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_an_outage_a_node_claims_another_nodes_session_only_after_a_lease_of_its_own() {
+    let Some(db) = database().await else { return };
+    let (a, b) = (node(&db).await, node(&db).await);
+    let (ha, hb) = (heartbeats(&a), heartbeats(&b));
+    let s = sid("s_outage");
+    a.claim(&s).await.expect("claim");
+    // B has been up for more than a lease.
+    let (a_ref, b_ref, s_ref) = (&a, &b, &s);
+    until("B's run to reach a lease", || async move {
+        let beat = b_ref.heartbeat().await.expect("heartbeat");
+        (beat.run >= LEASE).then_some(())
+    })
+    .await;
+
+    // An outage, as both nodes see it: neither heartbeats for longer than a lease.
+    ha.abort();
+    hb.abort();
+    tokio::time::sleep(LEASE * 2).await;
+
+    // B is back first. Its first heartbeat starts a new run, and A looks dead; still B may
+    // not take A's session: A may just not be back yet.
+    let beat = b.heartbeat().await.expect("heartbeat");
+    assert!(beat.run_restarted, "{beat:?}");
+    match b.claim(&s).await {
+        Err(ClusterError::NotSettled {
+            run, lease, owner, ..
+        }) => {
+            assert!(run < lease, "{run:?}");
+            assert_eq!(&owner, a.node_id());
+        }
+        other => panic!("expected NotSettled, got {other:?}"),
+    }
+    // A unowned session is another matter: nobody can be running it.
+    b.claim(&sid("s_free")).await.expect("unowned session");
+
+    // A does come back and heartbeats: its session stays A's.
+    let _ha = heartbeats(&a);
+    let _hb = heartbeats(&b);
+    until("A to be live again", || async move {
+        let refused = b_ref.claim(s_ref).await;
+        matches!(refused, Err(ClusterError::OwnedElsewhere { ref owner, .. }) if owner == a_ref.node_id())
+            .then_some(())
+    })
+    .await;
+    tokio::time::sleep(LEASE * 2).await;
+    assert!(
+        matches!(b.claim(&s).await, Err(ClusterError::OwnedElsewhere { .. })),
+        "a live owner keeps its session"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_was_not_heartbeating_may_claim_nothing_until_it_does() {
+    let Some(db) = database().await else { return };
+    let a = node(&db).await;
+    a.heartbeat().await.expect("heartbeat");
+    tokio::time::sleep(LEASE + LEASE / 2).await;
+    assert!(matches!(
+        a.claim(&sid("s_x")).await,
+        Err(ClusterError::NotLive { .. })
+    ));
+    let beat = a.heartbeat().await.expect("heartbeat");
+    assert!(beat.run_restarted);
+    a.claim(&sid("s_x")).await.expect("claim after a heartbeat");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_paused_inside_a_transaction_cannot_block_a_claim() {
+    let Some(db) = database().await else { return };
+    let (a, b) = (node(&db).await, node(&db).await);
+    let (ha, _hb) = (heartbeats(&a), heartbeats(&b));
+    let s = sid("s_paused");
+    a.claim(&s).await.expect("claim");
+
+    // A, on a connection of its kind, opens a transaction that holds the ownership row (as a
+    // fenced batch does), and is paused before it commits; its heartbeats stop too.
+    let mut paused = a.connection().await.expect("connection");
+    sqlx::query("BEGIN")
+        .execute(&mut paused)
+        .await
+        .expect("begin");
+    sqlx::query("SELECT fence FROM session_owners WHERE session_id = $1 FOR UPDATE")
+        .bind(s.as_str())
+        .execute(&mut paused)
+        .await
+        .expect("lock");
+    ha.abort();
+    // The row is really held.
+    let mut other = admin(&db).await;
+    let nowait =
+        sqlx::query("SELECT 1 FROM session_owners WHERE session_id = $1 FOR UPDATE NOWAIT")
+            .bind(s.as_str())
+            .execute(&mut other)
+            .await;
+    assert!(nowait.is_err(), "the paused transaction holds the row");
+
+    // B takes the session anyway: the server ends A's idle transaction well within the lease.
+    let claim = claim_when_allowed(&b, &s).await;
+    assert_eq!(claim.previous, PreviousOwner::Dead(a.node_id().clone()));
+    assert_eq!(claim.fence, 2);
+    // A's paused connection was ended by the server (idle_in_transaction_session_timeout).
+    assert!(
+        sqlx::query("SELECT 1").execute(&mut paused).await.is_err(),
+        "the paused owner's connection should have been terminated"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_peer_counts_of_a_dead_node_stop_counting() {
+    let Some(db) = database().await else { return };
+    let (a, b) = (node(&db).await, node(&db).await);
+    let (ha, _hb) = (heartbeats(&a), heartbeats(&b));
+    let s = sid("s_peers");
+    a.set_peers(&s, 2).await.expect("peers");
+    b.set_peers(&s, 1).await.expect("peers");
+    assert_eq!(b.live_peers(&s).await.expect("count"), 3);
+    ha.abort();
+    let (b_ref, s_ref) = (&b, &s);
+    until("A's peers to stop counting", || async move {
+        (b_ref.live_peers(s_ref).await.expect("count") == 1).then_some(())
+    })
+    .await;
+    b.set_peers(&s, 0).await.expect("peers");
+    assert_eq!(b.live_peers(&s).await.expect("count"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_gateway_and_cluster_nodes_keep_each_other_out() {
+    let Some(db) = database().await else { return };
+    let cfg = config(&db);
+    let single = open_postgres(&cfg).await.expect("open");
+    match Cluster::start(&cfg, ClusterConfig::with_lease(LEASE)).await {
+        Err(ClusterError::Open(OpenError::Held { .. })) => {}
+        other => panic!("expected Held, got {other:?}"),
+    }
+    drop(single);
+    // The single gateway's writer lets go of the database as it closes.
+    let cfg_ref = &cfg;
+    let a = until("the single gateway to let go", || async move {
+        Cluster::start(cfg_ref, ClusterConfig::with_lease(LEASE))
+            .await
+            .ok()
+    })
+    .await;
+    let _b = node(&db).await;
+    // Nodes hold the database through their writers' connections.
+    let _writer = a.open_writer().await;
+    match open_postgres(&cfg).await {
+        Err(OpenError::Held { .. }) => {}
+        other => panic!("expected Held, got {other:?}"),
+    }
+    drop(a);
+}
