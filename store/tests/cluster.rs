@@ -17,7 +17,7 @@ use tether_protocol::SessionId;
 use tether_store::cluster::{
     Cluster, ClusterConfig, ClusterError, EventListener, PreviousOwner, Wake,
 };
-use tether_store::testing::{postgres_server, TestDatabase};
+use tether_store::testing::{postgres_server, PgServer, TestDatabase};
 use tether_store::{open_postgres, OpenError, PostgresConfig, StoreError, StoreWrite};
 use tokio::task::JoinHandle;
 
@@ -403,6 +403,90 @@ async fn after_an_outage_a_node_claims_another_nodes_session_only_after_a_lease_
     assert!(
         matches!(b.claim(&s).await, Err(ClusterError::OwnedElsewhere { .. })),
         "a live owner keeps its session"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_an_outage_a_dead_owners_session_is_claimed_once_the_claimer_has_a_lease_of_heartbeats(
+) {
+    let Some(db) = database().await else { return };
+    let (a, b) = (node(&db).await, node(&db).await);
+    let (ha, hb) = (heartbeats(&a), heartbeats(&b));
+    let s = sid("s_orphaned");
+    a.claim(&s).await.expect("claim");
+    // An outage for both; only B comes back (A died during it).
+    ha.abort();
+    hb.abort();
+    tokio::time::sleep(LEASE * 2).await;
+    assert!(b.heartbeat().await.expect("heartbeat").run_restarted);
+    assert!(matches!(
+        b.claim(&s).await,
+        Err(ClusterError::NotSettled { .. })
+    ));
+    let _hb = heartbeats(&b);
+    let claim = claim_when_allowed(&b, &s).await;
+    assert_eq!(claim.previous, PreviousOwner::Dead(a.node_id().clone()));
+    // By the database's clock, the claim came a full lease after B's run began.
+    let mut c = admin(&db).await;
+    let waited_ms: i64 = sqlx::query_scalar(
+        "SELECT (EXTRACT(EPOCH FROM o.claimed_at - n.run_since) * 1000)::bigint \
+         FROM session_owners o, nodes n WHERE o.session_id = $1 AND n.id = $2",
+    )
+    .bind(s.as_str())
+    .bind(b.node_id().as_str())
+    .fetch_one(&mut c)
+    .await
+    .expect("query");
+    assert!(
+        waited_ms >= LEASE.as_millis() as i64,
+        "claimed {waited_ms} ms into B's run"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgresql_restart_longer_than_the_lease_is_not_a_node_death() {
+    // A server of the test's own: it is stopped for longer than the lease.
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let lease = Duration::from_secs(3);
+    let mut cfg = PostgresConfig::new(server.url());
+    cfg.connect_timeout = Duration::from_secs(10);
+    let start = || Cluster::start(&cfg, ClusterConfig::with_lease(lease));
+    let (a, b) = (start().await.expect("node"), start().await.expect("node"));
+    let (_ha, _hb) = (heartbeats(&a), heartbeats(&b));
+    let s = sid("s_through_the_outage");
+    a.claim(&s).await.expect("claim");
+    let b_ref = &b;
+    until("B's run to reach a lease", || async move {
+        let beat = b_ref.heartbeat().await.ok()?;
+        (beat.run >= lease).then_some(())
+    })
+    .await;
+
+    server.stop();
+    tokio::time::sleep(lease + lease / 3).await;
+    server.start_again();
+
+    // Both nodes heartbeat again as soon as they can; B, however eager, never takes A's
+    // session, because its own run must first be a lease long, by which time A is back.
+    let watch_until = tokio::time::Instant::now() + lease * 2;
+    let mut refusals = Vec::new();
+    while tokio::time::Instant::now() < watch_until {
+        match b.claim(&s).await {
+            Ok(c) => panic!("B claimed a live node's session after the outage: {c:?}"),
+            Err(e) => refusals.push(std::mem::discriminant(&e)),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!refusals.is_empty());
+    assert!(matches!(
+        b.claim(&s).await,
+        Err(ClusterError::OwnedElsewhere { .. })
+    ));
+    assert_eq!(
+        a.owner_of(&s).await.expect("owner"),
+        Some((Some(a.node_id().clone()), 1))
     );
 }
 

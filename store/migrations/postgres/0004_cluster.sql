@@ -21,10 +21,13 @@ CREATE TABLE nodes (
 -- `node_id` NULL: nobody (never claimed, or released). `fence` grows by one with every claim;
 -- every write of the session locks this row and checks node and fence first. No foreign key to
 -- `nodes`: a row naming a node that is gone simply names a dead owner.
+-- `claimed_at`: when the current fence was taken (for operators, and for checking the outage
+-- rule after the fact).
 CREATE TABLE session_owners (
     session_id TEXT PRIMARY KEY,
     node_id    TEXT,
-    fence      BIGINT NOT NULL DEFAULT 0
+    fence      BIGINT NOT NULL DEFAULT 0,
+    claimed_at TIMESTAMPTZ
 );
 
 -- The fence each event was written under, so that "the fence never decreases along seq" can be

@@ -105,8 +105,9 @@ pub(crate) async fn claim(
     // Refusals return here: dropping `tx` rolls back the insert of an absent row too.
     let previous = judge(me, config, session_id, owner.map(NodeId::from), &ages)?;
     let fence: i64 = sqlx::query_scalar(
-        "UPDATE session_owners SET node_id = $2, fence = fence + 1 WHERE session_id = $1 \
-         RETURNING fence",
+        "UPDATE session_owners SET node_id = $2, fence = fence + 1, \
+             claimed_at = clock_timestamp() \
+         WHERE session_id = $1 RETURNING fence",
     )
     .bind(session_id.as_str())
     .bind(me.as_str())
