@@ -46,17 +46,32 @@ async fn node(db: &TestDatabase) -> Cluster {
 }
 
 /// The node's heartbeats, every `heartbeat_every`, until aborted (which is how a test makes a
-/// node die, or go through an outage).
-fn heartbeats(node: &Cluster) -> JoinHandle<()> {
+/// node die, or go through an outage) or dropped.
+fn heartbeats(node: &Cluster) -> Beats {
     let node = node.clone();
-    tokio::spawn(async move {
+    Beats(tokio::spawn(async move {
         loop {
             if let Err(e) = node.heartbeat().await {
                 eprintln!("heartbeat of {}: {e}", node.node_id());
             }
             tokio::time::sleep(node.config().heartbeat_every).await;
         }
-    })
+    }))
+}
+
+/// A node's heartbeat task, stopped when dropped.
+struct Beats(JoinHandle<()>);
+
+impl Beats {
+    fn abort(&self) {
+        self.0.abort();
+    }
+}
+
+impl Drop for Beats {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Polls `f` until it gives `Some`, at most [`BOUND`].
@@ -591,4 +606,127 @@ async fn a_single_gateway_and_cluster_nodes_keep_each_other_out() {
         other => panic!("expected Held, got {other:?}"),
     }
     drop(a);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_is_woken_by_a_commit_and_reads_the_events_by_seq() {
+    let Some(db) = database().await else { return };
+    let (a, b) = (node(&db).await, node(&db).await);
+    let (_ha, _hb) = (heartbeats(&a), heartbeats(&b));
+    let s = sid("s_followed");
+    a.claim(&s).await.expect("claim");
+    let mut owner = a.open().await.expect("owner's store");
+    let follower = b.open().await.expect("follower's store");
+    assert_eq!(owner.epoch, follower.epoch);
+    let mut listener = b.listener().expect("listener");
+    assert_eq!(next(&mut listener).await, Wake::Resync);
+    let mut watermark = 0;
+
+    for (op, upto) in [
+        (create("s_followed", "p", 1, 2), 3),
+        (append("s_followed", 4, 3, 5), 6),
+    ] {
+        assert_eq!(owner.writer.commit(vec![op]).await, vec![Ok(())]);
+        match next(&mut listener).await {
+            Wake::Events { session_id, seq } => {
+                assert_eq!((session_id, seq), (s.clone(), upto));
+            }
+            Wake::Resync => panic!("no reconnect happened"),
+        }
+        // The follower reads after its watermark; the payload only said there is something.
+        let read = follower
+            .reader
+            .events_since(&s, watermark, 100)
+            .await
+            .expect("read");
+        let seqs: Vec<u64> = read.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, ((watermark + 1)..=upto).collect::<Vec<_>>());
+        watermark = upto;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_writer_cut_mid_batch_loses_and_doubles_nothing() {
+    const SESSIONS: usize = 6;
+    const EVENTS: u64 = 4;
+    let Some(db) = database().await else { return };
+    let a = node(&db).await;
+    let _ha = heartbeats(&a);
+    let ids: Vec<String> = (0..SESSIONS).map(|i| format!("s_cut_{i}")).collect();
+    for id in &ids {
+        a.claim(&sid(id)).await.expect("claim");
+    }
+    let mut store = a.open().await.expect("store");
+    let creates = ids.iter().map(|id| create(id, "p", 1, 0)).collect();
+    assert!(store.writer.commit(creates).await.iter().all(Result::is_ok));
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let killer = {
+        let (stop, url) = (stop.clone(), db.url.clone());
+        tokio::spawn(async move {
+            let mut c = PgConnection::connect(&url).await.expect("connect");
+            let mut cuts = 0i64;
+            for i in 0..25u64 {
+                tokio::time::sleep(Duration::from_millis(30 + (i * 37) % 90)).await;
+                let n: i64 = sqlx::query_scalar(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                     WHERE datname = current_database() \
+                     AND application_name LIKE 'tether-node-writer %'",
+                )
+                .fetch_one(&mut c)
+                .await
+                .expect("terminate");
+                cuts += n;
+            }
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            cuts
+        })
+    };
+    let mut next_seq: Vec<u64> = vec![2; SESSIONS];
+    let (mut ok, mut failed) = (0u64, 0u64);
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        let ops = ids
+            .iter()
+            .zip(&next_seq)
+            .map(|(id, n)| append(id, *n, EVENTS, 0))
+            .collect();
+        let results = store.writer.commit(ops).await;
+        for (i, r) in results.into_iter().enumerate() {
+            match r {
+                Ok(()) => {
+                    ok += 1;
+                    next_seq[i] += EVENTS;
+                }
+                // Never a conflict (an append answered failed that was written after all),
+                // never NotOwner (nobody else claimed anything).
+                Err(StoreError::Unavailable(_)) => failed += 1,
+                Err(e) => panic!("{}: {e:?}", ids[i]),
+            }
+        }
+        if failed > 0 && ok == 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let cuts = killer.await.expect("killer");
+    // Back to normal, then everything acknowledged is there, once, under fence 1.
+    let deadline = tokio::time::Instant::now() + BOUND;
+    loop {
+        let op = append(&ids[0], next_seq[0], 1, 0);
+        if store.writer.commit(vec![op]).await[0].is_ok() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the writer does not write again"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    next_seq[0] += 1;
+    for (id, n) in ids.iter().zip(&next_seq) {
+        let stored = fences_along_seq(&db, id).await;
+        let expected: Vec<(i64, i64)> = (1..*n as i64).map(|seq| (seq, 1)).collect();
+        assert_eq!(stored, expected, "{id}");
+    }
+    println!("node writer cuts: {cuts}, appends acknowledged {ok}, failed {failed}");
+    assert!(cuts > 0 && ok > 0);
 }

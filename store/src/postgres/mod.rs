@@ -41,7 +41,7 @@ static MIGRATOR: Migrator = sqlx::migrate!("./migrations/postgres");
 const OPEN_BACKOFF_MAX: Duration = Duration::from_secs(2);
 /// Handoff transitions are single statements; two connections let one wait on a row lock
 /// without holding up the others.
-const HANDOFF_CONNECTIONS: u32 = 2;
+pub(crate) const HANDOFF_CONNECTIONS: u32 = 2;
 
 /// Opens the PostgreSQL store: connects (retrying a server that cannot be reached for
 /// `cfg.connect_timeout`), takes the database's writer lock, runs the migrations, creates the
@@ -155,7 +155,7 @@ pub(crate) async fn migrate(conn: &mut PgConnection, url: &str) -> Result<(), Op
 }
 
 /// A read connection works (the URL may allow the writer but not a second connection).
-async fn check_pool(pool: &PgPool) -> Result<(), OpenError> {
+pub(crate) async fn check_pool(pool: &PgPool) -> Result<(), OpenError> {
     sqlx::query("SELECT 1")
         .execute(pool)
         .await

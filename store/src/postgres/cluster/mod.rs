@@ -32,10 +32,12 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
 use tether_protocol::SessionId;
 
-use crate::{PostgresConfig, StoreWrite};
+use crate::{Opened, PostgresConfig, StoreWrite};
 
 use super::connect::{close, node_lock_key, Settings, WriterLock};
-use super::{connect_retrying, ensure_epoch, migrate, writer};
+use super::handoffs::PgHandoffs;
+use super::reader::PgReader;
+use super::{check_pool, connect_retrying, ensure_epoch, migrate, writer, HANDOFF_CONNECTIONS};
 
 pub use claim::{Claim, PreviousOwner};
 pub use config::ClusterConfig;
@@ -207,6 +209,41 @@ impl Cluster {
             fences: self.inner.fences.clone(),
         };
         Box::new(writer::start(settings, writer_id, conn, Some(fencing)))
+    }
+
+    /// The whole store as this node sees it, for a gateway that runs as a node: a fenced
+    /// writer ([`Cluster::open_writer`]), a read pool, and a handoff queue on connections of
+    /// this node's kind. The handoff transitions are not fenced yet (docs/ARCHITECTURE.md,
+    /// "Cluster (in progress)").
+    pub async fn open(&self) -> Result<Opened, ClusterError> {
+        let settings = &self.inner.settings;
+        let acquire = settings
+            .connect_timeout
+            .clamp(Duration::from_millis(500), Duration::from_secs(3));
+        let reader_options = settings
+            .node_options("reader")
+            .ok_or_else(|| ClusterError::Config("not a node's settings".into()))?
+            .options([("default_transaction_read_only", "on")]);
+        let reader = PgPoolOptions::new()
+            .max_connections(settings.read_connections)
+            .min_connections(0)
+            .acquire_timeout(acquire)
+            .connect_lazy_with(reader_options);
+        let handoff_options = settings
+            .node_options("handoffs")
+            .ok_or_else(|| ClusterError::Config("not a node's settings".into()))?;
+        let handoffs = PgPoolOptions::new()
+            .max_connections(HANDOFF_CONNECTIONS)
+            .min_connections(0)
+            .acquire_timeout(acquire)
+            .connect_lazy_with(handoff_options);
+        check_pool(&reader).await?;
+        Ok(Opened {
+            writer: self.open_writer().await,
+            reader: Arc::new(PgReader::new(reader, self.inner.epoch.clone())),
+            handoffs: Arc::new(PgHandoffs::new(handoffs)),
+            epoch: self.inner.epoch.clone(),
+        })
     }
 
     /// A listener for committed events of every node (`listener.rs`). Connects on its first
