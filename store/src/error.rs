@@ -39,6 +39,14 @@ pub enum StoreError {
         /// The fence the writer held for it (0: none).
         fence: u64,
     },
+    /// Cluster mode: the op was to accept the forwarded request `forward_id` (the request's
+    /// first write), but the forward is past its deadline, withdrawn by its forwarder, or not
+    /// of this session. Nothing of the op was written; the request must not run.
+    #[error("forwarded request {forward_id} can no longer be accepted")]
+    ForwardRefused {
+        /// The forward.
+        forward_id: String,
+    },
 }
 
 impl StoreError {
@@ -47,9 +55,10 @@ impl StoreError {
     pub fn code(&self) -> i64 {
         match self {
             StoreError::Full(_) => codes::STORAGE_FULL,
-            StoreError::Io(_) | StoreError::Conflict(_) | StoreError::Invalid(_) => {
-                codes::STORAGE_WRITE_FAILED
-            }
+            StoreError::Io(_)
+            | StoreError::Conflict(_)
+            | StoreError::Invalid(_)
+            | StoreError::ForwardRefused { .. } => codes::STORAGE_WRITE_FAILED,
             // Retrying on the session's new owner works; the caller forwards there.
             StoreError::Unavailable(_) | StoreError::NotOwner { .. } => codes::STORAGE_UNAVAILABLE,
         }

@@ -55,6 +55,7 @@ pub mod testing;
 pub mod cluster {
     pub use crate::postgres::cluster::{
         parse_notification, Claim, Cluster, ClusterConfig, ClusterError, EventListener, Fences,
-        Heartbeat, NodeId, PreviousOwner, Wake, CHANNEL,
+        ForwardId, ForwardRow, ForwardState, Heartbeat, NodeId, PreviousOwner, Wake, CHANNEL,
+        FORWARD_CHANNEL,
     };
 }

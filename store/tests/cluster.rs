@@ -15,7 +15,7 @@ use std::time::Duration;
 use sqlx::{Connection, PgConnection};
 use tether_protocol::SessionId;
 use tether_store::cluster::{
-    Cluster, ClusterConfig, ClusterError, EventListener, PreviousOwner, Wake,
+    Cluster, ClusterConfig, ClusterError, EventListener, ForwardState, PreviousOwner, Wake,
 };
 use tether_store::testing::{postgres_server, PgServer, TestDatabase};
 use tether_store::{open_postgres, OpenError, PostgresConfig, StoreError, StoreWrite};
@@ -631,7 +631,7 @@ async fn a_follower_is_woken_by_a_commit_and_reads_the_events_by_seq() {
             Wake::Events { session_id, seq } => {
                 assert_eq!((session_id, seq), (s.clone(), upto));
             }
-            Wake::Resync => panic!("no reconnect happened"),
+            other => panic!("expected events, got {other:?}"),
         }
         // The follower reads after its watermark; the payload only said there is something.
         let read = follower
@@ -729,4 +729,196 @@ async fn a_node_writer_cut_mid_batch_loses_and_doubles_nothing() {
     }
     println!("node writer cuts: {cuts}, appends acknowledged {ok}, failed {failed}");
     assert!(cuts > 0 && ok > 0);
+}
+
+/// A node owning `ids`, each created (seq 1) by its writer.
+async fn owner_of_sessions(
+    db: &TestDatabase,
+    ids: &[&str],
+) -> (Cluster, Beats, tether_store::Opened) {
+    let a = node(db).await;
+    let beats = heartbeats(&a);
+    let mut store = a.open().await.expect("store");
+    for id in ids {
+        a.claim(&sid(id)).await.expect("claim");
+    }
+    let creates = ids.iter().map(|id| create(id, "p", 1, 0)).collect();
+    assert!(store.writer.commit(creates).await.iter().all(Result::is_ok));
+    (a, beats, store)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forwarded_request_is_accepted_with_its_first_write_and_answered() {
+    let Some(db) = database().await else { return };
+    let (a, _ha, mut owner) = owner_of_sessions(&db, &["s_fwd"]).await;
+    let b = node(&db).await;
+    let _hb = heartbeats(&b);
+    let s = sid("s_fwd");
+    let mut listener = a.listener().expect("listener");
+    assert_eq!(next(&mut listener).await, Wake::Resync);
+
+    let id = b
+        .forward(
+            &s,
+            "prompt.submit",
+            r#"{"text":"hi"}"#,
+            Duration::from_secs(30),
+        )
+        .await
+        .expect("forward");
+    assert_eq!(
+        next(&mut listener).await,
+        Wake::Forward {
+            session_id: s.clone(),
+            forward_id: id.clone()
+        }
+    );
+    let pending = a.pending_forwards(&s).await.expect("pending");
+    assert_eq!(pending.len(), 1);
+    assert_eq!(
+        (
+            &pending[0].id,
+            &pending[0].from_node,
+            pending[0].method.as_str()
+        ),
+        (&id, b.node_id(), "prompt.submit")
+    );
+    assert_eq!(pending[0].state, ForwardState::Pending);
+
+    // The owner runs it: its first write (seq 2) accepts it, in the same transaction.
+    a.accept_with(&s, 2, &id);
+    assert_eq!(
+        owner.writer.commit(vec![append("s_fwd", 2, 1, 1)]).await,
+        vec![Ok(())]
+    );
+    let row = b.forward_state(&id).await.expect("state").expect("row");
+    assert_eq!(row.state, ForwardState::Accepted);
+    // Too late to withdraw: it runs.
+    assert!(!b.withdraw_forward(&id).await.expect("withdraw"));
+    assert!(a.pending_forwards(&s).await.expect("pending").is_empty());
+
+    assert!(a
+        .answer_forward(&id, r#"{"accepted":true}"#)
+        .await
+        .expect("answer"));
+    let row = b.forward_state(&id).await.expect("state").expect("row");
+    assert_eq!(row.state, ForwardState::Answered);
+    assert_eq!(row.answer.as_deref(), Some(r#"{"accepted":true}"#));
+    // The events are the owner's, under its fence; the next notification is the event's.
+    assert_eq!(fences_along_seq(&db, "s_fwd").await, vec![(1, 1), (2, 1)]);
+    assert_eq!(
+        next(&mut listener).await,
+        Wake::Events {
+            session_id: s.clone(),
+            seq: 2
+        }
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forward_past_its_deadline_or_withdrawn_never_runs() {
+    let Some(db) = database().await else { return };
+    let (a, _ha, mut owner) = owner_of_sessions(&db, &["s_late", "s_other"]).await;
+    let b = node(&db).await;
+    let _hb = heartbeats(&b);
+    let s = sid("s_late");
+
+    let late = b
+        .forward(&s, "prompt.submit", "{}", Duration::from_millis(200))
+        .await
+        .expect("forward");
+    let b_ref = &b;
+    let late_ref = &late;
+    until(
+        "the deadline to pass by the server's clock",
+        || async move {
+            let row = b_ref.forward_state(late_ref).await.ok()??;
+            row.expired.then_some(())
+        },
+    )
+    .await;
+    assert!(a.pending_forwards(&s).await.expect("pending").is_empty());
+    // The owner tries anyway: that op fails and writes nothing; the other op of the batch
+    // commits.
+    a.accept_with(&s, 2, &late);
+    let results = owner
+        .writer
+        .commit(vec![append("s_other", 2, 1, 1), append("s_late", 2, 1, 1)])
+        .await;
+    assert_eq!(results[0], Ok(()));
+    assert_eq!(
+        results[1],
+        Err(StoreError::ForwardRefused {
+            forward_id: late.to_string()
+        })
+    );
+    assert_eq!(owner.writer.latest_seq(&s).await, Ok(1));
+    assert!(b.withdraw_forward(&late).await.expect("withdraw"));
+    let row = b.forward_state(&late).await.expect("state").expect("row");
+    assert_eq!(row.state, ForwardState::Refused);
+
+    // Withdrawn before the owner got to it: the same.
+    let withdrawn = b
+        .forward(&s, "prompt.submit", "{}", Duration::from_secs(30))
+        .await
+        .expect("forward");
+    assert!(b.withdraw_forward(&withdrawn).await.expect("withdraw"));
+    a.accept_with(&s, 2, &withdrawn);
+    assert!(matches!(
+        owner.writer.commit(vec![append("s_late", 2, 1, 1)]).await[0],
+        Err(StoreError::ForwardRefused { .. })
+    ));
+    // The registration went with the refusal: the same seq written for the session's own
+    // sake goes through.
+    assert_eq!(
+        owner.writer.commit(vec![append("s_late", 2, 1, 1)]).await,
+        vec![Ok(())]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_the_owner_dies_its_forwards_say_whether_they_ran() {
+    let Some(db) = database().await else { return };
+    let (a, ha, mut owner) = owner_of_sessions(&db, &["s_died"]).await;
+    let b = node(&db).await;
+    let _hb = heartbeats(&b);
+    let s = sid("s_died");
+    let ran = b
+        .forward(&s, "prompt.submit", "{}", Duration::from_secs(30))
+        .await
+        .expect("forward");
+    let not_yet = b
+        .forward(&s, "session.interrupt", "{}", Duration::from_secs(30))
+        .await
+        .expect("forward");
+    a.accept_with(&s, 2, &ran);
+    assert_eq!(
+        owner.writer.commit(vec![append("s_died", 2, 1, 1)]).await,
+        vec![Ok(())]
+    );
+    // A dies before it answers either; B (the forwarder) claims the session.
+    ha.abort();
+    let claim = claim_when_allowed(&b, &s).await;
+    assert_eq!(claim.previous, PreviousOwner::Dead(a.node_id().clone()));
+    let state = |id| {
+        let b = &b;
+        async move {
+            b.forward_state(id)
+                .await
+                .expect("state")
+                .expect("row")
+                .state
+        }
+    };
+    assert_eq!(state(&ran).await, ForwardState::Accepted, "it ran: say so");
+    assert_eq!(state(&not_yet).await, ForwardState::Pending);
+    // Never ran, and now never will (B may run it itself as the new owner, or answer so).
+    assert!(b.withdraw_forward(&not_yet).await.expect("withdraw"));
+    // The old owner, back, cannot accept it: its write fails on the fence first.
+    a.accept_with(&s, 3, &not_yet);
+    assert!(matches!(
+        owner.writer.commit(vec![append("s_died", 3, 1, 2)]).await[0],
+        Err(StoreError::NotOwner { .. })
+    ));
+    assert_eq!(state(&not_yet).await, ForwardState::Refused);
 }

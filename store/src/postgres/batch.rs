@@ -264,6 +264,11 @@ impl<'a> Plan<'a> {
         all
     }
 
+    /// (session, seq) of every event of the statement.
+    pub(crate) fn event_keys(&self) -> impl Iterator<Item = (&'a str, u64)> + '_ {
+        self.events.iter().map(|(id, e)| (*id, e.seq))
+    }
+
     /// True in cluster mode.
     pub(crate) fn is_fenced(&self) -> bool {
         self.fences.is_some()

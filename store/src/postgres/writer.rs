@@ -95,9 +95,10 @@ pub(crate) struct PgWriter {
 /// What a sent batch came to, when the server answered.
 enum Sent {
     Committed,
-    /// Cluster mode: these sessions are not this node's under the batch's fences; nothing was
-    /// written.
-    Fenced(HashMap<SessionId, StoreError>),
+    /// Cluster mode: nothing was written, because of these sessions: not this node's under
+    /// the batch's fences (`NotOwner`), or a forward their write was to accept is no longer
+    /// acceptable (`ForwardRefused`).
+    Refused(HashMap<SessionId, StoreError>),
 }
 
 /// Starts a writer. With `conn` (opened and locked by the caller) it writes at once; without,
@@ -536,7 +537,7 @@ impl Task {
                     plan.learn(&mut self.known);
                     return plan.committed();
                 }
-                Ok(Sent::Fenced(more)) => {
+                Ok(Sent::Refused(more)) => {
                     self.lost_sessions(&more);
                     refused.extend(more);
                 }
@@ -597,7 +598,7 @@ impl Task {
                     plan.learn(&mut self.known);
                     results.extend(plan.committed());
                 }
-                Ok(Sent::Fenced(more)) => {
+                Ok(Sent::Refused(more)) => {
                     self.lost_sessions(&more);
                     let e = StoreError::Unavailable("not written".into());
                     results.extend(plan.failed_by(&more, &e));
@@ -710,7 +711,7 @@ impl Task {
                     plan.learn(&mut self.known);
                     return plan.committed();
                 }
-                Ok(Sent::Fenced(more)) => {
+                Ok(Sent::Refused(more)) => {
                     // Not written, and now refused for the sessions claimed away meanwhile;
                     // the other ops were not written either and may be sent again.
                     self.lost_sessions(&more);
@@ -740,7 +741,8 @@ impl Task {
     }
 }
 
-/// Cluster mode: the batch as one fenced transaction (`cluster/fenced.rs`).
+/// Cluster mode: the batch as one fenced transaction (`cluster/fenced.rs`), accepting the
+/// forwarded requests whose first write it holds.
 async fn execute_fenced(
     conn: &mut PgConnection,
     fencing: &Fencing,
@@ -748,15 +750,31 @@ async fn execute_fenced(
 ) -> Result<Sent, sqlx::Error> {
     let guarded = plan.guarded();
     let evidence = plan.evidence();
+    let accepting = fencing.accepts.for_events(plan.event_keys());
     let mut tx = sqlx::Connection::begin(&mut *conn).await?;
     let refused = fenced::check(&mut tx, &fencing.node, &guarded).await?;
     if !refused.is_empty() {
         tx.rollback().await?;
-        return Ok(Sent::Fenced(refused));
+        return Ok(Sent::Refused(refused));
+    }
+    if !accepting.is_empty() {
+        let refused = fenced::accept(&mut tx, &accepting).await?;
+        if !refused.is_empty() {
+            tx.rollback().await?;
+            // Those forwards are done with: the request must not run.
+            let done: Vec<_> = accepting
+                .iter()
+                .filter(|a| refused.contains_key(&a.0))
+                .cloned()
+                .collect();
+            fencing.accepts.remove(&done);
+            return Ok(Sent::Refused(refused));
+        }
     }
     plan.query().execute(&mut *tx).await?;
     fenced::notify(&mut tx, &evidence).await?;
     tx.commit().await?;
+    fencing.accepts.remove(&accepting);
     Ok(Sent::Committed)
 }
 

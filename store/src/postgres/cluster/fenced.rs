@@ -29,14 +29,17 @@ use tether_protocol::SessionId;
 use crate::postgres::batch::Evidence;
 use crate::StoreError;
 
+use super::forwards::{Accepts, ForwardId};
 use super::listener::CHANNEL;
 use super::{Fences, NodeId};
 
-/// What a node's writer needs to fence its writes: who it is and what it holds.
+/// What a node's writer needs to fence its writes: who it is, what it holds, and which
+/// forwarded requests its writes accept.
 #[derive(Debug, Clone)]
 pub(crate) struct Fencing {
     pub node: NodeId,
     pub fences: Fences,
+    pub accepts: Accepts,
 }
 
 /// What planning a batch in cluster mode consults (`Plan::new`): the fences held for its
@@ -84,6 +87,46 @@ pub(crate) async fn check(
                 StoreError::NotOwner {
                     session_id,
                     fence: *fence,
+                },
+            );
+        }
+    }
+    Ok(refused)
+}
+
+/// Step 1b: accepts the forwarded requests whose first write is in this batch
+/// (`forwards.rs`): `pending → accepted`, before the deadline, for the session written.
+/// Returns the sessions whose forward could not be accepted, as their errors; the caller then
+/// rolls back and writes the batch without them.
+pub(crate) async fn accept(
+    tx: &mut PgConnection,
+    accepting: &[(SessionId, u64, ForwardId)],
+) -> Result<HashMap<SessionId, StoreError>, sqlx::Error> {
+    let ids: Vec<&str> = accepting.iter().map(|a| a.2.as_str()).collect();
+    let sessions: Vec<&str> = accepting.iter().map(|a| a.0.as_str()).collect();
+    let rows = sqlx::query(
+        "UPDATE forwards f SET state = 'accepted' \
+         FROM UNNEST($1::text[], $2::text[]) AS x(id, session_id) \
+         WHERE f.id = x.id AND f.session_id = x.session_id AND f.state = 'pending' \
+           AND f.deadline > clock_timestamp() \
+         RETURNING f.id",
+    )
+    .bind(&ids)
+    .bind(&sessions)
+    .fetch_all(&mut *tx)
+    .await?;
+    let accepted: HashSet<String> = rows
+        .iter()
+        .map(|r| r.try_get::<String, _>(0))
+        .collect::<Result<_, _>>()?;
+    let mut refused = HashMap::new();
+    for (session_id, seq, id) in accepting {
+        if !accepted.contains(id.as_str()) {
+            tracing::warn!(session_id = %session_id, seq, forward_id = %id, "forwarded request not accepted: past its deadline or withdrawn");
+            refused.insert(
+                session_id.clone(),
+                StoreError::ForwardRefused {
+                    forward_id: id.to_string(),
                 },
             );
         }

@@ -14,6 +14,7 @@ use tether_protocol::SessionId;
 
 use crate::postgres::errors::map_sqlx;
 
+use super::forwards::{ForwardId, FORWARD_CHANNEL};
 use super::ClusterError;
 
 /// The channel every node's writer notifies (`cluster/fenced.rs`).
@@ -29,6 +30,14 @@ pub enum Wake {
         session_id: SessionId,
         /// Its `latest_seq` as that commit left it.
         seq: u64,
+    },
+    /// A request was forwarded to the owner of `session_id` (`forwards.rs`). A hint too: the
+    /// owner reads the session's pending forwards.
+    Forward {
+        /// The session.
+        session_id: SessionId,
+        /// The forward.
+        forward_id: ForwardId,
     },
     /// Listening (again) after a connect or a reconnect, or a notification that could not be
     /// read: something may have been missed, so read every followed session once.
@@ -70,12 +79,27 @@ impl EventListener {
                 .acquire_timeout(Duration::from_secs(5))
                 .connect_lazy_with(self.options.clone());
             let mut listener = PgListener::connect_with(&pool).await.map_err(map_sqlx)?;
-            listener.listen(CHANNEL).await.map_err(map_sqlx)?;
+            listener
+                .listen_all([CHANNEL, FORWARD_CHANNEL])
+                .await
+                .map_err(map_sqlx)?;
             self.inner = Some(listener);
             tracing::info!(channel = CHANNEL, "listening for committed events");
             return Ok(Wake::Resync);
         };
         match listener.try_recv().await {
+            Ok(Some(n)) if n.channel() == FORWARD_CHANNEL => {
+                Ok(match n.payload().rsplit_once(':') {
+                    Some((session, id)) if !session.is_empty() && !id.is_empty() => Wake::Forward {
+                        session_id: SessionId::from(session),
+                        forward_id: ForwardId::from(id.to_owned()),
+                    },
+                    _ => {
+                        tracing::warn!(payload = n.payload(), "unreadable forward notification");
+                        Wake::Resync
+                    }
+                })
+            }
             Ok(Some(n)) => Ok(match parse(n.payload()) {
                 Some((session_id, seq)) => Wake::Events { session_id, seq },
                 None => {

@@ -10,6 +10,7 @@
 //! - `claim.rs`: claiming a session (the fence), releasing it;
 //! - `fences.rs`: the fences this node holds, shared by its claims and its writer;
 //! - `fenced.rs`: the writer's fenced transaction and its notifications;
+//! - `forwards.rs`: requests forwarded to a session's owner, accepted at most once;
 //! - `listener.rs`: `LISTEN` for committed events, with a resync after every reconnect;
 //! - `peers.rs`: each node's peer count per session;
 //! - `error.rs`: [`ClusterError`].
@@ -22,6 +23,7 @@ mod config;
 mod error;
 pub(crate) mod fenced;
 mod fences;
+mod forwards;
 mod listener;
 mod node;
 mod peers;
@@ -44,6 +46,8 @@ pub use config::ClusterConfig;
 pub use error::ClusterError;
 pub(crate) use fenced::{Fencing, Guard};
 pub use fences::Fences;
+use forwards::Accepts;
+pub use forwards::{ForwardId, ForwardRow, ForwardState, FORWARD_CHANNEL};
 pub use listener::{parse as parse_notification, EventListener, Wake, CHANNEL};
 pub use node::{Heartbeat, NodeId};
 
@@ -64,6 +68,7 @@ struct Inner {
     config: ClusterConfig,
     pool: PgPool,
     fences: Fences,
+    accepts: Accepts,
     epoch: String,
 }
 
@@ -121,6 +126,7 @@ impl Cluster {
                 config,
                 pool,
                 fences: Fences::default(),
+                accepts: Accepts::default(),
                 epoch,
             }),
         })
@@ -207,6 +213,7 @@ impl Cluster {
         let fencing = Fencing {
             node: self.inner.node.clone(),
             fences: self.inner.fences.clone(),
+            accepts: self.inner.accepts.clone(),
         };
         Box::new(writer::start(settings, writer_id, conn, Some(fencing)))
     }
@@ -268,6 +275,61 @@ impl Cluster {
             .connect(&options)
             .await
             .map_err(|e| ClusterError::Store(e.to_store_error(&settings.url)))
+    }
+
+    /// Forwarder: asks the owner of `session_id` to run `method` with `params` (JSON text),
+    /// within `timeout` by the server's clock. Announced on [`FORWARD_CHANNEL`] once committed.
+    pub async fn forward(
+        &self,
+        session_id: &SessionId,
+        method: &str,
+        params: &str,
+        timeout: Duration,
+    ) -> Result<ForwardId, ClusterError> {
+        forwards::forward(
+            &self.inner.pool,
+            &self.inner.node,
+            session_id,
+            method,
+            params,
+            timeout,
+        )
+        .await
+    }
+
+    /// Owner: the forwards of `session_id` still pending and within their deadline, oldest
+    /// first.
+    pub async fn pending_forwards(
+        &self,
+        session_id: &SessionId,
+    ) -> Result<Vec<ForwardRow>, ClusterError> {
+        forwards::pending(&self.inner.pool, session_id).await
+    }
+
+    /// Owner: the write of event `seq` of `session_id` is the first write of forward `id`.
+    /// This node's writer then accepts the forward in the transaction that writes that event
+    /// (and only before its deadline); if it cannot, the op fails with
+    /// [`StoreError::ForwardRefused`](crate::StoreError::ForwardRefused) and nothing of it is
+    /// written, so the request does not run. Register before sending the op.
+    pub fn accept_with(&self, session_id: &SessionId, seq: u64, id: &ForwardId) {
+        self.inner.accepts.register(session_id, seq, id);
+    }
+
+    /// Owner: the answer to forward `id` (JSON text), for its forwarder. `false` when the
+    /// forward was neither pending nor accepted.
+    pub async fn answer_forward(&self, id: &ForwardId, answer: &str) -> Result<bool, ClusterError> {
+        forwards::answer(&self.inner.pool, id, answer).await
+    }
+
+    /// Forwarder: gives up on forward `id` if nobody accepted it yet. `true`: it never runs.
+    /// `false`: it was accepted (or answered) first; read [`Cluster::forward_state`].
+    pub async fn withdraw_forward(&self, id: &ForwardId) -> Result<bool, ClusterError> {
+        forwards::withdraw(&self.inner.pool, id).await
+    }
+
+    /// Anyone: forward `id` as stored.
+    pub async fn forward_state(&self, id: &ForwardId) -> Result<Option<ForwardRow>, ClusterError> {
+        forwards::state(&self.inner.pool, id).await
     }
 
     /// Sets this node's peer count on `session_id`.
