@@ -922,3 +922,73 @@ async fn when_the_owner_dies_its_forwards_say_whether_they_ran() {
     ));
     assert_eq!(state(&not_yet).await, ForwardState::Refused);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_claims_back_a_session_continues_after_what_others_wrote() {
+    let Some(db) = database().await else { return };
+    let (a, ha, mut wa) = owner_of_sessions(&db, &["s_back"]).await;
+    let s = sid("s_back");
+    assert_eq!(
+        wa.writer.commit(vec![append("s_back", 2, 2, 2)]).await,
+        vec![Ok(())]
+    );
+    // A goes quiet (its writer never hears of what follows); B takes over and writes.
+    ha.abort();
+    let b = node(&db).await;
+    let hb = heartbeats(&b);
+    claim_when_allowed(&b, &s).await;
+    let mut wb = b.open_writer().await;
+    assert_eq!(commit_one(&mut wb, append("s_back", 4, 1, 3)).await, Ok(()));
+    // Now B dies and A comes back: once its run is a lease long it claims the session back,
+    // and its old writer continues after B's event, not after what it wrote itself.
+    hb.abort();
+    let _ha = heartbeats(&a);
+    let claim = claim_when_allowed(&a, &s).await;
+    assert_eq!(claim.previous, PreviousOwner::Dead(b.node_id().clone()));
+    assert_eq!(claim.fence, 3);
+    // No barrier read first: the writer itself must not trust what it knew under fence 1.
+    assert_eq!(
+        wa.writer.commit(vec![append("s_back", 5, 1, 4)]).await,
+        vec![Ok(())]
+    );
+    assert_eq!(wa.writer.latest_seq(&s).await, Ok(5));
+    assert_eq!(
+        fences_along_seq(&db, "s_back").await,
+        vec![(1, 1), (2, 1), (3, 1), (4, 2), (5, 3)]
+    );
+    // B, back too late, writes nothing.
+    assert!(matches!(
+        commit_one(&mut wb, append("s_back", 5, 1, 4)).await,
+        Err(StoreError::NotOwner { fence: 2, .. })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_branch_is_written_only_by_the_owner_of_its_parent() {
+    let Some(db) = database().await else { return };
+    let (a, _ha, _wa) = owner_of_sessions(&db, &["s_parent"]).await;
+    let b = node(&db).await;
+    let _hb = heartbeats(&b);
+    let child = sid("s_child");
+    b.claim(&child).await.expect("claim of the new id");
+    let mut branch = create("s_child", "p", 2, 0);
+    if let tether_store::WriteOp::CreateSession { session, .. } = &mut branch {
+        session.parent_session_id = Some(sid("s_parent"));
+    }
+    let mut wb = b.open_writer().await;
+    assert_eq!(
+        commit_one(&mut wb, branch.clone()).await,
+        Err(StoreError::NotOwner {
+            session_id: sid("s_parent"),
+            fence: 0
+        })
+    );
+    // The parent's owner may branch it (once it holds the child's id too).
+    a.claim(&child)
+        .await
+        .expect_err("B owns the child's id and is alive");
+    assert!(b.release(&child, 1).await.expect("release"));
+    a.claim(&child).await.expect("claim");
+    let mut wa = a.open_writer().await;
+    assert_eq!(commit_one(&mut wa, branch).await, Ok(()));
+}

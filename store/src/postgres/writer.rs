@@ -118,6 +118,7 @@ pub(crate) fn start(
         next_conn: 2,
         conn,
         known: Known::new(),
+        known_under: HashMap::new(),
         down,
         backoff: Duration::ZERO,
         in_doubt: HashSet::new(),
@@ -139,6 +140,10 @@ struct Task {
     next_conn: u64,
     conn: Option<PgConnection>,
     known: Known,
+    /// Cluster mode: the fence under which each session's entry in `known` was learned. Under
+    /// another fence it may be stale (another node may have owned the session in between), so
+    /// it is read again.
+    known_under: HashMap<SessionId, u64>,
     /// What requests are told while there is no connection.
     down: StoreError,
     /// Wait before the next reconnect attempt.
@@ -435,6 +440,21 @@ impl Task {
         })))
     }
 
+    /// Cluster mode: what `known` says of a session was learned under the fence held then; if
+    /// this node holds another one now, other nodes may have written the session in between.
+    fn forget_known_of_other_fences(&mut self, held: &HashMap<SessionId, u64>) {
+        if self.known_under.len() > MAX_KNOWN {
+            self.known_under.clear();
+            self.known.clear();
+        }
+        for (id, fence) in held {
+            if self.known_under.get(id) != Some(fence) {
+                self.known.remove(id);
+                self.known_under.insert(id.clone(), *fence);
+            }
+        }
+    }
+
     /// Cluster mode: sessions found lost are forgotten, so their next writes fail without a
     /// round trip (until they are claimed again).
     fn lost_sessions(&self, refused: &HashMap<SessionId, StoreError>) {
@@ -504,6 +524,9 @@ impl Task {
         // Cluster mode: the fences to plan under, and the sessions the database refused so far
         // (each refusal removes at least one session, so this ends).
         let held = self.held(ops);
+        if let Some(held) = &held {
+            self.forget_known_of_other_fences(held);
+        }
         let mut refused: HashMap<SessionId, StoreError> = HashMap::new();
         // A stale plan (someone else moved a latest_seq: never, while we hold the lock; in
         // cluster mode, once another node has written a session this node claimed back) is
