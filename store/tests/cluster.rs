@@ -992,3 +992,24 @@ async fn a_branch_is_written_only_by_the_owner_of_its_parent() {
     let mut wa = a.open_writer().await;
     assert_eq!(commit_one(&mut wa, branch).await, Ok(()));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_node_rechecks_its_ownerships_without_moving_a_fence() {
+    let Some(db) = database().await else { return };
+    let (a, ha, _wa) = owner_of_sessions(&db, &["s_lost", "s_still"]).await;
+    let (lost, still) = (sid("s_lost"), sid("s_still"));
+    assert_eq!(a.recheck().await.expect("recheck"), vec![]);
+    ha.abort();
+    let b = node(&db).await;
+    let _hb = heartbeats(&b);
+    claim_when_allowed(&b, &lost).await;
+    // A heartbeats again, late: it re-checks before doing anything for its sessions.
+    assert!(a.heartbeat().await.expect("heartbeat").run_restarted);
+    assert_eq!(a.recheck().await.expect("recheck"), vec![(lost.clone(), 1)]);
+    assert_eq!((a.fence(&lost), a.fence(&still)), (None, Some(1)));
+    assert_eq!(
+        a.owner_of(&still).await.expect("owner"),
+        Some((Some(a.node_id().clone()), 1)),
+        "a re-check moves no fence"
+    );
+}

@@ -196,6 +196,43 @@ pub(crate) async fn release(
     Ok(done.rows_affected() == 1)
 }
 
+/// Of `held` (session → the fence this node holds), the sessions whose ownership row no
+/// longer says this node under that fence: lost to another node's claim. A read, no lock: a
+/// session it reports is lost for good, one it does not may still be lost the next moment
+/// (the writer's check under the lock is what fences).
+pub(crate) async fn lost(
+    pool: &PgPool,
+    me: &NodeId,
+    held: &[(SessionId, u64)],
+) -> Result<Vec<(SessionId, u64)>, ClusterError> {
+    if held.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids: Vec<&str> = held.iter().map(|h| h.0.as_str()).collect();
+    let fences: Vec<i64> = held
+        .iter()
+        .map(|h| i64::try_from(h.1).unwrap_or(i64::MAX))
+        .collect();
+    let rows = sqlx::query(
+        "SELECT h.id, h.fence FROM UNNEST($1::text[], $2::bigint[]) AS h(id, fence) \
+         LEFT JOIN session_owners o ON o.session_id = h.id \
+         WHERE o.session_id IS NULL OR o.node_id IS DISTINCT FROM $3 OR o.fence <> h.fence",
+    )
+    .bind(&ids)
+    .bind(&fences)
+    .bind(me.as_str())
+    .fetch_all(pool)
+    .await
+    .map_err(map_sqlx)?;
+    rows.iter()
+        .map(|r| {
+            let id: String = r.try_get(0).map_err(map_sqlx)?;
+            let fence: i64 = r.try_get(1).map_err(map_sqlx)?;
+            Ok((SessionId::from(id), u64::try_from(fence).unwrap_or(0)))
+        })
+        .collect()
+}
+
 /// The owner and fence of a session as stored (`None`: no ownership row).
 pub(crate) async fn owner_of(
     pool: &PgPool,

@@ -53,6 +53,11 @@ impl Fences {
             .collect()
     }
 
+    /// Every session held, with its fence.
+    pub fn all(&self) -> Vec<(SessionId, u64)> {
+        self.map().iter().map(|(s, f)| (s.clone(), *f)).collect()
+    }
+
     /// How many sessions this node holds.
     pub fn len(&self) -> usize {
         self.map().len()

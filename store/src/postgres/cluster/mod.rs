@@ -170,6 +170,21 @@ impl Cluster {
         Ok(claim)
     }
 
+    /// Re-checks every ownership this node holds (after a late heartbeat,
+    /// [`Heartbeat::run_restarted`]) without moving any fence, and forgets the sessions lost
+    /// to other nodes' claims; returns those (with the fence that was held). The caller
+    /// interrupts their turns, drops their rings and follows them. Unlike a re-claim, this
+    /// does not refuse this node's own batches in flight.
+    pub async fn recheck(&self) -> Result<Vec<(SessionId, u64)>, ClusterError> {
+        let held = self.inner.fences.all();
+        let lost = claim::lost(&self.inner.pool, &self.inner.node, &held).await?;
+        for (session_id, fence) in &lost {
+            tracing::warn!(node = %self.inner.node, session_id = %session_id, fence, "session lost to another node");
+            self.inner.fences.forget(session_id, *fence);
+        }
+        Ok(lost)
+    }
+
     /// Gives `session_id` up if this node still owns it under `fence` (a clean stop, a park),
     /// so the next node claims it without waiting for a lease. `true` when released.
     pub async fn release(&self, session_id: &SessionId, fence: u64) -> Result<bool, ClusterError> {
