@@ -1013,3 +1013,49 @@ async fn a_late_node_rechecks_its_ownerships_without_moving_a_fence() {
         "a re-check moves no fence"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_owner_requests_a_handoff_of_its_session() {
+    let Some(db) = database().await else { return };
+    let (a, ha, owner) = owner_of_sessions(&db, &["s_handoff"]).await;
+    let b = node(&db).await;
+    let _hb = heartbeats(&b);
+    let other = b.open().await.expect("store");
+    let s = sid("s_handoff");
+    assert_eq!(
+        other.handoffs.request("p", &s, "reviewer").await,
+        Err(StoreError::NotOwner {
+            session_id: s.clone(),
+            fence: 0
+        })
+    );
+    let first = owner
+        .handoffs
+        .request("p", &s, "reviewer")
+        .await
+        .expect("request");
+    assert!(
+        matches!(first, tether_store::RequestOutcome::Requested(_)),
+        "{first:?}"
+    );
+    // Once B owns the session, A's next request is refused and writes nothing.
+    ha.abort();
+    claim_when_allowed(&b, &s).await;
+    let done = owner.handoffs.claim("p", "reviewer").await.expect("claim");
+    let done = done.expect("the pending handoff");
+    // (Transitions of the handoff row itself are compare-and-sets, fine from any node.)
+    other
+        .handoffs
+        .complete("p", &done.id)
+        .await
+        .expect("complete");
+    assert!(matches!(
+        owner.handoffs.request("p", &s, "reviewer").await,
+        Err(StoreError::NotOwner { fence: 1, .. })
+    ));
+    assert!(matches!(
+        other.handoffs.request("p", &s, "reviewer").await,
+        Ok(tether_store::RequestOutcome::Requested(_))
+    ));
+    drop(a);
+}

@@ -7,6 +7,12 @@
 //! claim skips rows another claim has locked (`FOR UPDATE SKIP LOCKED`: two claims never return
 //! the same handoff, and neither waits for the other), and the partial unique index of
 //! `0003_handoffs.sql` keeps two racing requests from both inserting.
+//!
+//! On a cluster node (`cluster/`), `request` is a write of the session by its owner: it runs
+//! in a transaction that first locks the session's ownership row and checks node and fence,
+//! like the writer's batches, and answers [`StoreError::NotOwner`] otherwise. The other
+//! transitions (`claim`, `complete`, `fail`) touch only the handoff row, by compare-and-set on
+//! its state, so they are already safe with several nodes at once and stay unfenced.
 
 use async_trait::async_trait;
 use sqlx::postgres::{PgPool, PgRow};
@@ -19,6 +25,7 @@ use crate::handoff::{
 };
 use crate::StoreError;
 
+use super::cluster::{fenced, Fencing};
 use super::errors::map_sqlx;
 use super::rows::get;
 
@@ -29,6 +36,8 @@ const COLUMNS: &str = "id, session_id, profile, target, state, error, created_at
 pub(crate) struct PgHandoffs {
     pool: PgPool,
     sql: Sql,
+    /// A cluster node's: `request` is fenced (module doc).
+    fencing: Option<Fencing>,
 }
 
 /// The statements, built once.
@@ -96,7 +105,43 @@ impl PgHandoffs {
         PgHandoffs {
             pool,
             sql: Sql::new(),
+            fencing: None,
         }
+    }
+
+    /// A cluster node's handoff queue (module doc).
+    pub(crate) fn fenced(pool: PgPool, fencing: Fencing) -> Self {
+        PgHandoffs {
+            fencing: Some(fencing),
+            ..PgHandoffs::new(pool)
+        }
+    }
+
+    /// Cluster mode: the request's insert, in a transaction that holds the session's
+    /// ownership row under this node's fence.
+    async fn insert_fenced(
+        &self,
+        fencing: &Fencing,
+        query: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
+        session_id: &SessionId,
+    ) -> Result<u64, StoreError> {
+        let Some(fence) = fencing.fences.get(session_id) else {
+            return Err(StoreError::NotOwner {
+                session_id: session_id.clone(),
+                fence: 0,
+            });
+        };
+        let mut tx = self.pool.begin().await.map_err(map_sqlx)?;
+        let refused = fenced::check(&mut tx, &fencing.node, &[(session_id.as_str(), fence)])
+            .await
+            .map_err(map_sqlx)?;
+        if let Some(e) = refused.into_values().next() {
+            fencing.fences.forget(session_id, fence);
+            return Err(e);
+        }
+        let done = query.execute(&mut *tx).await.map_err(map_sqlx)?;
+        tx.commit().await.map_err(map_sqlx)?;
+        Ok(done.rows_affected())
     }
 
     /// The current state of a handoff, read after a compare-and-set refused it.
@@ -163,17 +208,22 @@ impl HandoffStore for PgHandoffs {
             created_at_ms: now,
             updated_at_ms: now,
         };
-        let inserted = sqlx::query(&self.sql.request)
+        let insert = sqlx::query(&self.sql.request)
             .bind(row.id.as_str())
             .bind(session_id.as_str())
             .bind(profile)
             .bind(target)
-            .bind(now)
-            .execute(&self.pool)
-            .await
-            .map_err(map_sqlx);
+            .bind(now);
+        let inserted = match &self.fencing {
+            None => insert
+                .execute(&self.pool)
+                .await
+                .map(|done| done.rows_affected())
+                .map_err(map_sqlx),
+            Some(fencing) => self.insert_fenced(fencing, insert, session_id).await,
+        };
         match inserted {
-            Ok(done) if done.rows_affected() == 1 => return Ok(RequestOutcome::Requested(row)),
+            Ok(1) => return Ok(RequestOutcome::Requested(row)),
             Ok(_) => {}
             // The partial unique index refused it: another request won a race that the INSERT's
             // own check could not see under READ COMMITTED.

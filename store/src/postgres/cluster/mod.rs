@@ -225,18 +225,18 @@ impl Cluster {
                 None
             }
         };
-        let fencing = Fencing {
-            node: self.inner.node.clone(),
-            fences: self.inner.fences.clone(),
-            accepts: self.inner.accepts.clone(),
-        };
-        Box::new(writer::start(settings, writer_id, conn, Some(fencing)))
+        Box::new(writer::start(
+            settings,
+            writer_id,
+            conn,
+            Some(self.fencing()),
+        ))
     }
 
     /// The whole store as this node sees it, for a gateway that runs as a node: a fenced
     /// writer ([`Cluster::open_writer`]), a read pool, and a handoff queue on connections of
-    /// this node's kind. The handoff transitions are not fenced yet (docs/ARCHITECTURE.md,
-    /// "Cluster (in progress)").
+    /// this node's kind, whose `request` is fenced like the writer's batches (the other
+    /// transitions are compare-and-sets on the handoff row alone).
     pub async fn open(&self) -> Result<Opened, ClusterError> {
         let settings = &self.inner.settings;
         let acquire = settings
@@ -263,9 +263,17 @@ impl Cluster {
         Ok(Opened {
             writer: self.open_writer().await,
             reader: Arc::new(PgReader::new(reader, self.inner.epoch.clone())),
-            handoffs: Arc::new(PgHandoffs::new(handoffs)),
+            handoffs: Arc::new(PgHandoffs::fenced(handoffs, self.fencing())),
             epoch: self.inner.epoch.clone(),
         })
+    }
+
+    fn fencing(&self) -> Fencing {
+        Fencing {
+            node: self.inner.node.clone(),
+            fences: self.inner.fences.clone(),
+            accepts: self.inner.accepts.clone(),
+        }
     }
 
     /// A listener for committed events of every node (`listener.rs`). Connects on its first
