@@ -253,9 +253,10 @@ impl Settings {
     }
 }
 
-/// The advisory lock key of a cluster node's writer: the gateway key's prefix (`tether`) and
-/// 16 bits of a hash of the node id (a fresh random id, so a collision only makes two nodes'
-/// writers take turns reconnecting, which the caller would see as `Held`).
+/// The advisory lock key of a cluster node's writer: `tn` in the high 16 bits (never the
+/// gateway key, whose are `te`) and 48 bits of a hash of the node id. Node ids are fresh and
+/// random, so two nodes share a key with odds of about one in 2^48 per pair (they would then
+/// see each other as `Held`).
 pub(crate) fn node_lock_key(node_id: &str) -> i64 {
     // FNV-1a: stable across builds and processes (unlike the std hasher).
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -263,9 +264,7 @@ pub(crate) fn node_lock_key(node_id: &str) -> i64 {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
-    // Keep `tether` in the high 48 bits, as LOCK_KEY; 0x0001 is the gateway's own.
-    let low = (h as u16).max(2);
-    (LOCK_KEY & !0xffff) | i64::from(low)
+    (0x746e_i64 << 48) | (h & 0xffff_ffff_ffff) as i64
 }
 
 /// Takes `key` on `c` (shared or exclusive), ending a stale holder where the module doc says
@@ -578,6 +577,17 @@ mod tests {
         );
         assert_eq!(WriterTag::parse(&name), Some(node));
         assert!(!node.same_kind(&a));
+    }
+
+    #[test]
+    fn node_keys_are_never_the_gateway_key() {
+        let (k1, k2) = (node_lock_key("n_1"), node_lock_key("n_2"));
+        assert_ne!(k1, k2);
+        assert_eq!(k1, node_lock_key("n_1"), "stable");
+        for k in [k1, k2] {
+            assert_ne!(k, LOCK_KEY);
+            assert_eq!(k >> 48, 0x746e);
+        }
     }
 
     #[test]

@@ -51,8 +51,9 @@ pub use forwards::{ForwardId, ForwardRow, ForwardState, FORWARD_CHANNEL};
 pub use listener::{parse as parse_notification, EventListener, Wake, CHANNEL};
 pub use node::{Heartbeat, NodeId};
 
-/// Connections of a node's own pool: heartbeats, claims, peer counts. A heartbeat must not
-/// wait long behind claims that wait on row locks.
+/// Connections of a node's own pool: claims, peer counts, forwards. Heartbeats have a
+/// connection of their own, so that claims waiting on row locks (up to `lock_timeout` each)
+/// can never delay a heartbeat past the lease.
 const NODE_CONNECTIONS: u32 = 4;
 
 /// A node of a cluster: its id, its connections, the fences it holds. Cheap to clone; every
@@ -67,6 +68,8 @@ struct Inner {
     node: NodeId,
     config: ClusterConfig,
     pool: PgPool,
+    /// The heartbeat's own connection (see [`NODE_CONNECTIONS`]).
+    beat: PgPool,
     fences: Fences,
     accepts: Accepts,
     epoch: String,
@@ -116,8 +119,13 @@ impl Cluster {
             .max_connections(NODE_CONNECTIONS)
             .min_connections(0)
             .acquire_timeout(config.lock_timeout().max(Duration::from_millis(500)))
+            .connect_lazy_with(options.clone());
+        let beat = PgPoolOptions::new()
+            .max_connections(1)
+            .min_connections(0)
+            .acquire_timeout(config.heartbeat_every.max(Duration::from_millis(200)))
             .connect_lazy_with(options);
-        node::register(&pool, &node).await?;
+        node::register(&beat, &node).await?;
         tracing::info!(node = %node, url = %settings.url, epoch = %epoch, lease_ms = config.lease.as_millis() as u64, "cluster node started");
         Ok(Cluster {
             inner: Arc::new(Inner {
@@ -125,6 +133,7 @@ impl Cluster {
                 node,
                 config,
                 pool,
+                beat,
                 fences: Fences::default(),
                 accepts: Accepts::default(),
                 epoch,
@@ -150,7 +159,7 @@ impl Cluster {
     /// One heartbeat; run it every [`ClusterConfig::heartbeat_every`]. A `run_restarted`
     /// answer means this node may have looked dead: re-check ownerships (DESIGN.md).
     pub async fn heartbeat(&self) -> Result<Heartbeat, ClusterError> {
-        node::heartbeat(&self.inner.pool, &self.inner.node, &self.inner.config).await
+        node::heartbeat(&self.inner.beat, &self.inner.node, &self.inner.config).await
     }
 
     /// Claims `session_id` (which need not exist yet: claim before creating it). Succeeds when
