@@ -47,6 +47,16 @@ pub enum StoreError {
         /// The forward.
         forward_id: String,
     },
+    /// Cluster mode: the op would park `session_id`, but live nodes still have `peers` peers
+    /// attached to it (DESIGN.md "Liveness"). Nothing of the op was written; the session
+    /// stays live.
+    #[error("session {session_id} still has {peers} peers attached on live nodes")]
+    InUse {
+        /// The session.
+        session_id: SessionId,
+        /// Peers attached over all live nodes.
+        peers: u64,
+    },
 }
 
 impl StoreError {
@@ -58,7 +68,8 @@ impl StoreError {
             StoreError::Io(_)
             | StoreError::Conflict(_)
             | StoreError::Invalid(_)
-            | StoreError::ForwardRefused { .. } => codes::STORAGE_WRITE_FAILED,
+            | StoreError::ForwardRefused { .. }
+            | StoreError::InUse { .. } => codes::STORAGE_WRITE_FAILED,
             // Retrying on the session's new owner works; the caller forwards there.
             StoreError::Unavailable(_) | StoreError::NotOwner { .. } => codes::STORAGE_UNAVAILABLE,
         }

@@ -1059,3 +1059,54 @@ async fn only_the_owner_requests_a_handoff_of_its_session() {
     ));
     drop(a);
 }
+
+/// A Patch op that parks `id`.
+fn park(id: &str) -> tether_store::WriteOp {
+    tether_store::WriteOp::Patch {
+        session_id: sid(id),
+        patch: tether_store::SessionPatch {
+            status: Some(tether_protocol::SessionStatus::Parked),
+            ..tether_store::SessionPatch::default()
+        },
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_with_peers_on_a_live_node_is_not_parked() {
+    let Some(db) = database().await else { return };
+    let (a, _ha, mut owner) = owner_of_sessions(&db, &["s_park", "s_idle"]).await;
+    let b = node(&db).await;
+    let hb = heartbeats(&b);
+    let s = sid("s_park");
+    // A peer attaches on B; B learns who owns the session, under the same lock a park takes.
+    let owned = b.set_peers(&s, 1).await.expect("peers");
+    assert_eq!(owned, Some((Some(a.node_id().clone()), 1)));
+    let results = owner
+        .writer
+        .commit(vec![park("s_park"), park("s_idle")])
+        .await;
+    assert_eq!(
+        results,
+        vec![
+            Err(StoreError::InUse {
+                session_id: s.clone(),
+                peers: 1
+            }),
+            Ok(())
+        ],
+        "the idle session parks, the attached one does not"
+    );
+    // B dies with its peer count still stored: once B's lease has run out it no longer counts.
+    hb.abort();
+    let writer = &mut owner.writer;
+    let deadline = tokio::time::Instant::now() + BOUND;
+    loop {
+        match writer.commit(vec![park("s_park")]).await.remove(0) {
+            Ok(()) => break,
+            Err(StoreError::InUse { .. }) => {}
+            Err(e) => panic!("park: {e}"),
+        }
+        assert!(tokio::time::Instant::now() < deadline, "still in use");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

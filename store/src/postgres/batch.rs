@@ -264,6 +264,22 @@ impl<'a> Plan<'a> {
         all
     }
 
+    /// The sessions the statement parks (their status becomes `parked`).
+    pub(crate) fn parking(&self) -> Vec<&'a str> {
+        let parked = SessionStatus::Parked.as_str();
+        let created = self
+            .inserts
+            .iter()
+            .filter(|r| r.status == parked)
+            .map(|r| r.session.id.as_str());
+        let updated = self
+            .updates
+            .iter()
+            .filter(|u| u.status == Some(parked))
+            .map(|u| u.id);
+        created.chain(updated).collect()
+    }
+
     /// (session, seq) of every event of the statement.
     pub(crate) fn event_keys(&self) -> impl Iterator<Item = (&'a str, u64)> + '_ {
         self.events.iter().map(|(id, e)| (*id, e.seq))

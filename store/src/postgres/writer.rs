@@ -780,6 +780,14 @@ async fn execute_fenced(
         tx.rollback().await?;
         return Ok(Sent::Refused(refused));
     }
+    let parking = plan.parking();
+    if !parking.is_empty() {
+        let busy = fenced::in_use(&mut tx, &parking, fencing.lease).await?;
+        if !busy.is_empty() {
+            tx.rollback().await?;
+            return Ok(Sent::Refused(busy));
+        }
+    }
     if !accepting.is_empty() {
         let refused = fenced::accept(&mut tx, &accepting).await?;
         if !refused.is_empty() {

@@ -21,6 +21,7 @@
 //! the node's idea of its lease enters into it.
 
 use std::collections::{HashMap, HashSet};
+use std::time::Duration;
 
 use sqlx::postgres::PgConnection;
 use sqlx::Row;
@@ -31,6 +32,7 @@ use crate::StoreError;
 
 use super::forwards::{Accepts, ForwardId};
 use super::listener::CHANNEL;
+use super::node::millis;
 use super::{Fences, NodeId};
 
 /// What a node's writer needs to fence its writes: who it is, what it holds, and which
@@ -40,6 +42,8 @@ pub(crate) struct Fencing {
     pub node: NodeId,
     pub fences: Fences,
     pub accepts: Accepts,
+    /// The lease: peers of nodes whose heartbeat is older do not count.
+    pub lease: Duration,
 }
 
 /// What planning a batch in cluster mode consults (`Plan::new`): the fences held for its
@@ -132,6 +136,35 @@ pub(crate) async fn accept(
         }
     }
     Ok(refused)
+}
+
+/// Step 1c: of the sessions the batch parks, those with peers on live nodes, as their
+/// `InUse` errors. Read under the ownership rows' locks, which an attach takes too
+/// (`peers.rs`), so no peer can attach between this count and the commit.
+pub(crate) async fn in_use(
+    tx: &mut PgConnection,
+    parking: &[&str],
+    lease: Duration,
+) -> Result<HashMap<SessionId, StoreError>, sqlx::Error> {
+    let rows = sqlx::query(
+        "SELECT p.session_id, SUM(p.peers)::bigint FROM session_peers p \
+         JOIN nodes n ON n.id = p.node_id \
+         WHERE p.session_id = ANY($1) AND p.peers > 0 \
+           AND clock_timestamp() - n.heartbeat_at <= $2 * interval '1 millisecond' \
+         GROUP BY p.session_id",
+    )
+    .bind(parking)
+    .bind(millis(lease))
+    .fetch_all(&mut *tx)
+    .await?;
+    let mut busy = HashMap::new();
+    for row in rows {
+        let session_id = SessionId::from(row.try_get::<String, _>(0)?);
+        let peers = u64::try_from(row.try_get::<i64, _>(1)?).unwrap_or(0);
+        tracing::info!(session_id = %session_id, peers, "not parking: peers attached on live nodes");
+        busy.insert(session_id.clone(), StoreError::InUse { session_id, peers });
+    }
+    Ok(busy)
 }
 
 /// Step 3: one notification per session whose `latest_seq` the batch moves (or that it

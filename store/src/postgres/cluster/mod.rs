@@ -282,6 +282,7 @@ impl Cluster {
             node: self.inner.node.clone(),
             fences: self.inner.fences.clone(),
             accepts: self.inner.accepts.clone(),
+            lease: self.inner.config.lease,
         }
     }
 
@@ -364,8 +365,15 @@ impl Cluster {
         forwards::state(&self.inner.pool, id).await
     }
 
-    /// Sets this node's peer count on `session_id`.
-    pub async fn set_peers(&self, session_id: &SessionId, peers: u64) -> Result<(), ClusterError> {
+    /// Sets this node's peer count on `session_id`, under the session's ownership row (share
+    /// lock), so it cannot slip between a park's count of live peers and its commit. Returns
+    /// the owner and fence as they stand under that lock: a parked or unowned session is the
+    /// attacher's to claim; a live owner's to follow.
+    pub async fn set_peers(
+        &self,
+        session_id: &SessionId,
+        peers: u64,
+    ) -> Result<Option<(Option<NodeId>, u64)>, ClusterError> {
         peers::set(&self.inner.pool, &self.inner.node, session_id, peers).await
     }
 
