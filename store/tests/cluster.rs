@@ -1110,3 +1110,28 @@ async fn a_session_with_peers_on_a_live_node_is_not_parked() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_leaves_cleanly_hands_its_sessions_over_at_once() {
+    let Some(db) = database().await else { return };
+    let (a, ha, mut owner) = owner_of_sessions(&db, &["s_handed"]).await;
+    let b = node(&db).await;
+    let _hb = heartbeats(&b);
+    let s = sid("s_handed");
+    a.set_peers(&s, 1).await.expect("peers");
+    ha.abort();
+    assert_eq!(a.leave().await.expect("leave"), 1);
+    assert_eq!(b.live_peers(&s).await.expect("count"), 0);
+    // No lease to wait for, and no run of heartbeats needed: the session is unowned.
+    let claim = b.claim(&s).await.expect("claim at once");
+    assert_eq!((claim.fence, claim.previous), (2, PreviousOwner::None));
+    // The node that left writes nothing more.
+    assert!(matches!(
+        owner.writer.commit(vec![append("s_handed", 2, 1, 1)]).await[0],
+        Err(StoreError::NotOwner { .. })
+    ));
+    assert!(matches!(
+        a.heartbeat().await,
+        Err(ClusterError::UnknownNode { .. })
+    ));
+}

@@ -201,6 +201,18 @@ impl Cluster {
         claim::release(&self.inner.pool, &self.inner.node, session_id, fence).await
     }
 
+    /// A clean stop (drain, rolling restart), once this node's writers are done: releases
+    /// every session it owns so other nodes take them over at once, removes its peer counts
+    /// and its row. Afterwards every write and claim of this node fails (its row is gone:
+    /// [`ClusterError::UnknownNode`]). Returns how many sessions were released.
+    pub async fn leave(&self) -> Result<u64, ClusterError> {
+        let released = node::leave(&self.inner.beat, &self.inner.node).await?;
+        for (session_id, fence) in self.inner.fences.all() {
+            self.inner.fences.forget(&session_id, fence);
+        }
+        Ok(released)
+    }
+
     /// The owner and fence of a session as stored (`None`: never claimed; owner `None`:
     /// released). A read: by the time it returns it may have changed.
     pub async fn owner_of(

@@ -114,6 +114,32 @@ pub(crate) async fn heartbeat(
     Ok(beat)
 }
 
+/// A clean stop: every session this node owns becomes unowned (so other nodes claim them at
+/// once, without waiting for the lease), its peer counts go, and its row goes. One
+/// transaction. Returns how many sessions were released.
+pub(crate) async fn leave(pool: &PgPool, node: &NodeId) -> Result<u64, ClusterError> {
+    let mut tx = pool.begin().await.map_err(map_sqlx)?;
+    let released = sqlx::query("UPDATE session_owners SET node_id = NULL WHERE node_id = $1")
+        .bind(node.as_str())
+        .execute(&mut *tx)
+        .await
+        .map_err(map_sqlx)?
+        .rows_affected();
+    sqlx::query("DELETE FROM session_peers WHERE node_id = $1")
+        .bind(node.as_str())
+        .execute(&mut *tx)
+        .await
+        .map_err(map_sqlx)?;
+    sqlx::query("DELETE FROM nodes WHERE id = $1")
+        .bind(node.as_str())
+        .execute(&mut *tx)
+        .await
+        .map_err(map_sqlx)?;
+    tx.commit().await.map_err(map_sqlx)?;
+    tracing::info!(node = %node, released, "cluster node left");
+    Ok(released)
+}
+
 /// A duration in whole milliseconds for SQL (`$n * interval '1 millisecond'`).
 pub(crate) fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
