@@ -614,3 +614,24 @@ pub(crate) fn session_of(op: &WriteOp) -> &SessionId {
         WriteOp::Append { session_id, .. } | WriteOp::Patch { session_id, .. } => session_id,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fenced_statement_is_the_single_gateways_plus_the_fence_column() {
+        // The single gateway's statement is exactly what it was before clusters.
+        assert!(!STATEMENT.contains("fence"));
+        assert!(!STATEMENT.contains("$36"));
+        assert!(STATEMENT.contains(
+            "INSERT INTO events (session_id, seq, type, payload, turn_id, trace_id, ts_ms) "
+        ));
+        assert_eq!(
+            STATEMENT_FENCED
+                .replacen(", fence", "", 1)
+                .replacen(", $36::bigint[]", "", 1),
+            STATEMENT
+        );
+    }
+}
