@@ -55,7 +55,7 @@ pub mod testing;
 pub mod cluster {
     pub use crate::postgres::cluster::{
         parse_notification, Claim, Cluster, ClusterConfig, ClusterError, EventListener, Fences,
-        ForwardId, ForwardRow, ForwardState, Heartbeat, NodeId, PreviousOwner, Wake, CHANNEL,
-        FORWARD_CHANNEL,
+        ForwardId, ForwardRow, ForwardState, Heartbeat, NodeId, Ownership, PreviousOwner, Wake,
+        CHANNEL, FORWARD_CHANNEL,
     };
 }

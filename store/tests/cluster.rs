@@ -1135,3 +1135,60 @@ async fn a_node_that_leaves_cleanly_hands_its_sessions_over_at_once() {
         Err(ClusterError::UnknownNode { .. })
     ));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_polls_ownerships_and_housekeeping_forgets_long_dead_nodes() {
+    let Some(db) = database().await else { return };
+    let (a, ha, _owner) = owner_of_sessions(&db, &["s_polled"]).await;
+    let b = node(&db).await;
+    let _hb = heartbeats(&b);
+    let s = sid("s_polled");
+    a.set_peers(&s, 1).await.expect("peers");
+    let seen = b
+        .owners(&[s.clone(), sid("s_never_claimed")])
+        .await
+        .expect("owners");
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(
+        (
+            &seen[0].session_id,
+            seen[0].owner.as_ref(),
+            seen[0].fence,
+            seen[0].owner_live
+        ),
+        (&s, Some(a.node_id()), 1, true)
+    );
+    let forward = b
+        .forward(&s, "prompt.submit", "{}", Duration::from_millis(100))
+        .await
+        .expect("forward");
+    ha.abort();
+    let (b_ref, s_ref) = (&b, &s);
+    until("the owner to look dead", || async move {
+        let seen = b_ref.owners(std::slice::from_ref(s_ref)).await.ok()?;
+        (!seen[0].owner_live).then_some(())
+    })
+    .await;
+    // Long dead (here: two leases, the least `sweep` keeps): A's row, its peer count and the
+    // expired forward go; the ownership row stays and still names a dead owner.
+    let mut swept = (0, 0);
+    let deadline = tokio::time::Instant::now() + BOUND;
+    while swept != (1, 1) {
+        let more = b.sweep(Duration::ZERO).await.expect("sweep");
+        swept = (swept.0 + more.0, swept.1 + more.1);
+        assert!(swept.0 <= 1 && swept.1 <= 1, "{swept:?}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "swept only {swept:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(b.live_peers(&s).await.expect("count"), 0);
+    assert_eq!(b.forward_state(&forward).await.expect("state"), None);
+    assert!(matches!(
+        a.heartbeat().await,
+        Err(ClusterError::UnknownNode { .. })
+    ));
+    let claim = claim_when_allowed(&b, &s).await;
+    assert_eq!(claim.previous, PreviousOwner::Dead(a.node_id().clone()));
+}

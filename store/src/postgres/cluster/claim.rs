@@ -233,6 +233,55 @@ pub(crate) async fn lost(
         .collect()
 }
 
+/// A session's ownership as stored, with its owner's liveness by the server's clock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ownership {
+    /// The session.
+    pub session_id: SessionId,
+    /// Its owner (`None`: released).
+    pub owner: Option<NodeId>,
+    /// Its fence.
+    pub fence: u64,
+    /// The owner's heartbeat is within the lease. `false` for no owner, or a dead one: the
+    /// session is for whoever needs it to claim.
+    pub owner_live: bool,
+}
+
+/// The ownership of each of `ids` that has an ownership row (one read; the poll a follower
+/// runs, since a dead owner cannot notify).
+pub(crate) async fn owners(
+    pool: &PgPool,
+    config: &ClusterConfig,
+    ids: &[SessionId],
+) -> Result<Vec<Ownership>, ClusterError> {
+    let names: Vec<&str> = ids.iter().map(SessionId::as_str).collect();
+    let rows = sqlx::query(
+        "SELECT o.session_id, o.node_id, o.fence, \
+             COALESCE(clock_timestamp() - n.heartbeat_at <= $2 * interval '1 millisecond', false) \
+         FROM session_owners o LEFT JOIN nodes n ON n.id = o.node_id \
+         WHERE o.session_id = ANY($1) ORDER BY o.session_id",
+    )
+    .bind(&names)
+    .bind(super::node::millis(config.lease))
+    .fetch_all(pool)
+    .await
+    .map_err(map_sqlx)?;
+    rows.iter()
+        .map(|r| {
+            let fence: i64 = r.try_get(2).map_err(map_sqlx)?;
+            Ok(Ownership {
+                session_id: SessionId::from(r.try_get::<String, _>(0).map_err(map_sqlx)?),
+                owner: r
+                    .try_get::<Option<String>, _>(1)
+                    .map_err(map_sqlx)?
+                    .map(NodeId::from),
+                fence: u64::try_from(fence).unwrap_or(0),
+                owner_live: r.try_get(3).map_err(map_sqlx)?,
+            })
+        })
+        .collect()
+}
+
 /// The owner and fence of a session as stored (`None`: no ownership row).
 pub(crate) async fn owner_of(
     pool: &PgPool,

@@ -41,7 +41,7 @@ use super::handoffs::PgHandoffs;
 use super::reader::PgReader;
 use super::{check_pool, connect_retrying, ensure_epoch, migrate, writer, HANDOFF_CONNECTIONS};
 
-pub use claim::{Claim, PreviousOwner};
+pub use claim::{Claim, Ownership, PreviousOwner};
 pub use config::ClusterConfig;
 pub use error::ClusterError;
 pub(crate) use fenced::{Fencing, Guard};
@@ -211,6 +211,20 @@ impl Cluster {
             self.inner.fences.forget(&session_id, fence);
         }
         Ok(released)
+    }
+
+    /// The ownership of each of `ids` that has a row, with each owner's liveness by the
+    /// server's clock: the poll a follower runs at least every second (a dead node cannot
+    /// notify anyone), claiming the sessions whose owner is not live.
+    pub async fn owners(&self, ids: &[SessionId]) -> Result<Vec<Ownership>, ClusterError> {
+        claim::owners(&self.inner.pool, &self.inner.config, ids).await
+    }
+
+    /// Housekeeping, for any node to run now and then: forgets nodes dead for longer than
+    /// `keep` (at least two leases), their peer counts, and forwards whose deadline is more
+    /// than `keep` past. Returns (nodes, forwards) deleted.
+    pub async fn sweep(&self, keep: Duration) -> Result<(u64, u64), ClusterError> {
+        node::sweep(&self.inner.pool, keep.max(self.inner.config.lease * 2)).await
     }
 
     /// The owner and fence of a session as stored (`None`: never claimed; owner `None`:

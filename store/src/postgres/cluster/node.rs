@@ -140,6 +140,47 @@ pub(crate) async fn leave(pool: &PgPool, node: &NodeId) -> Result<u64, ClusterEr
     Ok(released)
 }
 
+/// Housekeeping: deletes the rows of nodes whose last heartbeat is older than `keep` (dead
+/// for that long: a node that comes back after it finds itself `UnknownNode` and must start
+/// again under a new id, which it would have to anyway, its sessions being claimable), their
+/// peer counts, and forwards whose deadline is more than `keep` past (nobody waits for those
+/// any more, whatever their state).
+/// Ownership rows naming a deleted node stay: a missing node is a dead owner. Returns the
+/// number of nodes and forwards deleted.
+pub(crate) async fn sweep(pool: &PgPool, keep: Duration) -> Result<(u64, u64), ClusterError> {
+    let keep = millis(keep);
+    let mut tx = pool.begin().await.map_err(map_sqlx)?;
+    sqlx::query(
+        "DELETE FROM session_peers p USING nodes n WHERE n.id = p.node_id \
+         AND clock_timestamp() - n.heartbeat_at > $1 * interval '1 millisecond'",
+    )
+    .bind(keep)
+    .execute(&mut *tx)
+    .await
+    .map_err(map_sqlx)?;
+    let nodes = sqlx::query(
+        "DELETE FROM nodes WHERE clock_timestamp() - heartbeat_at > $1 * interval '1 millisecond'",
+    )
+    .bind(keep)
+    .execute(&mut *tx)
+    .await
+    .map_err(map_sqlx)?
+    .rows_affected();
+    let forwards = sqlx::query(
+        "DELETE FROM forwards WHERE clock_timestamp() - deadline > $1 * interval '1 millisecond'",
+    )
+    .bind(keep)
+    .execute(&mut *tx)
+    .await
+    .map_err(map_sqlx)?
+    .rows_affected();
+    tx.commit().await.map_err(map_sqlx)?;
+    if nodes > 0 || forwards > 0 {
+        tracing::info!(nodes, forwards, "cluster housekeeping");
+    }
+    Ok((nodes, forwards))
+}
+
 /// A duration in whole milliseconds for SQL (`$n * interval '1 millisecond'`).
 pub(crate) fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
