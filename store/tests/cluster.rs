@@ -1192,3 +1192,77 @@ async fn a_follower_polls_ownerships_and_housekeeping_forgets_long_dead_nodes() 
     let claim = claim_when_allowed(&b, &s).await;
     assert_eq!(claim.previous, PreviousOwner::Dead(a.node_id().clone()));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_takeover_under_load_leaves_one_history_with_fences_that_never_decrease() {
+    let Some(db) = database().await else { return };
+    let (a, ha, mut wa) = owner_of_sessions(&db, &["s_load"]).await;
+    let s = sid("s_load");
+    let b = node(&db).await;
+    let _hb = heartbeats(&b);
+    // A appends as fast as it can; from the moment its heartbeats stop until B has claimed,
+    // its appends keep committing (fencing, not timing); after that every one is refused.
+    let appender = {
+        let s = s.clone();
+        tokio::spawn(async move {
+            let mut next = 2u64;
+            let mut acked = Vec::new();
+            let mut refused = 0u64;
+            while refused < 20 {
+                let r = wa
+                    .writer
+                    .commit(vec![append("s_load", next, 2, next + 1)])
+                    .await
+                    .remove(0);
+                match r {
+                    Ok(()) => {
+                        acked.push((next, next + 1));
+                        next += 2;
+                    }
+                    Err(StoreError::NotOwner { session_id, .. }) => {
+                        assert_eq!(session_id, s);
+                        refused += 1;
+                        // It keeps trying as a confused old owner would, with the seqs it has.
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                    Err(e) => panic!("append: {e}"),
+                }
+            }
+            acked
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    ha.abort();
+    let claim = claim_when_allowed(&b, &s).await;
+    assert_eq!(claim.previous, PreviousOwner::Dead(a.node_id().clone()));
+    let mut wb = b.open_writer().await;
+    let from = wb.latest_seq(&s).await.expect("latest");
+    for i in 0..10 {
+        commit_one(&mut wb, append("s_load", from + 1 + i, 1, 0))
+            .await
+            .expect("the new owner writes");
+    }
+    let acked = tokio::time::timeout(BOUND, appender)
+        .await
+        .expect("the old owner gives up in time")
+        .expect("appender");
+    assert!(!acked.is_empty());
+
+    let stored = fences_along_seq(&db, "s_load").await;
+    let seqs: Vec<i64> = stored.iter().map(|e| e.0).collect();
+    assert_eq!(
+        seqs,
+        (1..=(from as i64 + 10)).collect::<Vec<_>>(),
+        "one gap-free history"
+    );
+    // Everything A was told is committed is there under A's fence, before B's first event.
+    let a_part = stored.iter().take_while(|e| e.1 == 1).count() as u64;
+    assert_eq!(a_part, from, "A's events are exactly those before B's");
+    for (first, last) in acked {
+        assert!(
+            last <= from,
+            "acked {first}..={last} past the takeover at {from}"
+        );
+    }
+    assert!(stored.iter().skip(from as usize).all(|e| e.1 == 2));
+}
