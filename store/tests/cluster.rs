@@ -1266,3 +1266,49 @@ async fn a_takeover_under_load_leaves_one_history_with_fences_that_never_decreas
     }
     assert!(stored.iter().skip(from as usize).all(|e| e.1 == 2));
 }
+
+/// Not a test of behaviour: what fencing costs per batch, single gateway against node writer,
+/// on the same server. `cargo test -p tether-store --test cluster -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn cost_of_a_fenced_batch() {
+    const BATCHES: u64 = 1000;
+    let Some(server) = postgres_server() else {
+        return;
+    };
+    let single_db = TestDatabase::create(&server).await;
+    let mut single = open_postgres(&config(&single_db)).await.expect("open");
+    assert!(single
+        .writer
+        .commit(vec![create("s_cost", "p", 1, 0)])
+        .await[0]
+        .is_ok());
+    let started = std::time::Instant::now();
+    for i in 0..BATCHES {
+        let r = single
+            .writer
+            .commit(vec![append("s_cost", 2 + i, 1, 0)])
+            .await;
+        assert!(r[0].is_ok());
+    }
+    let single_time = started.elapsed();
+
+    let node_db = TestDatabase::create(&server).await;
+    let (_a, _ha, mut owner) = owner_of_sessions(&node_db, &["s_cost"]).await;
+    let started = std::time::Instant::now();
+    for i in 0..BATCHES {
+        let r = owner
+            .writer
+            .commit(vec![append("s_cost", 2 + i, 1, 0)])
+            .await;
+        assert!(r[0].is_ok());
+    }
+    let node_time = started.elapsed();
+    println!(
+        "{BATCHES} one-append batches: single gateway {:?} ({:.0} µs each), node {:?} ({:.0} µs each)",
+        single_time,
+        single_time.as_micros() as f64 / BATCHES as f64,
+        node_time,
+        node_time.as_micros() as f64 / BATCHES as f64
+    );
+}
