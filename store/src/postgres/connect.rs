@@ -3,8 +3,8 @@
 //!
 //! # The writer's lock
 //!
-//! Until several gateways can share one database (the next issue: ownership rows and fences),
-//! a database belongs to one gateway, like a data directory. The writer connection holds a
+//! Unless its gateways run as the nodes of a cluster (below), a database belongs to one
+//! gateway, like a data directory. The writer connection holds a
 //! session-level advisory lock for as long as it lives, and writes nothing on a connection that
 //! does not hold it. Putting the lock on the writer's own connection (not on a side connection)
 //! is what makes two things true at once:
