@@ -40,12 +40,16 @@ pub enum StoreError {
         fence: u64,
     },
     /// Cluster mode: the op was to accept the forwarded request `forward_id` (the request's
-    /// first write), but the forward is past its deadline, withdrawn by its forwarder, or not
-    /// of this session. Nothing of the op was written; the request must not run.
+    /// first write, the event at `seq`), but the forward is past its deadline, withdrawn by
+    /// its forwarder, or not of this session. Nothing of the op was written, nor of the later
+    /// ops of its session in the batch; the request must not run. Earlier ops of the session
+    /// are not affected.
     #[error("forwarded request {forward_id} can no longer be accepted")]
     ForwardRefused {
         /// The forward.
         forward_id: String,
+        /// The seq of the event whose write was to accept it.
+        seq: u64,
     },
     /// Cluster mode: the op would park `session_id`, but live nodes still have `peers` peers
     /// attached to it (DESIGN.md "Liveness"). Nothing of the op was written; the session

@@ -849,7 +849,8 @@ async fn a_forward_past_its_deadline_or_withdrawn_never_runs() {
     assert_eq!(
         results[1],
         Err(StoreError::ForwardRefused {
-            forward_id: late.to_string()
+            forward_id: late.to_string(),
+            seq: 2
         })
     );
     assert_eq!(owner.writer.latest_seq(&s).await, Ok(1));
@@ -868,10 +869,36 @@ async fn a_forward_past_its_deadline_or_withdrawn_never_runs() {
         owner.writer.commit(vec![append("s_late", 2, 1, 1)]).await[0],
         Err(StoreError::ForwardRefused { .. })
     ));
+    // Ops of the session before the one that was to accept a refused forward commit; that op
+    // and the later ones do not.
+    let cut = b
+        .forward(&s, "prompt.submit", "{}", Duration::from_secs(30))
+        .await
+        .expect("forward");
+    assert!(b.withdraw_forward(&cut).await.expect("withdraw"));
+    a.accept_with(&s, 3, &cut);
+    let results = owner
+        .writer
+        .commit(vec![
+            append("s_late", 2, 1, 1),
+            append("s_late", 3, 1, 2),
+            append("s_late", 4, 1, 3),
+        ])
+        .await;
+    assert_eq!(results[0], Ok(()));
+    assert!(matches!(
+        results[1],
+        Err(StoreError::ForwardRefused { seq: 3, .. })
+    ));
+    assert!(matches!(
+        results[2],
+        Err(StoreError::ForwardRefused { seq: 3, .. })
+    ));
+    assert_eq!(owner.writer.latest_seq(&s).await, Ok(2));
     // The registration went with the refusal: the same seq written for the session's own
     // sake goes through.
     assert_eq!(
-        owner.writer.commit(vec![append("s_late", 2, 1, 1)]).await,
+        owner.writer.commit(vec![append("s_late", 3, 1, 2)]).await,
         vec![Ok(())]
     );
 }

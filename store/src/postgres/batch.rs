@@ -19,7 +19,7 @@
 //!
 //! The statement text never changes, so it is prepared once per connection.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use super::cluster::Guard;
 
@@ -159,6 +159,9 @@ pub(crate) struct Plan<'a> {
     /// Cluster mode: the fence each session of the statement is written under (a branch's
     /// parent included); the transaction checks them all first. `None`: a single gateway.
     fences: Option<HashMap<&'a str, u64>>,
+    /// Cluster mode: sessions from which on (in batch order) every op is refused, because one
+    /// of their forwards was refused at that op.
+    cut: HashSet<&'a str>,
 }
 
 /// What a session's row tells after the statement: it ran or it did not.
@@ -200,6 +203,7 @@ impl<'a> Plan<'a> {
             events: Vec::new(),
             op_sessions: Vec::with_capacity(ops.len()),
             fences: guard.map(|_| HashMap::new()),
+            cut: HashSet::new(),
         };
         for op in ops {
             plan.op_sessions.push(session_of(op).as_str());
@@ -230,10 +234,22 @@ impl<'a> Plan<'a> {
             WriteOp::CreateSession { session, .. } => session.parent_session_id.as_ref(),
             _ => None,
         };
+        let own = session_of(op);
         let mut fences = Vec::with_capacity(2);
-        for id in std::iter::once(session_of(op)).chain(parent) {
-            if let Some(e) = guard.refused.get(id) {
-                return Err(e.clone());
+        for id in std::iter::once(own).chain(parent) {
+            match guard.refused.get(id) {
+                // A refused forward cuts its session's ops from the op that was to accept it
+                // on; the ones before it are unaffected, and a parent's forward is not the
+                // branch's business.
+                Some(e @ StoreError::ForwardRefused { seq, .. })
+                    if id == own && (self.cut.contains(id.as_str()) || reaches(op, *seq)) =>
+                {
+                    self.cut.insert(id.as_str());
+                    return Err(e.clone());
+                }
+                Some(StoreError::ForwardRefused { .. }) => {}
+                Some(e) => return Err(e.clone()),
+                None => {}
             }
             match guard.held.get(id) {
                 Some(fence) => fences.push((id.as_str(), *fence)),
@@ -606,6 +622,15 @@ impl<'a> Plan<'a> {
         self.events.extend(events.iter().map(|e| (id, e)));
         Ok(())
     }
+}
+
+/// True when `op` writes the event `seq` or a later one of its session.
+fn reaches(op: &WriteOp, seq: u64) -> bool {
+    let events = match op {
+        WriteOp::CreateSession { events, .. } | WriteOp::Append { events, .. } => events,
+        WriteOp::Patch { .. } => return false,
+    };
+    events.last().is_some_and(|last| last.seq >= seq)
 }
 
 pub(crate) fn session_of(op: &WriteOp) -> &SessionId {

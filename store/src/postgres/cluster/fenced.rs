@@ -131,6 +131,7 @@ pub(crate) async fn accept(
                 session_id.clone(),
                 StoreError::ForwardRefused {
                     forward_id: id.to_string(),
+                    seq: *seq,
                 },
             );
         }
