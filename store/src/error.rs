@@ -5,7 +5,7 @@
 //! carry a human-readable message (already stripped of anything dialect-specific beyond the
 //! database's own text) and are `Clone` because one failed COMMIT fails every op of its batch.
 
-use tether_protocol::{codes, RpcError};
+use tether_protocol::{codes, RpcError, SessionId};
 
 /// What went wrong in the store. See [`StoreError::code`] for the wire mapping.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -27,6 +27,40 @@ pub enum StoreError {
     /// an unknown status string in a row).
     #[error("invalid store data: {0}")]
     Invalid(String),
+    /// Cluster mode (PostgreSQL, several gateways): this node does not own `session_id` under
+    /// `fence` (the fence it held, 0 for none), because another node claimed it since or it was
+    /// never claimed here. Nothing of the op was written by this node. The caller stops acting
+    /// as the session's owner (docs/ARCHITECTURE.md, "Cluster (in progress)"). Never produced by
+    /// a single gateway.
+    #[error("this node does not own session {session_id} (fence {fence})")]
+    NotOwner {
+        /// The session written to.
+        session_id: SessionId,
+        /// The fence the writer held for it (0: none).
+        fence: u64,
+    },
+    /// Cluster mode: the op was to accept the forwarded request `forward_id` (the request's
+    /// first write, the event at `seq`), but the forward is past its deadline, withdrawn by
+    /// its forwarder, or not of this session. Nothing of the op was written, nor of the later
+    /// ops of its session in the batch; the request must not run. Earlier ops of the session
+    /// are not affected.
+    #[error("forwarded request {forward_id} can no longer be accepted")]
+    ForwardRefused {
+        /// The forward.
+        forward_id: String,
+        /// The seq of the event whose write was to accept it.
+        seq: u64,
+    },
+    /// Cluster mode: the op would park `session_id`, but live nodes still have `peers` peers
+    /// attached to it (DESIGN.md "Liveness"). Nothing of the op was written; the session
+    /// stays live.
+    #[error("session {session_id} still has {peers} peers attached on live nodes")]
+    InUse {
+        /// The session.
+        session_id: SessionId,
+        /// Peers attached over all live nodes.
+        peers: u64,
+    },
 }
 
 impl StoreError {
@@ -35,10 +69,13 @@ impl StoreError {
     pub fn code(&self) -> i64 {
         match self {
             StoreError::Full(_) => codes::STORAGE_FULL,
-            StoreError::Io(_) | StoreError::Conflict(_) | StoreError::Invalid(_) => {
-                codes::STORAGE_WRITE_FAILED
-            }
-            StoreError::Unavailable(_) => codes::STORAGE_UNAVAILABLE,
+            StoreError::Io(_)
+            | StoreError::Conflict(_)
+            | StoreError::Invalid(_)
+            | StoreError::ForwardRefused { .. }
+            | StoreError::InUse { .. } => codes::STORAGE_WRITE_FAILED,
+            // Retrying on the session's new owner works; the caller forwards there.
+            StoreError::Unavailable(_) | StoreError::NotOwner { .. } => codes::STORAGE_UNAVAILABLE,
         }
     }
 }
@@ -63,6 +100,11 @@ mod tests {
         assert_eq!(StoreError::Conflict("x".into()).code(), 5071);
         assert_eq!(StoreError::Invalid("x".into()).code(), 5071);
         assert_eq!(StoreError::Unavailable("x".into()).code(), 5072);
+        let lost = StoreError::NotOwner {
+            session_id: SessionId::from("s_1"),
+            fence: 3,
+        };
+        assert_eq!(lost.code(), 5072);
     }
 
     #[test]

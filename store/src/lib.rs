@@ -53,3 +53,13 @@ pub use sqlite::{open_sqlite, open_sqlite_writer};
 
 #[doc(hidden)]
 pub mod testing;
+
+/// Several gateways (nodes) on one PostgreSQL: nodes, leases, claims with fences, fenced
+/// writers, event notifications (issue 19, in progress; `postgres/cluster/`).
+pub mod cluster {
+    pub use crate::postgres::cluster::{
+        parse_notification, Claim, Cluster, ClusterConfig, ClusterError, EventListener, Fences,
+        ForwardId, ForwardRow, ForwardState, Heartbeat, NodeId, Ownership, PreviousOwner, Wake,
+        CHANNEL, FORWARD_CHANNEL,
+    };
+}

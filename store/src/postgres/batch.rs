@@ -19,7 +19,9 @@
 //!
 //! The statement text never changes, so it is prepared once per connection.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+
+use super::cluster::Guard;
 
 use tether_protocol::{SessionId, SessionStatus};
 
@@ -33,8 +35,12 @@ type OpResult = Result<(), StoreError>;
 /// that does not. True until the writer itself writes again (the statement re-checks it).
 pub(crate) type Known = HashMap<SessionId, Option<u64>>;
 
-/// The batch statement. Parameter numbers are fixed; see [`Plan::query`].
-pub(crate) const STATEMENT: &str = "WITH \
+/// The batch statement, with the events' columns and parameters as the two variants need them.
+/// Parameter numbers are fixed; see [`Plan::query`].
+macro_rules! batch_statement {
+    ($event_columns:literal, $event_fence:literal) => {
+        concat!(
+            "WITH \
 new_profiles AS ( \
     INSERT INTO profiles (name, created_at_ms) \
     SELECT * FROM UNNEST($1::text[], $2::bigint[]) \
@@ -62,10 +68,20 @@ changed AS ( \
     WHERE s.id = u.id AND s.latest_seq = u.expected \
     RETURNING 1), \
 new_events AS ( \
-    INSERT INTO events (session_id, seq, type, payload, turn_id, trace_id, ts_ms) \
+    INSERT INTO events (session_id, seq, type, payload, turn_id, trace_id, ts_ms", $event_columns, ") \
     SELECT * FROM UNNEST($28::text[], $29::bigint[], $30::text[], $31::text[], $32::text[], \
-        $33::text[], $34::bigint[])) \
-SELECT tether_expect_sessions((SELECT count(*) FROM changed), $35)";
+        $33::text[], $34::bigint[]", $event_fence, ")) \
+SELECT tether_expect_sessions((SELECT count(*) FROM changed), $35)"
+        )
+    };
+}
+
+/// The batch statement of a single gateway.
+pub(crate) const STATEMENT: &str = batch_statement!("", "");
+
+/// The batch statement of a cluster node's writer: each event also stores the fence its batch
+/// was written under (`$36`), inside the transaction that checked it (`cluster/fenced.rs`).
+pub(crate) const STATEMENT_FENCED: &str = batch_statement!(", fence", ", $36::bigint[]");
 
 /// A session created by the batch: its row as it stands after the batch's later ops.
 struct NewRow<'a> {
@@ -138,6 +154,14 @@ pub(crate) struct Plan<'a> {
     inserts: Vec<NewRow<'a>>,
     updates: Vec<Update<'a>>,
     events: Vec<(&'a str, &'a EventRow)>,
+    /// Per op: the session it writes (for results that depend on the session).
+    op_sessions: Vec<&'a str>,
+    /// Cluster mode: the fence each session of the statement is written under (a branch's
+    /// parent included); the transaction checks them all first. `None`: a single gateway.
+    fences: Option<HashMap<&'a str, u64>>,
+    /// Cluster mode: sessions from which on (in batch order) every op is refused, because one
+    /// of their forwards was refused at that op.
+    cut: HashSet<&'a str>,
 }
 
 /// What a session's row tells after the statement: it ran or it did not.
@@ -148,6 +172,8 @@ pub(crate) struct Evidence {
     pub before: Option<u64>,
     /// `latest_seq` once the batch committed.
     pub after: u64,
+    /// Cluster mode: the fence the batch was written under.
+    pub fence: Option<u64>,
 }
 
 impl<'a> Plan<'a> {
@@ -164,8 +190,10 @@ impl<'a> Plan<'a> {
         ids
     }
 
-    /// Plans `ops` against `known`, which must cover every session they touch.
-    pub(crate) fn new(ops: &'a [WriteOp], known: &Known) -> Plan<'a> {
+    /// Plans `ops` against `known`, which must cover every session they touch. With a
+    /// `guard` (cluster mode) an op is planned only if this node holds a fence for every
+    /// session it writes and none of them was refused already; the others fail at once.
+    pub(crate) fn new(ops: &'a [WriteOp], known: &Known, guard: Option<&Guard<'_>>) -> Plan<'a> {
         let mut plan = Plan {
             results: Vec::with_capacity(ops.len()),
             slots: HashMap::new(),
@@ -173,8 +201,18 @@ impl<'a> Plan<'a> {
             inserts: Vec::new(),
             updates: Vec::new(),
             events: Vec::new(),
+            op_sessions: Vec::with_capacity(ops.len()),
+            fences: guard.map(|_| HashMap::new()),
+            cut: HashSet::new(),
         };
         for op in ops {
+            plan.op_sessions.push(session_of(op).as_str());
+            if let Some(guard) = guard {
+                if let Err(e) = plan.guard(op, guard) {
+                    plan.results.push(Some(Err(e)));
+                    continue;
+                }
+            }
             let outcome = match op {
                 WriteOp::CreateSession { session, events } => plan.create(session, events, known),
                 WriteOp::Append {
@@ -187,6 +225,106 @@ impl<'a> Plan<'a> {
             plan.results.push(outcome.err().map(Err));
         }
         plan
+    }
+
+    /// Cluster mode: checks that every session `op` writes is held and not refused, and
+    /// records their fences.
+    fn guard(&mut self, op: &'a WriteOp, guard: &Guard<'_>) -> Result<(), StoreError> {
+        let parent = match op {
+            WriteOp::CreateSession { session, .. } => session.parent_session_id.as_ref(),
+            _ => None,
+        };
+        let own = session_of(op);
+        let mut fences = Vec::with_capacity(2);
+        for id in std::iter::once(own).chain(parent) {
+            match guard.refused.get(id) {
+                // A refused forward cuts its session's ops from the op that was to accept it
+                // on; the ones before it are unaffected, and a parent's forward is not the
+                // branch's business.
+                Some(e @ StoreError::ForwardRefused { seq, .. })
+                    if id == own && (self.cut.contains(id.as_str()) || reaches(op, *seq)) =>
+                {
+                    self.cut.insert(id.as_str());
+                    return Err(e.clone());
+                }
+                Some(StoreError::ForwardRefused { .. }) => {}
+                Some(e) => return Err(e.clone()),
+                None => {}
+            }
+            match guard.held.get(id) {
+                Some(fence) => fences.push((id.as_str(), *fence)),
+                None => {
+                    return Err(StoreError::NotOwner {
+                        session_id: id.clone(),
+                        fence: 0,
+                    })
+                }
+            }
+        }
+        if let Some(map) = self.fences.as_mut() {
+            map.extend(fences);
+        }
+        Ok(())
+    }
+
+    /// Cluster mode: the sessions to lock and their fences, in id order (two transactions
+    /// locking overlapping sets in one order cannot deadlock).
+    pub(crate) fn guarded(&self) -> Vec<(&'a str, u64)> {
+        let mut all: Vec<(&'a str, u64)> = self
+            .fences
+            .iter()
+            .flatten()
+            .map(|(id, f)| (*id, *f))
+            .collect();
+        all.sort_unstable();
+        all
+    }
+
+    /// The sessions the statement parks (their status becomes `parked`).
+    pub(crate) fn parking(&self) -> Vec<&'a str> {
+        let parked = SessionStatus::Parked.as_str();
+        let created = self
+            .inserts
+            .iter()
+            .filter(|r| r.status == parked)
+            .map(|r| r.session.id.as_str());
+        let updated = self
+            .updates
+            .iter()
+            .filter(|u| u.status == Some(parked))
+            .map(|u| u.id);
+        created.chain(updated).collect()
+    }
+
+    /// (session, seq) of every event of the statement.
+    pub(crate) fn event_keys(&self) -> impl Iterator<Item = (&'a str, u64)> + '_ {
+        self.events.iter().map(|(id, e)| (*id, e.seq))
+    }
+
+    /// True in cluster mode.
+    pub(crate) fn is_fenced(&self) -> bool {
+        self.fences.is_some()
+    }
+
+    /// The final results when the transaction refused to write: an op whose session (or
+    /// parent) is in `refused` gets that error, every other op of the statement `other`.
+    pub(crate) fn failed_by(
+        self,
+        refused: &HashMap<SessionId, StoreError>,
+        other: &StoreError,
+    ) -> Vec<OpResult> {
+        self.results
+            .into_iter()
+            .zip(self.op_sessions)
+            .map(|(r, id)| {
+                r.unwrap_or_else(|| {
+                    Err(refused
+                        .get(&SessionId::from(id))
+                        .cloned()
+                        .unwrap_or_else(|| other.clone()))
+                })
+            })
+            .collect()
     }
 
     /// True when nothing is left to write (every op was refused, or there were none).
@@ -235,10 +373,12 @@ impl<'a> Plan<'a> {
     /// existing one whose `latest_seq` moves. Empty for a batch of patches only (which is
     /// idempotent, so it can simply be sent again).
     pub(crate) fn evidence(&self) -> Vec<Evidence> {
+        let fence = |id: &str| self.fences.as_ref().and_then(|f| f.get(id).copied());
         let created = self.inserts.iter().map(|r| Evidence {
             session_id: r.session.id.clone(),
             before: None,
             after: u64::try_from(r.latest_seq).unwrap_or(0),
+            fence: fence(r.session.id.as_str()),
         });
         let moved = self
             .updates
@@ -248,6 +388,7 @@ impl<'a> Plan<'a> {
                 session_id: SessionId::from(u.id.to_owned()),
                 before: u64::try_from(u.expected).ok(),
                 after: u64::try_from(u.new_seq).unwrap_or(0),
+                fence: fence(u.id),
             });
         created.chain(moved).collect()
     }
@@ -259,7 +400,11 @@ impl<'a> Plan<'a> {
         let ins = &self.inserts;
         let ups = &self.updates;
         let evs = &self.events;
-        sqlx::query(STATEMENT)
+        let statement = match self.fences {
+            None => STATEMENT,
+            Some(_) => STATEMENT_FENCED,
+        };
+        let query = sqlx::query(statement)
             .bind(self.profiles.iter().map(|p| p.0).collect::<Vec<_>>())
             .bind(self.profiles.iter().map(|p| p.1).collect::<Vec<_>>())
             .bind(
@@ -339,7 +484,19 @@ impl<'a> Plan<'a> {
                     .collect::<Vec<_>>(),
             )
             .bind(evs.iter().map(|e| e.1.ts_ms).collect::<Vec<_>>())
-            .bind(ups.len() as i64)
+            .bind(ups.len() as i64);
+        match &self.fences {
+            None => query,
+            Some(fences) => query.bind(
+                evs.iter()
+                    .map(|e| {
+                        fences
+                            .get(e.0)
+                            .map_or(0, |f| to_i64(*f, "fence").unwrap_or(0))
+                    })
+                    .collect::<Vec<i64>>(),
+            ),
+        }
     }
 
     /// Where `id` stands: in the batch already, or as `known` says.
@@ -467,9 +624,39 @@ impl<'a> Plan<'a> {
     }
 }
 
+/// True when `op` writes the event `seq` or a later one of its session.
+fn reaches(op: &WriteOp, seq: u64) -> bool {
+    let events = match op {
+        WriteOp::CreateSession { events, .. } | WriteOp::Append { events, .. } => events,
+        WriteOp::Patch { .. } => return false,
+    };
+    events.last().is_some_and(|last| last.seq >= seq)
+}
+
 pub(crate) fn session_of(op: &WriteOp) -> &SessionId {
     match op {
         WriteOp::CreateSession { session, .. } => &session.id,
         WriteOp::Append { session_id, .. } | WriteOp::Patch { session_id, .. } => session_id,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fenced_statement_is_the_single_gateways_plus_the_fence_column() {
+        // The single gateway's statement is exactly what it was before clusters.
+        assert!(!STATEMENT.contains("fence"));
+        assert!(!STATEMENT.contains("$36"));
+        assert!(STATEMENT.contains(
+            "INSERT INTO events (session_id, seq, type, payload, turn_id, trace_id, ts_ms) "
+        ));
+        assert_eq!(
+            STATEMENT_FENCED
+                .replacen(", fence", "", 1)
+                .replacen(", $36::bigint[]", "", 1),
+            STATEMENT
+        );
     }
 }

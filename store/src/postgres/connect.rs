@@ -3,8 +3,8 @@
 //!
 //! # The writer's lock
 //!
-//! Until several gateways can share one database (the next issue: ownership rows and fences),
-//! a database belongs to one gateway, like a data directory. The writer connection holds a
+//! Unless its gateways run as the nodes of a cluster (below), a database belongs to one
+//! gateway, like a data directory. The writer connection holds a
 //! session-level advisory lock for as long as it lives, and writes nothing on a connection that
 //! does not hold it. Putting the lock on the writer's own connection (not on a side connection)
 //! is what makes two things true at once:
@@ -20,6 +20,18 @@
 //! noticed that its client went away) is terminated. So is one of a tether process on this
 //! same host that no longer exists (a gateway killed with `kill -9` and started again: its
 //! backend may outlive it by a moment). A live gateway's connection never is.
+//!
+//! # A cluster node's writer (issue 19)
+//!
+//! A node of a cluster (`cluster/`) must share the database with the other nodes, so its writer
+//! takes the gateway key in *shared* mode (the nodes coexist; a single gateway, which wants it
+//! exclusive, is kept out, and keeps them out) and, exclusively, a key of its own derived from
+//! its node id: that second lock keeps the property above (a new writer connection of this
+//! node starts only once the old one's backend is gone), which the writer's in-doubt handling
+//! relies on. What keeps two nodes from writing one session is not a lock here but the
+//! ownership row and its fence (`cluster/fenced.rs`). A node's connections also set
+//! `idle_in_transaction_session_timeout` and `lock_timeout` below the lease, so a node paused
+//! inside a transaction cannot hold an ownership row past it.
 
 use std::str::FromStr;
 use std::sync::OnceLock;
@@ -47,6 +59,22 @@ pub(crate) struct Settings {
     pub statement_timeout: Duration,
     pub in_doubt_wait: Duration,
     pub read_connections: u32,
+    /// How the writer holds the database: as its one gateway, or as a node of a cluster.
+    pub lock: WriterLock,
+}
+
+/// How a writer connection holds the database (module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WriterLock {
+    /// The database's one gateway: the gateway key, exclusively.
+    Gateway,
+    /// A node of a cluster: the gateway key shared, and `key` (the node's own) exclusively,
+    /// on a connection whose `lock_timeout` and `idle_in_transaction_session_timeout` are these.
+    Node {
+        key: i64,
+        lock_timeout: Duration,
+        idle_in_transaction_timeout: Duration,
+    },
 }
 
 /// Why a connection could not be made.
@@ -113,7 +141,34 @@ impl Settings {
             statement_timeout: cfg.statement_timeout,
             in_doubt_wait: cfg.in_doubt_wait,
             read_connections: cfg.read_connections.max(1),
+            lock: WriterLock::Gateway,
         })
+    }
+
+    /// The options every connection of a cluster node adds (module doc): waits on locks and
+    /// idle transactions bounded below the lease.
+    pub(crate) fn node_options(&self, role: &str) -> Option<PgConnectOptions> {
+        let WriterLock::Node {
+            lock_timeout,
+            idle_in_transaction_timeout,
+            ..
+        } = self.lock
+        else {
+            return None;
+        };
+        Some(
+            self.options
+                .clone()
+                .application_name(&format!("tether {role} {}", process().describe()))
+                .options([
+                    ("statement_timeout", millis(self.statement_timeout)),
+                    ("lock_timeout", millis(lock_timeout)),
+                    (
+                        "idle_in_transaction_session_timeout",
+                        millis(idle_in_transaction_timeout),
+                    ),
+                ]),
+        )
     }
 
     /// Options of a pooled (reader, handoff) connection.
@@ -152,76 +207,131 @@ impl Settings {
         conn: u64,
     ) -> Result<PgConnection, ConnectError> {
         let me = WriterTag {
+            node: matches!(self.lock, WriterLock::Node { .. }),
             nonce: process().nonce,
             writer,
             conn,
         };
         // Keepalives: the server drops a backend whose client vanished (a network cut) within
         // about 25 s, which frees the lock for the gateway that comes back.
-        let options = self
+        let mut options = self
             .options
             .clone()
             .application_name(&me.application_name())
             .options([
-                ("statement_timeout", millis(self.statement_timeout)),
-                ("lock_timeout", millis(self.statement_timeout)),
                 ("tcp_keepalives_idle", "10".to_string()),
                 ("tcp_keepalives_interval", "5".to_string()),
                 ("tcp_keepalives_count", "3".to_string()),
+                ("statement_timeout", millis(self.statement_timeout)),
             ]);
+        options = match self.lock {
+            WriterLock::Gateway => {
+                options.options([("lock_timeout", millis(self.statement_timeout))])
+            }
+            WriterLock::Node {
+                lock_timeout,
+                idle_in_transaction_timeout,
+                ..
+            } => options.options([
+                ("lock_timeout", millis(lock_timeout)),
+                (
+                    "idle_in_transaction_session_timeout",
+                    millis(idle_in_transaction_timeout),
+                ),
+            ]),
+        };
         let mut c = self.connect(&options).await?;
         ensure_durable(&mut c).await.map_err(ConnectError::Store)?;
-        let started = tokio::time::Instant::now();
-        loop {
-            let taken: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
-                .bind(LOCK_KEY)
-                .fetch_one(&mut c)
-                .await
-                .map_err(classify_connect)?;
-            if taken {
-                return Ok(c);
+        match self.lock {
+            WriterLock::Gateway => take_lock(&mut c, me, LOCK_KEY, false).await?,
+            WriterLock::Node { key, .. } => {
+                take_lock(&mut c, me, LOCK_KEY, true).await?;
+                take_lock(&mut c, me, key, false).await?;
             }
-            let holder = lock_holder(&mut c).await.map_err(classify_connect)?;
-            match holder {
-                Some(h) if h.tag.is_some_and(|t| t.nonce == me.nonce && t < me) => {
-                    if started.elapsed() > TAKEOVER_WAIT {
-                        return Err(ConnectError::Unreachable(format!(
-                            "an old writer connection of this gateway (backend {}) still holds the lock",
-                            h.backend_pid
-                        )));
-                    }
-                    tracing::info!(
-                        backend_pid = h.backend_pid,
-                        "ending an old writer connection of this gateway"
-                    );
-                    let _ = sqlx::query("SELECT pg_terminate_backend($1)")
-                        .bind(h.backend_pid)
-                        .execute(&mut c)
-                        .await;
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(c)
+    }
+}
+
+/// The advisory lock key of a cluster node's writer: `tn` in the high 16 bits (never the
+/// gateway key, whose are `te`) and 48 bits of a hash of the node id. Node ids are fresh and
+/// random, so two nodes share a key with odds of about one in 2^48 per pair (they would then
+/// see each other as `Held`).
+pub(crate) fn node_lock_key(node_id: &str) -> i64 {
+    // FNV-1a: stable across builds and processes (unlike the std hasher).
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in node_id.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    (0x746e_i64 << 48) | (h & 0xffff_ffff_ffff) as i64
+}
+
+/// Takes `key` on `c` (shared or exclusive), ending a stale holder where the module doc says
+/// so.
+async fn take_lock(
+    c: &mut PgConnection,
+    me: WriterTag,
+    key: i64,
+    shared: bool,
+) -> Result<(), ConnectError> {
+    let statement = if shared {
+        "SELECT pg_try_advisory_lock_shared($1)"
+    } else {
+        "SELECT pg_try_advisory_lock($1)"
+    };
+    let started = tokio::time::Instant::now();
+    loop {
+        let taken: bool = sqlx::query_scalar(statement)
+            .bind(key)
+            .fetch_one(&mut *c)
+            .await
+            .map_err(classify_connect)?;
+        if taken {
+            return Ok(());
+        }
+        let holder = lock_holder(&mut *c, key, shared)
+            .await
+            .map_err(classify_connect)?;
+        match holder {
+            Some(h) if h.tag.is_some_and(|t| t.same_kind(&me) && t < me) => {
+                if started.elapsed() > TAKEOVER_WAIT {
+                    return Err(ConnectError::Unreachable(format!(
+                        "an old writer connection of this gateway (backend {}) still holds the lock",
+                        h.backend_pid
+                    )));
                 }
-                Some(h) if h.tag.is_some_and(|t| t.nonce == me.nonce) => {
-                    return Err(ConnectError::Superseded)
-                }
-                Some(h) if h.of_a_dead_process_here() && started.elapsed() < TAKEOVER_WAIT => {
-                    tracing::info!(backend_pid = h.backend_pid, holder = %h.describe(), "ending the writer connection of a gateway that is gone");
-                    let _ = sqlx::query("SELECT pg_terminate_backend($1)")
-                        .bind(h.backend_pid)
-                        .execute(&mut c)
-                        .await;
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                Some(h) => return Err(ConnectError::Held(h.describe())),
-                // Released between the two statements: try again (a holder this role cannot
-                // see would look the same, hence the bound).
-                None if started.elapsed() < TAKEOVER_WAIT => {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-                None => {
-                    return Err(ConnectError::Held(
-                        "a server backend this user cannot see".into(),
-                    ))
-                }
+                tracing::info!(
+                    backend_pid = h.backend_pid,
+                    "ending an old writer connection of this gateway"
+                );
+                let _ = sqlx::query("SELECT pg_terminate_backend($1)")
+                    .bind(h.backend_pid)
+                    .execute(&mut *c)
+                    .await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Some(h) if h.tag.is_some_and(|t| t.same_kind(&me)) => {
+                return Err(ConnectError::Superseded)
+            }
+            Some(h) if h.of_a_dead_process_here() && started.elapsed() < TAKEOVER_WAIT => {
+                tracing::info!(backend_pid = h.backend_pid, holder = %h.describe(), "ending the writer connection of a gateway that is gone");
+                let _ = sqlx::query("SELECT pg_terminate_backend($1)")
+                    .bind(h.backend_pid)
+                    .execute(&mut *c)
+                    .await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Some(h) => return Err(ConnectError::Held(h.describe())),
+            // Released between the two statements: try again (a holder this role cannot
+            // see would look the same, hence the bound).
+            None if started.elapsed() < TAKEOVER_WAIT => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            None => {
+                return Err(ConnectError::Held(
+                    "a server backend this user cannot see".into(),
+                ))
             }
         }
     }
@@ -304,17 +414,32 @@ fn process() -> &'static Process {
 /// A writer connection's identity, ordered by (writer, connection) within one process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 struct WriterTag {
+    /// A cluster node's writer (`tether-node-writer`): never mistaken for an old connection
+    /// of a gateway-mode writer of the same process, or the other way round (a test process
+    /// runs both).
+    node: bool,
     nonce: u64,
     writer: u64,
     conn: u64,
 }
 
 impl WriterTag {
-    /// `tether-writer NONCE WRITER.CONN pid PID on HOST`, cut to the server's 63 bytes (the
-    /// parsed part comes first, so a long host name only loses its end).
+    /// A writer of this very process and of the same kind (gateway or node).
+    fn same_kind(&self, other: &WriterTag) -> bool {
+        self.nonce == other.nonce && self.node == other.node
+    }
+
+    /// `tether-writer NONCE WRITER.CONN pid PID on HOST` (`tether-node-writer …` for a
+    /// node), cut to the server's 63 bytes (the parsed part comes first, so a long host name
+    /// only loses its end).
     fn application_name(&self) -> String {
         let mut name = format!(
-            "tether-writer {:016x} {}.{} {}",
+            "{} {:016x} {}.{} {}",
+            if self.node {
+                "tether-node-writer"
+            } else {
+                "tether-writer"
+            },
             self.nonce,
             self.writer,
             self.conn,
@@ -330,12 +455,15 @@ impl WriterTag {
 
     fn parse(name: &str) -> Option<WriterTag> {
         let mut words = name.split(' ');
-        if words.next()? != "tether-writer" {
-            return None;
-        }
+        let node = match words.next()? {
+            "tether-writer" => false,
+            "tether-node-writer" => true,
+            _ => return None,
+        };
         let nonce = u64::from_str_radix(words.next()?, 16).ok()?;
         let (writer, conn) = words.next()?.split_once('.')?;
         Some(WriterTag {
+            node,
             nonce,
             writer: writer.parse().ok()?,
             conn: conn.parse().ok()?,
@@ -380,19 +508,26 @@ impl Holder {
     }
 }
 
-async fn lock_holder(c: &mut PgConnection) -> Result<Option<Holder>, sqlx::Error> {
+async fn lock_holder(
+    c: &mut PgConnection,
+    key: i64,
+    shared: bool,
+) -> Result<Option<Holder>, sqlx::Error> {
     // A bigint advisory key shows in pg_locks as classid = high 32 bits, objid = low 32 bits,
-    // objsubid = 1.
+    // objsubid = 1. A shared request is refused only by an exclusive holder; an exclusive one
+    // by any holder (several cluster nodes may hold the gateway key shared: one is named).
     let row = sqlx::query(
         "SELECT a.pid, COALESCE(a.application_name, ''), host(a.client_addr) \
          FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
          WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 \
          AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
          AND l.classid = $1::bigint::oid AND l.objid = $2::bigint::oid \
+         AND (NOT $3 OR l.mode = 'ExclusiveLock') AND l.pid <> pg_backend_pid() \
          LIMIT 1",
     )
-    .bind(LOCK_KEY >> 32)
-    .bind(LOCK_KEY & 0xffff_ffff)
+    .bind(key >> 32)
+    .bind(key & 0xffff_ffff)
+    .bind(shared)
     .fetch_optional(&mut *c)
     .await?;
     let Some(row) = row else { return Ok(None) };
@@ -418,6 +553,7 @@ mod tests {
     #[test]
     fn writer_tags_round_trip_and_order() {
         let a = WriterTag {
+            node: false,
             nonce: 0xabc,
             writer: 2,
             conn: 7,
@@ -433,6 +569,25 @@ mod tests {
         };
         assert!(a < newer_conn && newer_conn < newer_writer);
         assert_eq!(WriterTag::parse("tether reader pid 1 on h"), None);
+        let node = WriterTag { node: true, ..a };
+        let name = node.application_name();
+        assert!(
+            name.len() <= 63 && name.starts_with("tether-node-writer "),
+            "{name}"
+        );
+        assert_eq!(WriterTag::parse(&name), Some(node));
+        assert!(!node.same_kind(&a));
+    }
+
+    #[test]
+    fn node_keys_are_never_the_gateway_key() {
+        let (k1, k2) = (node_lock_key("n_1"), node_lock_key("n_2"));
+        assert_ne!(k1, k2);
+        assert_eq!(k1, node_lock_key("n_1"), "stable");
+        for k in [k1, k2] {
+            assert_ne!(k, LOCK_KEY);
+            assert_eq!(k >> 48, 0x746e);
+        }
     }
 
     #[test]

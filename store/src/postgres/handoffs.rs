@@ -8,6 +8,12 @@
 //! claim skips rows another claim has locked (`FOR UPDATE SKIP LOCKED`: two claims never return
 //! the same handoff, and neither waits for the other), and the partial unique index of
 //! `0003_handoffs.sql` keeps two racing requests from both inserting.
+//!
+//! On a cluster node (`cluster/`), `request` is a write of the session by its owner: it runs
+//! in a transaction that first locks the session's ownership row and checks node and fence,
+//! like the writer's batches, and answers [`StoreError::NotOwner`] otherwise. The other
+//! transitions (`claim`, `complete`, `fail`) touch only the handoff row, by compare-and-set on
+//! its state, so they are already safe with several nodes at once and stay unfenced.
 
 use async_trait::async_trait;
 use sqlx::postgres::{PgArguments, PgPool, Postgres};
@@ -19,6 +25,7 @@ use crate::handoff::{HandoffDialect, HandoffRow, Handoffs};
 use crate::rows::{handoff_from_row, parse_handoff_state, StoreRow, HANDOFF_COLUMNS};
 use crate::StoreError;
 
+use super::cluster::{fenced, Fencing};
 use super::errors::map_sqlx;
 
 /// The [`HandoffStore`](crate::HandoffStore) of the PostgreSQL store: the shared queue
@@ -29,6 +36,8 @@ pub(crate) type PgHandoffs = Handoffs<PgHandoffSql>;
 pub(crate) struct PgHandoffSql {
     pool: PgPool,
     sql: Sql,
+    /// A cluster node's: `request` is fenced (module doc).
+    fencing: Option<Fencing>,
 }
 
 type PgQuery<'q> = Query<'q, Postgres, PgArguments>;
@@ -98,11 +107,48 @@ impl Handoffs<PgHandoffSql> {
         Handoffs::over(PgHandoffSql {
             pool,
             sql: Sql::new(),
+            fencing: None,
+        })
+    }
+
+    /// A cluster node's handoff queue (module doc).
+    pub(crate) fn fenced(pool: PgPool, fencing: Fencing) -> Self {
+        Handoffs::over(PgHandoffSql {
+            pool,
+            sql: Sql::new(),
+            fencing: Some(fencing),
         })
     }
 }
 
 impl PgHandoffSql {
+    /// Cluster mode: the request's insert, in a transaction that holds the session's
+    /// ownership row under this node's fence.
+    async fn insert_fenced(
+        &self,
+        fencing: &Fencing,
+        query: PgQuery<'_>,
+        session_id: &SessionId,
+    ) -> Result<u64, StoreError> {
+        let Some(fence) = fencing.fences.get(session_id) else {
+            return Err(StoreError::NotOwner {
+                session_id: session_id.clone(),
+                fence: 0,
+            });
+        };
+        let mut tx = self.pool.begin().await.map_err(map_sqlx)?;
+        let refused = fenced::check(&mut tx, &fencing.node, &[(session_id.as_str(), fence)])
+            .await
+            .map_err(map_sqlx)?;
+        if let Some(e) = refused.into_values().next() {
+            fencing.fences.forget(session_id, fence);
+            return Err(e);
+        }
+        let done = query.execute(&mut *tx).await.map_err(map_sqlx)?;
+        tx.commit().await.map_err(map_sqlx)?;
+        Ok(done.rows_affected())
+    }
+
     /// Runs a statement that answers with at most one handoff.
     async fn one(&self, query: PgQuery<'_>) -> Result<Option<HandoffRow>, StoreError> {
         let row = query.fetch_optional(&self.pool).await.map_err(map_sqlx)?;
@@ -119,16 +165,21 @@ impl PgHandoffSql {
 #[async_trait]
 impl HandoffDialect for PgHandoffSql {
     async fn insert_if_allowed(&self, row: &HandoffRow) -> Result<bool, StoreError> {
-        let done = sqlx::query(&self.sql.request)
+        let insert = sqlx::query(&self.sql.request)
             .bind(row.id.as_str())
             .bind(row.session_id.as_str())
             .bind(&row.profile)
             .bind(&row.target)
-            .bind(row.created_at_ms)
-            .execute(&self.pool)
-            .await
-            .map_err(map_sqlx)?;
-        Ok(done.rows_affected() == 1)
+            .bind(row.created_at_ms);
+        let inserted = match &self.fencing {
+            None => insert
+                .execute(&self.pool)
+                .await
+                .map(|done| done.rows_affected())
+                .map_err(map_sqlx)?,
+            Some(fencing) => self.insert_fenced(fencing, insert, &row.session_id).await?,
+        };
+        Ok(inserted == 1)
     }
 
     async fn claim(

@@ -5,15 +5,18 @@
 //!
 //! - a batch is one statement, since every statement is a round trip (`batch.rs`);
 //! - the connection can go away and come back, and a commit can be in doubt (`writer.rs`);
-//! - a second gateway could connect: the writer's advisory lock keeps it out (`connect.rs`).
+//! - a second gateway could connect: the writer's advisory lock keeps it out (`connect.rs`),
+//!   unless the gateways are nodes of one cluster (`cluster/`, in progress: issue 19), which
+//!   share the database under ownership rows and fences.
 //!
 //! Commits are durable when acknowledged: the writer's connection runs with
 //! `synchronous_commit = on` (the server's default; it is forced back on if the database says
 //! `off`), so an event a client saw is on the server's disk.
 
-mod batch;
-mod connect;
-mod errors;
+pub(crate) mod batch;
+pub(crate) mod cluster;
+pub(crate) mod connect;
+pub(crate) mod errors;
 mod handoffs;
 mod reader;
 mod rows;
@@ -38,7 +41,7 @@ static MIGRATOR: Migrator = sqlx::migrate!("./migrations/postgres");
 const OPEN_BACKOFF_MAX: Duration = Duration::from_secs(2);
 /// Handoff transitions are single statements; two connections let one wait on a row lock
 /// without holding up the others.
-const HANDOFF_CONNECTIONS: u32 = 2;
+pub(crate) const HANDOFF_CONNECTIONS: u32 = 2;
 
 /// Opens the PostgreSQL store: connects (retrying a server that cannot be reached for
 /// `cfg.connect_timeout`), takes the database's writer lock, runs the migrations, creates the
@@ -68,7 +71,7 @@ pub async fn open_postgres(cfg: &PostgresConfig) -> Result<Opened, OpenError> {
         .connect_lazy_with(settings.pool_options("handoffs"));
     check_pool(&reader).await?;
     tracing::info!(url = %settings.url, epoch = %epoch, "store opened");
-    let writer = writer::start(settings, writer_id, Some(conn));
+    let writer = writer::start(settings, writer_id, Some(conn), None);
     Ok(Opened {
         writer: Box::new(writer),
         reader: Arc::new(PgReader::new(reader, epoch.clone())),
@@ -91,7 +94,12 @@ pub async fn open_postgres_writer(cfg: &PostgresConfig) -> Result<Box<dyn StoreW
             None
         }
     };
-    Ok(Box::new(writer::start(Arc::new(settings), writer_id, conn)))
+    Ok(Box::new(writer::start(
+        Arc::new(settings),
+        writer_id,
+        conn,
+        None,
+    )))
 }
 
 /// Test support: a handoff queue of its own on an opened store, as a second gateway would have.
@@ -107,7 +115,10 @@ pub async fn open_postgres_handoffs(
 }
 
 /// The writer's first connection, retried while the server cannot be reached.
-async fn connect_retrying(settings: &Settings, writer_id: u64) -> Result<PgConnection, OpenError> {
+pub(crate) async fn connect_retrying(
+    settings: &Settings,
+    writer_id: u64,
+) -> Result<PgConnection, OpenError> {
     let started = tokio::time::Instant::now();
     let mut backoff = Duration::from_millis(100);
     loop {
@@ -128,7 +139,7 @@ async fn connect_retrying(settings: &Settings, writer_id: u64) -> Result<PgConne
 
 /// Runs the migrations; a database migrated by a newer tether is refused before anything is
 /// written to it.
-async fn migrate(conn: &mut PgConnection, url: &str) -> Result<(), OpenError> {
+pub(crate) async fn migrate(conn: &mut PgConnection, url: &str) -> Result<(), OpenError> {
     match MIGRATOR.run(conn).await {
         Ok(()) => Ok(()),
         Err(MigrateError::VersionMissing(version)) => Err(OpenError::NewerSchema {
@@ -144,7 +155,7 @@ async fn migrate(conn: &mut PgConnection, url: &str) -> Result<(), OpenError> {
 }
 
 /// A read connection works (the URL may allow the writer but not a second connection).
-async fn check_pool(pool: &PgPool) -> Result<(), OpenError> {
+pub(crate) async fn check_pool(pool: &PgPool) -> Result<(), OpenError> {
     sqlx::query("SELECT 1")
         .execute(pool)
         .await
@@ -154,7 +165,7 @@ async fn check_pool(pool: &PgPool) -> Result<(), OpenError> {
 
 /// Reads the epoch, creating it on the store's first open. Insert-if-absent then read, so two
 /// racing first opens still agree on one epoch.
-async fn ensure_epoch(conn: &mut PgConnection) -> Result<String, StoreError> {
+pub(crate) async fn ensure_epoch(conn: &mut PgConnection) -> Result<String, StoreError> {
     let candidate = format!("{:016x}", rand::random::<u64>());
     sqlx::query("INSERT INTO meta (key, value) VALUES ('epoch', $1) ON CONFLICT (key) DO NOTHING")
         .bind(&candidate)

@@ -30,8 +30,19 @@
 //! While the server cannot be reached the task answers every request at once with 5072 and
 //! reconnects in the background with a capped backoff: callers never queue behind a dead
 //! connection, and a session's work is bounded by what it holds itself.
+//!
+//! # Cluster mode
+//!
+//! Started with a [`Fencing`] (a cluster node's writer), a batch is a transaction that first
+//! locks and checks the ownership rows of its sessions, and notifies followers before it
+//! commits (`cluster/fenced.rs`). Ops of a session this node does not own under the fence it
+//! holds fail with [`StoreError::NotOwner`] and write nothing; the rest of the batch is planned
+//! again and committed without them. A batch in doubt is resolved by looking for its last
+//! event stored with its fence (another node may have written the same seqs since), and a
+//! batch that has to be undone is undone only while this node still owns its sessions under
+//! that fence. Without a `Fencing` everything above is exactly as a single gateway does it.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,6 +57,7 @@ use tokio::time::Instant;
 use crate::{StoreError, StoreWrite, WriteOp};
 
 use super::batch::{session_of, Evidence, Known, Plan};
+use super::cluster::{fenced, Fencing, Guard};
 use super::connect::{close, ConnectError, Settings};
 use super::errors::{classify, Failure};
 
@@ -80,9 +92,24 @@ pub(crate) struct PgWriter {
     commands: mpsc::Sender<Command>,
 }
 
+/// What a sent batch came to, when the server answered.
+enum Sent {
+    Committed,
+    /// Cluster mode: nothing was written, because of these sessions: not this node's under
+    /// the batch's fences (`NotOwner`), or a forward their write was to accept is no longer
+    /// acceptable (`ForwardRefused`).
+    Refused(HashMap<SessionId, StoreError>),
+}
+
 /// Starts a writer. With `conn` (opened and locked by the caller) it writes at once; without,
-/// it connects in the background and answers 5072 until it has.
-pub(crate) fn start(settings: Arc<Settings>, writer: u64, conn: Option<PgConnection>) -> PgWriter {
+/// it connects in the background and answers 5072 until it has. With `fencing` it is a cluster
+/// node's writer (module doc).
+pub(crate) fn start(
+    settings: Arc<Settings>,
+    writer: u64,
+    conn: Option<PgConnection>,
+    fencing: Option<Fencing>,
+) -> PgWriter {
     let (commands, rx) = mpsc::channel(QUEUE);
     let down = StoreError::Unavailable(format!("{}: not connected yet", settings.url));
     let task = Task {
@@ -91,10 +118,12 @@ pub(crate) fn start(settings: Arc<Settings>, writer: u64, conn: Option<PgConnect
         next_conn: 2,
         conn,
         known: Known::new(),
+        known_under: HashMap::new(),
         down,
         backoff: Duration::ZERO,
         in_doubt: HashSet::new(),
         unsettled: Vec::new(),
+        fencing,
     };
     tokio::spawn(task.run(rx));
     PgWriter { commands }
@@ -111,6 +140,10 @@ struct Task {
     next_conn: u64,
     conn: Option<PgConnection>,
     known: Known,
+    /// Cluster mode: the fence under which each session's entry in `known` was learned. Under
+    /// another fence it may be stale (another node may have owned the session in between), so
+    /// it is read again.
+    known_under: HashMap<SessionId, u64>,
     /// What requests are told while there is no connection.
     down: StoreError,
     /// Wait before the next reconnect attempt.
@@ -120,6 +153,8 @@ struct Task {
     in_doubt: HashSet<SessionId>,
     /// What those batches would have moved, to settle them.
     unsettled: Vec<Evidence>,
+    /// Cluster mode: this node and the fences it holds.
+    fencing: Option<Fencing>,
 }
 
 impl Task {
@@ -212,7 +247,7 @@ impl Task {
             .map(|e| e.session_id.clone())
             .collect();
         self.read_latest(&ids).await?;
-        let written: Vec<&Evidence> = self
+        let mut written: Vec<&Evidence> = self
             .unsettled
             .iter()
             .filter(|e| self.known.get(&e.session_id).copied().flatten() == Some(e.after))
@@ -230,6 +265,26 @@ impl Task {
         let mut tx = sqlx::Connection::begin(&mut *conn)
             .await
             .map_err(classify)?;
+        // Cluster mode: undo only what this node still owns under the batch's fence. A session
+        // claimed by another node meanwhile keeps those events: its new owner has taken the
+        // store as it found it, and may have written after them.
+        if let Some(fencing) = &self.fencing {
+            let mut guarded: Vec<(&str, u64)> = written
+                .iter()
+                .map(|e| (e.session_id.as_str(), e.fence.unwrap_or(0)))
+                .collect();
+            guarded.sort_unstable();
+            let lost = fenced::check(&mut tx, &fencing.node, &guarded)
+                .await
+                .map_err(classify)?;
+            if !lost.is_empty() {
+                tracing::warn!(
+                    sessions = lost.len(),
+                    "a batch in doubt is not undone on sessions claimed by another node since"
+                );
+                written.retain(|e| !lost.contains_key(&e.session_id));
+            }
+        }
         for e in &written {
             let id = e.session_id.as_str();
             match e.before {
@@ -349,22 +404,84 @@ impl Task {
         Ok(())
     }
 
-    /// Sends a planned statement.
-    async fn execute(&mut self, plan: &Plan<'_>) -> Result<(), Failure> {
+    /// Sends a planned statement (in cluster mode, its fenced transaction).
+    async fn execute(&mut self, plan: &Plan<'_>) -> Result<Sent, Failure> {
         let Some(conn) = self.conn.as_mut() else {
             return Err(Failure::Lost(self.down.clone()));
         };
         // The server's statement_timeout cancels a slow statement (an answer: nothing
         // written); this bound only catches a server that does not answer at all.
         let wait = self.settings.statement_timeout + Duration::from_secs(2);
-        match tokio::time::timeout(wait, plan.query().execute(&mut *conn)).await {
-            Ok(Ok(_)) => Ok(()),
+        let outcome = match &self.fencing {
+            None => tokio::time::timeout(wait, plan.query().execute(&mut *conn))
+                .await
+                .map(|done| done.map(|_| Sent::Committed)),
+            Some(fencing) => tokio::time::timeout(wait, execute_fenced(conn, fencing, plan)).await,
+        };
+        match outcome {
+            Ok(Ok(sent)) => Ok(sent),
             Ok(Err(e)) => Err(classify(e)),
             Err(_) => Err(Failure::Lost(StoreError::Unavailable(format!(
                 "no answer from the database within {} s",
                 wait.as_secs()
             )))),
         }
+    }
+
+    /// Cluster mode: the fences held for the sessions `ops` write (a branch's parent too).
+    fn held(&self, ops: &[WriteOp]) -> Option<HashMap<SessionId, u64>> {
+        let fencing = self.fencing.as_ref()?;
+        Some(fencing.fences.of(ops.iter().flat_map(|op| {
+            let parent = match op {
+                WriteOp::CreateSession { session, .. } => session.parent_session_id.as_ref(),
+                _ => None,
+            };
+            std::iter::once(session_of(op)).chain(parent)
+        })))
+    }
+
+    /// Cluster mode: what `known` says of a session was learned under the fence held then; if
+    /// this node holds another one now, other nodes may have written the session in between.
+    fn forget_known_of_other_fences(&mut self, held: &HashMap<SessionId, u64>) {
+        if self.known_under.len() > MAX_KNOWN {
+            self.known_under.clear();
+            self.known.clear();
+        }
+        for (id, fence) in held {
+            if self.known_under.get(id) != Some(fence) {
+                self.known.remove(id);
+                self.known_under.insert(id.clone(), *fence);
+            }
+        }
+    }
+
+    /// Cluster mode: sessions found lost are forgotten, so their next writes fail without a
+    /// round trip (until they are claimed again).
+    fn lost_sessions(&self, refused: &HashMap<SessionId, StoreError>) {
+        let Some(fencing) = &self.fencing else { return };
+        for e in refused.values() {
+            if let StoreError::NotOwner { session_id, fence } = e {
+                fencing.fences.forget(session_id, *fence);
+            }
+        }
+    }
+
+    /// Cluster mode: which sessions of `evidence` a batch in doubt wrote (module doc).
+    async fn read_written(&mut self, evidence: &[Evidence]) -> Result<HashSet<SessionId>, Failure> {
+        let Some(conn) = self.conn.as_mut() else {
+            return Err(Failure::Lost(self.down.clone()));
+        };
+        tokio::time::timeout(
+            self.settings.statement_timeout + Duration::from_secs(2),
+            fenced::written(conn, evidence),
+        )
+        .await
+        .map_err(|_| {
+            Failure::Lost(StoreError::Unavailable(
+                "the database stopped answering".into(),
+            ))
+        })?
+        .map_err(classify)
     }
 
     async fn commit(&mut self, ops: &[WriteOp]) -> Vec<OpResult> {
@@ -404,9 +521,18 @@ impl Task {
         if ops.is_empty() {
             return Vec::new();
         }
-        // A stale plan (someone else moved a latest_seq: never, while we hold the lock) is
+        // Cluster mode: the fences to plan under, and the sessions the database refused so far
+        // (each refusal removes at least one session, so this ends).
+        let held = self.held(ops);
+        if let Some(held) = &held {
+            self.forget_known_of_other_fences(held);
+        }
+        let mut refused: HashMap<SessionId, StoreError> = HashMap::new();
+        // A stale plan (someone else moved a latest_seq: never, while we hold the lock; in
+        // cluster mode, once another node has written a session this node claimed back) is
         // planned once more from fresh reads before the batch is narrowed down op by op.
-        for _ in 0..2 {
+        let mut stale = 0;
+        loop {
             let unknown: Vec<SessionId> = Plan::unknown(ops, &self.known)
                 .into_iter()
                 .map(SessionId::from)
@@ -421,20 +547,32 @@ impl Task {
                     }
                 }
             }
-            let plan = Plan::new(ops, &self.known);
+            let guard = held.as_ref().map(|held| Guard {
+                held,
+                refused: &refused,
+            });
+            let plan = Plan::new(ops, &self.known, guard.as_ref());
             if plan.is_empty() {
                 return plan.committed();
             }
             match self.execute(&plan).await {
-                Ok(()) => {
+                Ok(Sent::Committed) => {
                     plan.learn(&mut self.known);
                     return plan.committed();
+                }
+                Ok(Sent::Refused(more)) => {
+                    self.lost_sessions(&more);
+                    refused.extend(more);
                 }
                 Err(Failure::Lost(e)) => return self.in_doubt(plan, e).await,
                 Err(Failure::Stale(e)) => {
                     tracing::warn!(error = %e, "store writer planned on stale seqs; reading again");
                     for id in plan.sessions() {
                         self.known.remove(&id);
+                    }
+                    stale += 1;
+                    if stale >= 2 {
+                        break;
                     }
                 }
                 Err(Failure::Refused(e)) => {
@@ -443,11 +581,17 @@ impl Task {
                 }
             }
         }
-        self.one_by_one(ops).await
+        self.one_by_one(ops, held.as_ref(), &refused).await
     }
 
     /// Sends each op of a refused batch on its own, so that only the op at fault fails.
-    async fn one_by_one(&mut self, ops: &[WriteOp]) -> Vec<OpResult> {
+    async fn one_by_one(
+        &mut self,
+        ops: &[WriteOp],
+        held: Option<&HashMap<SessionId, u64>>,
+        refused: &HashMap<SessionId, StoreError>,
+    ) -> Vec<OpResult> {
+        let guard = held.map(|held| Guard { held, refused });
         let mut results = Vec::with_capacity(ops.len());
         for op in ops.chunks(1) {
             if self.conn.is_none() {
@@ -467,15 +611,20 @@ impl Task {
                     continue;
                 }
             }
-            let plan = Plan::new(op, &self.known);
+            let plan = Plan::new(op, &self.known, guard.as_ref());
             if plan.is_empty() {
                 results.extend(plan.committed());
                 continue;
             }
             match self.execute(&plan).await {
-                Ok(()) => {
+                Ok(Sent::Committed) => {
                     plan.learn(&mut self.known);
                     results.extend(plan.committed());
+                }
+                Ok(Sent::Refused(more)) => {
+                    self.lost_sessions(&more);
+                    let e = StoreError::Unavailable("not written".into());
+                    results.extend(plan.failed_by(&more, &e));
                 }
                 Err(Failure::Stale(e)) => {
                     for id in plan.sessions() {
@@ -522,7 +671,37 @@ impl Task {
                 }
             }
             let ids: Vec<SessionId> = evidence.iter().map(|e| e.session_id.clone()).collect();
-            if !ids.is_empty() {
+            if !ids.is_empty() && plan.is_fenced() {
+                // Cluster mode: latest_seq may have been moved by a new owner; only an event
+                // stored with this batch's fence says that this batch committed.
+                match self.read_written(&evidence).await {
+                    Ok(found) if found.len() == evidence.len() => {
+                        tracing::info!(sessions = ids.len(), "the batch in doubt had committed");
+                        plan.learn(&mut self.known);
+                        return plan.committed();
+                    }
+                    Ok(found) if found.is_empty() => {
+                        tracing::info!("the batch in doubt had not committed; sending it again");
+                        for id in &ids {
+                            self.known.remove(id);
+                        }
+                    }
+                    Ok(_) => {
+                        let e = StoreError::Unavailable(
+                            "a batch in doubt is written for some of its sessions only".into(),
+                        );
+                        tracing::error!(error = %e, "store writer cannot tell what a batch wrote");
+                        return self.unresolved(plan, e);
+                    }
+                    Err(Failure::Lost(e)) => {
+                        self.lost(&e).await;
+                        continue;
+                    }
+                    Err(Failure::Refused(e) | Failure::Stale(e)) => {
+                        return self.unresolved(plan, e)
+                    }
+                }
+            } else if !ids.is_empty() {
                 match self.read_latest(&ids).await {
                     Ok(()) => {}
                     Err(Failure::Lost(e)) => {
@@ -551,9 +730,18 @@ impl Task {
             }
             // Not written (or patches only, which may be written twice): send it again.
             match self.execute(&plan).await {
-                Ok(()) => {
+                Ok(Sent::Committed) => {
                     plan.learn(&mut self.known);
                     return plan.committed();
+                }
+                Ok(Sent::Refused(more)) => {
+                    // Not written, and now refused for the sessions claimed away meanwhile;
+                    // the other ops were not written either and may be sent again.
+                    self.lost_sessions(&more);
+                    let e = StoreError::Unavailable(
+                        "not written: the batch met a session claimed by another node".into(),
+                    );
+                    return plan.failed_by(&more, &e);
                 }
                 Err(Failure::Lost(e)) => self.lost(&e).await,
                 Err(Failure::Refused(e) | Failure::Stale(e)) => return plan.failed(&e),
@@ -574,6 +762,51 @@ impl Task {
         self.down = e.clone();
         plan.failed(&e)
     }
+}
+
+/// Cluster mode: the batch as one fenced transaction (`cluster/fenced.rs`), accepting the
+/// forwarded requests whose first write it holds.
+async fn execute_fenced(
+    conn: &mut PgConnection,
+    fencing: &Fencing,
+    plan: &Plan<'_>,
+) -> Result<Sent, sqlx::Error> {
+    let guarded = plan.guarded();
+    let evidence = plan.evidence();
+    let accepting = fencing.accepts.for_events(plan.event_keys());
+    let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+    let refused = fenced::check(&mut tx, &fencing.node, &guarded).await?;
+    if !refused.is_empty() {
+        tx.rollback().await?;
+        return Ok(Sent::Refused(refused));
+    }
+    let parking = plan.parking();
+    if !parking.is_empty() {
+        let busy = fenced::in_use(&mut tx, &parking, fencing.lease).await?;
+        if !busy.is_empty() {
+            tx.rollback().await?;
+            return Ok(Sent::Refused(busy));
+        }
+    }
+    if !accepting.is_empty() {
+        let refused = fenced::accept(&mut tx, &accepting).await?;
+        if !refused.is_empty() {
+            tx.rollback().await?;
+            // Those forwards are done with: the request must not run.
+            let done: Vec<_> = accepting
+                .iter()
+                .filter(|a| refused.contains_key(&a.0))
+                .cloned()
+                .collect();
+            fencing.accepts.remove(&done);
+            return Ok(Sent::Refused(refused));
+        }
+    }
+    plan.query().execute(&mut *tx).await?;
+    fenced::notify(&mut tx, &evidence).await?;
+    tx.commit().await?;
+    fencing.accepts.remove(&accepting);
+    Ok(Sent::Committed)
 }
 
 impl PgWriter {

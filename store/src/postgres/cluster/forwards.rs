@@ -1,0 +1,265 @@
+//! Requests forwarded to a session's owner through the database (DESIGN.md "Requests").
+//!
+//! A node that is not the owner writes the request into `forwards` with a deadline (by the
+//! server's clock) and notifies the owner; the owner runs it and writes the answer. Two
+//! compare-and-sets on `state` decide every race, so a request never runs twice and the
+//! forwarder can always tell the truth:
+//!
+//! - the owner moves `pending → accepted` **in the same transaction as the request's first
+//!   write** (its writer does it, see [`Cluster::accept_with`](super::Cluster::accept_with)),
+//!   and only before the deadline;
+//! - the forwarder, giving up (its deadline passed) or finding the owner dead and claiming the
+//!   session itself, moves `pending → refused` ([`withdraw`]). Whichever comes first wins; the
+//!   other sees it. An owner that lost the session cannot accept any more: its writer's
+//!   transaction fails on the fence first.
+//!
+//! So "was it accepted?" has one answer, readable by anyone at any time ([`state`]), whether
+//! or not the owner lived to write the answer.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use sqlx::postgres::{PgPool, PgRow};
+use sqlx::Row;
+use tether_protocol::SessionId;
+
+use crate::postgres::errors::map_sqlx;
+use crate::StoreError;
+
+use super::node::millis;
+use super::{ClusterError, NodeId};
+
+/// The channel a new forward is announced on: payload `<session_id>:<forward_id>`.
+pub const FORWARD_CHANNEL: &str = "tether_forwards";
+
+/// A forward's id: `f_` + 32 random hex digits.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ForwardId(String);
+
+impl ForwardId {
+    /// A fresh id.
+    pub fn fresh() -> ForwardId {
+        ForwardId(format!("f_{:032x}", rand::random::<u128>()))
+    }
+
+    /// The id as stored.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<String> for ForwardId {
+    fn from(s: String) -> Self {
+        ForwardId(s)
+    }
+}
+
+impl fmt::Display for ForwardId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Where a forward stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ForwardState {
+    /// Written by the forwarder; nobody has run it.
+    Pending,
+    /// The owner committed the request's first write: it ran (or is running).
+    Accepted,
+    /// The owner's answer is in `answer`.
+    Answered,
+    /// It never ran and never will: withdrawn by the forwarder, or found past its deadline.
+    Refused,
+}
+
+impl ForwardState {
+    fn parse(s: &str) -> Option<ForwardState> {
+        Some(match s {
+            "pending" => ForwardState::Pending,
+            "accepted" => ForwardState::Accepted,
+            "answered" => ForwardState::Answered,
+            "refused" => ForwardState::Refused,
+            _ => return None,
+        })
+    }
+}
+
+/// A forward as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForwardRow {
+    /// Its id.
+    pub id: ForwardId,
+    /// The session it is for.
+    pub session_id: SessionId,
+    /// The node that forwarded it.
+    pub from_node: NodeId,
+    /// The method (`prompt.submit`, …).
+    pub method: String,
+    /// Its params, JSON text as the client sent them.
+    pub params: String,
+    /// Where it stands.
+    pub state: ForwardState,
+    /// The owner's answer (JSON text), once answered.
+    pub answer: Option<String>,
+    /// Its deadline has passed, by the server's clock when this was read.
+    pub expired: bool,
+}
+
+const COLUMNS: &str = "id, session_id, from_node, method, params, state, answer, \
+    deadline <= clock_timestamp()";
+
+fn from_row(row: &PgRow) -> Result<ForwardRow, StoreError> {
+    let state: String = row.try_get(5).map_err(map_sqlx)?;
+    Ok(ForwardRow {
+        id: ForwardId(row.try_get(0).map_err(map_sqlx)?),
+        session_id: SessionId::from(row.try_get::<String, _>(1).map_err(map_sqlx)?),
+        from_node: NodeId::from(row.try_get::<String, _>(2).map_err(map_sqlx)?),
+        method: row.try_get(3).map_err(map_sqlx)?,
+        params: row.try_get(4).map_err(map_sqlx)?,
+        state: ForwardState::parse(&state)
+            .ok_or_else(|| StoreError::Invalid(format!("stored forward state is {state:?}")))?,
+        answer: row.try_get(6).map_err(map_sqlx)?,
+        expired: row.try_get(7).map_err(map_sqlx)?,
+    })
+}
+
+/// The forwarder's side: writes the request, deadline `timeout` from the server's now, and
+/// announces it (after commit, like every notification).
+pub(crate) async fn forward(
+    pool: &PgPool,
+    me: &NodeId,
+    session_id: &SessionId,
+    method: &str,
+    params: &str,
+    timeout: Duration,
+) -> Result<ForwardId, ClusterError> {
+    let id = ForwardId::fresh();
+    let mut tx = pool.begin().await.map_err(map_sqlx)?;
+    sqlx::query(
+        "INSERT INTO forwards (id, session_id, from_node, method, params, deadline) \
+         VALUES ($1, $2, $3, $4, $5, clock_timestamp() + $6 * interval '1 millisecond')",
+    )
+    .bind(id.as_str())
+    .bind(session_id.as_str())
+    .bind(me.as_str())
+    .bind(method)
+    .bind(params)
+    .bind(millis(timeout))
+    .execute(&mut *tx)
+    .await
+    .map_err(map_sqlx)?;
+    sqlx::query("SELECT pg_notify($1, $2)")
+        .bind(FORWARD_CHANNEL)
+        .bind(format!("{session_id}:{id}"))
+        .execute(&mut *tx)
+        .await
+        .map_err(map_sqlx)?;
+    tx.commit().await.map_err(map_sqlx)?;
+    tracing::debug!(node = %me, session_id = %session_id, forward_id = %id, method, "forwarded");
+    Ok(id)
+}
+
+/// The forwarded requests of a session that are still pending and within their deadline,
+/// oldest first: what an owner (or a node that just became it) has to run.
+pub(crate) async fn pending(
+    pool: &PgPool,
+    session_id: &SessionId,
+) -> Result<Vec<ForwardRow>, ClusterError> {
+    let rows = sqlx::query(&format!(
+        "SELECT {COLUMNS} FROM forwards WHERE session_id = $1 AND state = 'pending' \
+         AND deadline > clock_timestamp() ORDER BY created_at, id"
+    ))
+    .bind(session_id.as_str())
+    .fetch_all(pool)
+    .await
+    .map_err(map_sqlx)?;
+    Ok(rows.iter().map(from_row).collect::<Result<_, _>>()?)
+}
+
+/// A forward's row, `None` if there is no such forward.
+pub(crate) async fn state(
+    pool: &PgPool,
+    id: &ForwardId,
+) -> Result<Option<ForwardRow>, ClusterError> {
+    let row = sqlx::query(&format!("SELECT {COLUMNS} FROM forwards WHERE id = $1"))
+        .bind(id.as_str())
+        .fetch_optional(pool)
+        .await
+        .map_err(map_sqlx)?;
+    Ok(row.as_ref().map(from_row).transpose()?)
+}
+
+/// `pending → refused`. `true`: it is refused now, and can never run. `false`: it was not
+/// pending any more (read [`state`] for what it is).
+pub(crate) async fn withdraw(pool: &PgPool, id: &ForwardId) -> Result<bool, ClusterError> {
+    let done =
+        sqlx::query("UPDATE forwards SET state = 'refused' WHERE id = $1 AND state = 'pending'")
+            .bind(id.as_str())
+            .execute(pool)
+            .await
+            .map_err(map_sqlx)?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// The owner's answer: `accepted → answered`, or `pending → answered` for a request the owner
+/// answered without writing anything (refused by its checks). `false` if it was neither.
+pub(crate) async fn answer(
+    pool: &PgPool,
+    id: &ForwardId,
+    answer: &str,
+) -> Result<bool, ClusterError> {
+    let done = sqlx::query(
+        "UPDATE forwards SET state = 'answered', answer = $2 \
+         WHERE id = $1 AND state IN ('pending', 'accepted')",
+    )
+    .bind(id.as_str())
+    .bind(answer)
+    .execute(pool)
+    .await
+    .map_err(map_sqlx)?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Forwards to accept with a given write: (session, seq of the request's first event) → the
+/// forward. Shared by the owner's session logic, which registers, and its writer, which
+/// accepts in the transaction that writes that seq.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Accepts(Arc<Mutex<HashMap<(SessionId, u64), ForwardId>>>);
+
+impl Accepts {
+    fn map(&self) -> MutexGuard<'_, HashMap<(SessionId, u64), ForwardId>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn register(&self, session_id: &SessionId, seq: u64, id: &ForwardId) {
+        self.map().insert((session_id.clone(), seq), id.clone());
+    }
+
+    /// The forwards registered for any of `events` (session, seq).
+    pub(crate) fn for_events<'a>(
+        &self,
+        events: impl Iterator<Item = (&'a str, u64)>,
+    ) -> Vec<(SessionId, u64, ForwardId)> {
+        let map = self.map();
+        if map.is_empty() {
+            return Vec::new();
+        }
+        events
+            .filter_map(|(id, seq)| {
+                let key = (SessionId::from(id), seq);
+                map.get(&key).map(|f| (key.0, seq, f.clone()))
+            })
+            .collect()
+    }
+
+    /// Done with these, accepted or refused.
+    pub(crate) fn remove(&self, done: &[(SessionId, u64, ForwardId)]) {
+        let mut map = self.map();
+        for (session_id, seq, _) in done {
+            map.remove(&(session_id.clone(), *seq));
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! Being woken by committed events of other nodes: `LISTEN tether_events`.
+//!
+//! A notification is a hint, never the data: a follower reads the events from the database by
+//! seq after its own watermark (DESIGN.md "Followers"). Notifications sent while the listening
+//! connection was down are lost for good, so every (re)connect yields [`Wake::Resync`] once
+//! `LISTEN` is in place again: the caller then reads each followed session once,
+//! unconditionally. The first [`EventListener::recv`] is such a connect, so "start following"
+//! and "recover from a reconnect" are one code path.
+
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
+use tether_protocol::SessionId;
+
+use crate::postgres::errors::map_sqlx;
+
+use super::forwards::{ForwardId, FORWARD_CHANNEL};
+use super::ClusterError;
+
+/// The channel every node's writer notifies (`cluster/fenced.rs`).
+pub const CHANNEL: &str = "tether_events";
+
+/// What woke the listener.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Wake {
+    /// Events of `session_id` up to `seq` were committed (by some node). Read after your
+    /// watermark; `seq` only tells that there is something to read.
+    Events {
+        /// The session.
+        session_id: SessionId,
+        /// Its `latest_seq` as that commit left it.
+        seq: u64,
+    },
+    /// A request was forwarded to the owner of `session_id` (`forwards.rs`). A hint too: the
+    /// owner reads the session's pending forwards.
+    Forward {
+        /// The session.
+        session_id: SessionId,
+        /// The forward.
+        forward_id: ForwardId,
+    },
+    /// Listening (again) after a connect or a reconnect, or a notification that could not be
+    /// read: something may have been missed, so read every followed session once.
+    Resync,
+}
+
+/// A `LISTEN` connection of its own, reconnected on demand (module doc).
+pub struct EventListener {
+    options: PgConnectOptions,
+    inner: Option<PgListener>,
+}
+
+impl std::fmt::Debug for EventListener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventListener")
+            .field("listening", &self.inner.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl EventListener {
+    pub(crate) fn new(options: PgConnectOptions) -> EventListener {
+        EventListener {
+            options,
+            inner: None,
+        }
+    }
+
+    /// The next wake-up. An `Err` means the connection could not be (re)made: call again
+    /// (after a backoff); the call that succeeds in listening again returns
+    /// [`Wake::Resync`].
+    pub async fn recv(&mut self) -> Result<Wake, ClusterError> {
+        let Some(listener) = self.inner.as_mut() else {
+            let pool = PgPoolOptions::new()
+                .max_connections(1)
+                .min_connections(0)
+                .idle_timeout(None)
+                .max_lifetime(None)
+                .acquire_timeout(Duration::from_secs(5))
+                .connect_lazy_with(self.options.clone());
+            let mut listener = PgListener::connect_with(&pool).await.map_err(map_sqlx)?;
+            listener
+                .listen_all([CHANNEL, FORWARD_CHANNEL])
+                .await
+                .map_err(map_sqlx)?;
+            self.inner = Some(listener);
+            tracing::info!(channel = CHANNEL, "listening for committed events");
+            return Ok(Wake::Resync);
+        };
+        match listener.try_recv().await {
+            Ok(Some(n)) if n.channel() == FORWARD_CHANNEL => {
+                Ok(match n.payload().rsplit_once(':') {
+                    Some((session, id)) if !session.is_empty() && !id.is_empty() => Wake::Forward {
+                        session_id: SessionId::from(session),
+                        forward_id: ForwardId::from(id.to_owned()),
+                    },
+                    _ => {
+                        tracing::warn!(payload = n.payload(), "unreadable forward notification");
+                        Wake::Resync
+                    }
+                })
+            }
+            Ok(Some(n)) => Ok(match parse(n.payload()) {
+                Some((session_id, seq)) => Wake::Events { session_id, seq },
+                None => {
+                    tracing::warn!(payload = n.payload(), "unreadable event notification");
+                    Wake::Resync
+                }
+            }),
+            // The connection was lost and (eager reconnect) made again, LISTEN included.
+            Ok(None) => {
+                tracing::warn!(channel = CHANNEL, "event listener reconnected; resync");
+                Ok(Wake::Resync)
+            }
+            Err(e) => {
+                // Start over on the next call, with a fresh connection and a Resync.
+                self.inner = None;
+                let e = map_sqlx(e);
+                tracing::warn!(error = %e, "event listener lost its connection");
+                Err(e.into())
+            }
+        }
+    }
+}
+
+/// `<session_id>:<seq>`; the seq is the part after the last colon (client-chosen session ids
+/// may hold colons of their own).
+pub fn parse(payload: &str) -> Option<(SessionId, u64)> {
+    let (session, seq) = payload.rsplit_once(':')?;
+    if session.is_empty() {
+        return None;
+    }
+    Some((SessionId::from(session), seq.parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payloads_parse_from_the_last_colon() {
+        assert_eq!(parse("s_1:42"), Some((SessionId::from("s_1"), 42)));
+        assert_eq!(parse("a:b:7"), Some((SessionId::from("a:b"), 7)));
+        assert_eq!(parse(":7"), None);
+        assert_eq!(parse("s_1:x"), None);
+        assert_eq!(parse("s_1"), None);
+    }
+}
