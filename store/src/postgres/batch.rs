@@ -17,7 +17,10 @@
 //!    none of it does: the batch is atomic, and a stale plan costs a retry, never a partial
 //!    write.
 //!
-//! The statement text never changes, so it is prepared once per connection.
+//! The statement text never changes, so it is prepared once per connection; it and its
+//! parameters are `batch/statement.rs`.
+
+mod statement;
 
 use std::collections::{HashMap, HashSet};
 
@@ -34,54 +37,6 @@ type OpResult = Result<(), StoreError>;
 /// What the writer knows of sessions: `Some(latest_seq)` for a row that exists, `None` for one
 /// that does not. True until the writer itself writes again (the statement re-checks it).
 pub(crate) type Known = HashMap<SessionId, Option<u64>>;
-
-/// The batch statement, with the events' columns and parameters as the two variants need them.
-/// Parameter numbers are fixed; see [`Plan::query`].
-macro_rules! batch_statement {
-    ($event_columns:literal, $event_fence:literal) => {
-        concat!(
-            "WITH \
-new_profiles AS ( \
-    INSERT INTO profiles (name, created_at_ms) \
-    SELECT * FROM UNNEST($1::text[], $2::bigint[]) \
-    ON CONFLICT (name) DO NOTHING), \
-new_sessions AS ( \
-    INSERT INTO sessions (id, profile, title, status, parent_session_id, kind, history_version, \
-        close_on_disconnect, engine_pin, follow_profile_config, turn_marker, created_at_ms, \
-        updated_at_ms, latest_seq, message_count, retained_from_seq) \
-    SELECT n.*, 1 FROM UNNEST($3::text[], $4::text[], $5::text[], $6::text[], $7::text[], \
-        $8::text[], $9::bigint[], $10::bool[], $11::text[], $12::bool[], $13::text[], \
-        $14::bigint[], $15::bigint[], $16::bigint[], $17::bigint[]) AS n), \
-changed AS ( \
-    UPDATE sessions s SET \
-        status = COALESCE(u.status, s.status), \
-        title = COALESCE(u.title, s.title), \
-        message_count = COALESCE(u.message_count, s.message_count), \
-        history_version = COALESCE(u.history_version, s.history_version), \
-        turn_marker = CASE WHEN u.marker_set THEN u.marker ELSE s.turn_marker END, \
-        updated_at_ms = COALESCE(u.updated_at_ms, s.updated_at_ms), \
-        latest_seq = u.new_seq \
-    FROM UNNEST($18::text[], $19::bigint[], $20::bigint[], $21::text[], $22::text[], \
-        $23::bigint[], $24::bigint[], $25::bool[], $26::text[], $27::bigint[]) \
-        AS u(id, expected, new_seq, status, title, message_count, history_version, \
-             marker_set, marker, updated_at_ms) \
-    WHERE s.id = u.id AND s.latest_seq = u.expected \
-    RETURNING 1), \
-new_events AS ( \
-    INSERT INTO events (session_id, seq, type, payload, turn_id, trace_id, ts_ms", $event_columns, ") \
-    SELECT * FROM UNNEST($28::text[], $29::bigint[], $30::text[], $31::text[], $32::text[], \
-        $33::text[], $34::bigint[]", $event_fence, ")) \
-SELECT tether_expect_sessions((SELECT count(*) FROM changed), $35)"
-        )
-    };
-}
-
-/// The batch statement of a single gateway.
-pub(crate) const STATEMENT: &str = batch_statement!("", "");
-
-/// The batch statement of a cluster node's writer: each event also stores the fence its batch
-/// was written under (`$36`), inside the transaction that checked it (`cluster/fenced.rs`).
-pub(crate) const STATEMENT_FENCED: &str = batch_statement!(", fence", ", $36::bigint[]");
 
 /// A session created by the batch: its row as it stands after the batch's later ops.
 struct NewRow<'a> {
@@ -393,112 +348,6 @@ impl<'a> Plan<'a> {
         created.chain(moved).collect()
     }
 
-    /// The statement with this plan's arrays bound.
-    pub(crate) fn query(
-        &self,
-    ) -> sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments> {
-        let ins = &self.inserts;
-        let ups = &self.updates;
-        let evs = &self.events;
-        let statement = match self.fences {
-            None => STATEMENT,
-            Some(_) => STATEMENT_FENCED,
-        };
-        let query = sqlx::query(statement)
-            .bind(self.profiles.iter().map(|p| p.0).collect::<Vec<_>>())
-            .bind(self.profiles.iter().map(|p| p.1).collect::<Vec<_>>())
-            .bind(
-                ins.iter()
-                    .map(|r| r.session.id.as_str())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                ins.iter()
-                    .map(|r| r.session.profile.as_str())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(ins.iter().map(|r| r.title).collect::<Vec<_>>())
-            .bind(ins.iter().map(|r| r.status).collect::<Vec<_>>())
-            .bind(
-                ins.iter()
-                    .map(|r| r.session.parent_session_id.as_ref().map(SessionId::as_str))
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                ins.iter()
-                    .map(|r| r.session.kind.as_str())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(ins.iter().map(|r| r.history_version).collect::<Vec<_>>())
-            .bind(
-                ins.iter()
-                    .map(|r| r.session.close_on_disconnect)
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                ins.iter()
-                    .map(|r| json_text(&r.session.engine_pin))
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                ins.iter()
-                    .map(|r| r.session.follow_profile_config)
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                ins.iter()
-                    .map(|r| r.turn_marker.as_deref())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                ins.iter()
-                    .map(|r| r.session.created_at_ms)
-                    .collect::<Vec<_>>(),
-            )
-            .bind(ins.iter().map(|r| r.updated_at_ms).collect::<Vec<_>>())
-            .bind(ins.iter().map(|r| r.latest_seq).collect::<Vec<_>>())
-            .bind(ins.iter().map(|r| r.message_count).collect::<Vec<_>>())
-            .bind(ups.iter().map(|u| u.id).collect::<Vec<_>>())
-            .bind(ups.iter().map(|u| u.expected).collect::<Vec<_>>())
-            .bind(ups.iter().map(|u| u.new_seq).collect::<Vec<_>>())
-            .bind(ups.iter().map(|u| u.status).collect::<Vec<_>>())
-            .bind(ups.iter().map(|u| u.title).collect::<Vec<_>>())
-            .bind(ups.iter().map(|u| u.message_count).collect::<Vec<_>>())
-            .bind(ups.iter().map(|u| u.history_version).collect::<Vec<_>>())
-            .bind(ups.iter().map(|u| u.marker_set).collect::<Vec<_>>())
-            .bind(ups.iter().map(|u| u.marker.as_deref()).collect::<Vec<_>>())
-            .bind(ups.iter().map(|u| u.updated_at_ms).collect::<Vec<_>>())
-            .bind(evs.iter().map(|e| e.0).collect::<Vec<_>>())
-            // Planning checked every seq into i64 already.
-            .bind(evs.iter().map(|e| e.1.seq as i64).collect::<Vec<_>>())
-            .bind(evs.iter().map(|e| e.1.kind.as_str()).collect::<Vec<_>>())
-            .bind(evs.iter().map(|e| e.1.payload.as_str()).collect::<Vec<_>>())
-            .bind(
-                evs.iter()
-                    .map(|e| e.1.turn_id.as_deref())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                evs.iter()
-                    .map(|e| e.1.trace_id.as_deref())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(evs.iter().map(|e| e.1.ts_ms).collect::<Vec<_>>())
-            .bind(ups.len() as i64);
-        match &self.fences {
-            None => query,
-            Some(fences) => query.bind(
-                evs.iter()
-                    .map(|e| {
-                        fences
-                            .get(e.0)
-                            .map_or(0, |f| to_i64(*f, "fence").unwrap_or(0))
-                    })
-                    .collect::<Vec<i64>>(),
-            ),
-        }
-    }
-
     /// Where `id` stands: in the batch already, or as `known` says.
     fn latest(&self, id: &str, known: &Known) -> Option<u64> {
         match self.slots.get(id) {
@@ -637,26 +486,5 @@ pub(crate) fn session_of(op: &WriteOp) -> &SessionId {
     match op {
         WriteOp::CreateSession { session, .. } => &session.id,
         WriteOp::Append { session_id, .. } | WriteOp::Patch { session_id, .. } => session_id,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_fenced_statement_is_the_single_gateways_plus_the_fence_column() {
-        // The single gateway's statement is exactly what it was before clusters.
-        assert!(!STATEMENT.contains("fence"));
-        assert!(!STATEMENT.contains("$36"));
-        assert!(STATEMENT.contains(
-            "INSERT INTO events (session_id, seq, type, payload, turn_id, trace_id, ts_ms) "
-        ));
-        assert_eq!(
-            STATEMENT_FENCED
-                .replacen(", fence", "", 1)
-                .replacen(", $36::bigint[]", "", 1),
-            STATEMENT
-        );
     }
 }
