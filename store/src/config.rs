@@ -69,7 +69,7 @@ pub struct PostgresConfig {
     /// told to cancel it): a half-open TCP connection must not hang the writer forever.
     pub statement_timeout: Duration,
     /// How long the writer waits for the server to come back when the answer to a batch was
-    /// lost, to tell whether it committed, before it answers 5072 (`postgres/writer.rs`).
+    /// lost, to tell whether it committed, before it answers 5072 (`postgres/writer/doubt.rs`).
     /// Meanwhile writes wait; after it they are answered 5072 at once.
     pub in_doubt_wait: Duration,
 }

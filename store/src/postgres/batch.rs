@@ -4,7 +4,7 @@
 //! appends written row by row would pay a hundred of them. Instead the writer
 //!
 //! 1. plans the batch against what it knows of each session's `latest_seq` (it is the only
-//!    writer of sessions and events, see `connect.rs`), op by op in batch order, with the same
+//!    writer of sessions and events, see `connect/lock.rs`), op by op in batch order, with the same
 //!    rules as the SQLite writer (`crate::rules`): an op it refuses gets its error here and
 //!    leaves no trace, the others go on;
 //! 2. folds what is left into one row per session (a new session's row already carries the

@@ -4,8 +4,8 @@
 //! (`crate::rules`). What differs is what a server brings:
 //!
 //! - a batch is one statement, since every statement is a round trip (`batch.rs`);
-//! - the connection can go away and come back, and a commit can be in doubt (`writer.rs`);
-//! - a second gateway could connect: the writer's advisory lock keeps it out (`connect.rs`),
+//! - the connection can go away and come back, and a commit can be in doubt (`writer.rs`, `writer/doubt.rs`);
+//! - a second gateway could connect: the writer's advisory lock keeps it out (`connect/lock.rs`),
 //!   unless the gateways are nodes of one cluster (`cluster/`, in progress: issue 19), which
 //!   share the database under ownership rows and fences.
 //!

@@ -13,7 +13,7 @@
 //!   planned again from fresh reads; any other refusal is narrowed down by sending each op on
 //!   its own, so one op's error (a disk full, a NUL byte in a title) fails only that op.
 //! - **lost** (the connection broke, or the server stopped answering): the batch is *in doubt*.
-//!   The task reconnects, which takes the writer's lock (`connect.rs`), so the old backend is
+//!   The task reconnects, which takes the writer's lock (`connect/lock.rs`), so the old backend is
 //!   gone and with it any chance of a late commit; then it reads back the `latest_seq` of the
 //!   sessions the batch moved. All at their new value: committed, and reported so. All at
 //!   their old value: nothing was written, and the batch is simply sent again on the new
@@ -77,7 +77,7 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_KNOWN: usize = 100_000;
 
 /// Numbers this process's writers, so that a writer connection can tell an older one of its
-/// own process from a newer one (`connect.rs`).
+/// own process from a newer one (`connect/lock.rs`).
 static WRITERS: AtomicU64 = AtomicU64::new(1);
 
 enum Command {
