@@ -35,6 +35,7 @@ mod postgres;
 mod rows;
 mod rules;
 mod sqlite;
+mod writer_command;
 
 pub use api::{Opened, StoreRead, StoreWrite};
 pub use config::{PostgresConfig, StoreConfig, Synchronous};

@@ -54,6 +54,7 @@ use sqlx::Row;
 use tether_protocol::SessionId;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::writer_command::WriterCommand;
 use crate::{StoreError, StoreWrite, WriteOp};
 
 use super::batch::{Evidence, Known, Plan};
@@ -80,21 +81,10 @@ const MAX_KNOWN: usize = 100_000;
 /// own process from a newer one (`connect/lock.rs`).
 static WRITERS: AtomicU64 = AtomicU64::new(1);
 
-enum Command {
-    Commit {
-        ops: Vec<WriteOp>,
-        reply: oneshot::Sender<Vec<OpResult>>,
-    },
-    LatestSeq {
-        session_id: SessionId,
-        reply: oneshot::Sender<Result<u64, StoreError>>,
-    },
-}
-
 /// The [`StoreWrite`] of the PostgreSQL store: a handle on the writer task, which ends (closing
 /// its connection, and so releasing the lock) when this is dropped.
 pub(crate) struct PgWriter {
-    commands: mpsc::Sender<Command>,
+    commands: mpsc::Sender<WriterCommand>,
 }
 
 /// What a sent batch came to, when the server answered.
@@ -163,7 +153,7 @@ struct Task {
 }
 
 impl Task {
-    async fn run(mut self, mut commands: mpsc::Receiver<Command>) {
+    async fn run(mut self, mut commands: mpsc::Receiver<WriterCommand>) {
         loop {
             if self.conn.is_none() {
                 if !self.reconnect_answering(&mut commands).await {
@@ -175,10 +165,10 @@ impl Task {
                 break;
             };
             match command {
-                Command::Commit { ops, reply } => {
+                WriterCommand::Commit { ops, reply } => {
                     let _ = reply.send(self.commit(&ops).await);
                 }
-                Command::LatestSeq { session_id, reply } => {
+                WriterCommand::LatestSeq { session_id, reply } => {
                     let _ = reply.send(self.latest_seq(&session_id).await);
                 }
             }
@@ -190,7 +180,7 @@ impl Task {
 
     /// One reconnect attempt (after the backoff), answering requests with 5072 meanwhile.
     /// `false` once every handle is gone.
-    async fn reconnect_answering(&mut self, commands: &mut mpsc::Receiver<Command>) -> bool {
+    async fn reconnect_answering(&mut self, commands: &mut mpsc::Receiver<WriterCommand>) -> bool {
         let settings = self.settings.clone();
         let (writer, conn) = (self.writer, self.next_conn);
         self.next_conn += 1;
@@ -205,10 +195,10 @@ impl Task {
                 outcome = &mut attempt => break outcome,
                 command = commands.recv() => match command {
                     None => return false,
-                    Some(Command::Commit { ops, reply }) => {
+                    Some(WriterCommand::Commit { ops, reply }) => {
                         let _ = reply.send(vec![Err(self.down.clone()); ops.len()]);
                     }
-                    Some(Command::LatestSeq { reply, .. }) => {
+                    Some(WriterCommand::LatestSeq { reply, .. }) => {
                         let _ = reply.send(Err(self.down.clone()));
                     }
                 },
@@ -345,7 +335,7 @@ impl Task {
 }
 
 impl PgWriter {
-    async fn send<T>(&self, command: Command, answer: oneshot::Receiver<T>) -> Option<T> {
+    async fn send<T>(&self, command: WriterCommand, answer: oneshot::Receiver<T>) -> Option<T> {
         self.commands.send(command).await.ok()?;
         answer.await.ok()
     }
@@ -364,14 +354,14 @@ impl StoreWrite for PgWriter {
         }
         let (reply, answer) = oneshot::channel();
         // The batch moves to the task as it is: no copy of its events.
-        self.send(Command::Commit { ops, reply }, answer)
+        self.send(WriterCommand::Commit { ops, reply }, answer)
             .await
             .unwrap_or_else(|| vec![Err(task_gone()); n])
     }
 
     async fn latest_seq(&mut self, session_id: &SessionId) -> Result<u64, StoreError> {
         let (reply, answer) = oneshot::channel();
-        let command = Command::LatestSeq {
+        let command = WriterCommand::LatestSeq {
             session_id: session_id.clone(),
             reply,
         };

@@ -34,6 +34,7 @@ use rusqlite::{Connection, OpenFlags};
 use tether_protocol::SessionId;
 use tokio::sync::oneshot;
 
+use crate::writer_command::WriterCommand;
 use crate::{StoreConfig, StoreError, StoreWrite, Synchronous, WriteOp};
 
 use super::errors::{map_rusqlite, Doing};
@@ -62,22 +63,10 @@ const WAL_AUTOCHECKPOINT_PAGES: u32 = 16384;
 /// session's events in memory.
 const WRITER_CACHE_KIB: i64 = -65536;
 
-/// What the thread is asked to do.
-enum Command {
-    Commit {
-        ops: Vec<WriteOp>,
-        reply: oneshot::Sender<Vec<OpResult>>,
-    },
-    LatestSeq {
-        session_id: SessionId,
-        reply: oneshot::Sender<Result<u64, StoreError>>,
-    },
-}
-
 /// The [`StoreWrite`] of the SQLite store: a handle on the writer thread, which ends (closing
 /// the connection) when this is dropped.
 pub(crate) struct SqliteWriter {
-    commands: mpsc::SyncSender<Command>,
+    commands: mpsc::SyncSender<WriterCommand>,
 }
 
 /// Opens the writer connection (`create`: the file may be created) and starts its thread.
@@ -138,14 +127,14 @@ fn connect(
 }
 
 /// The thread: runs commands until every handle is gone.
-fn serve(conn: Connection, commands: mpsc::Receiver<Command>) {
+fn serve(conn: Connection, commands: mpsc::Receiver<WriterCommand>) {
     let mut tx = Tx { conn };
     while let Ok(command) = commands.recv() {
         match command {
-            Command::Commit { ops, reply } => {
+            WriterCommand::Commit { ops, reply } => {
                 let _ = reply.send(tx.commit(&ops));
             }
-            Command::LatestSeq { session_id, reply } => {
+            WriterCommand::LatestSeq { session_id, reply } => {
                 let _ = reply.send(tx.latest_seq(&session_id));
             }
         }
@@ -352,7 +341,7 @@ fn fill_pending(results: &mut [Option<OpResult>], err: &StoreError) {
 
 impl SqliteWriter {
     /// Hands `command` to the thread; `false` if the thread is gone.
-    fn send(&self, command: Command) -> bool {
+    fn send(&self, command: WriterCommand) -> bool {
         self.commands.send(command).is_ok()
     }
 }
@@ -370,7 +359,7 @@ impl StoreWrite for SqliteWriter {
         }
         let (reply, answer) = oneshot::channel();
         // The batch moves to the thread as it is: no copy of its events.
-        if !self.send(Command::Commit { ops, reply }) {
+        if !self.send(WriterCommand::Commit { ops, reply }) {
             return vec![Err(thread_gone()); n];
         }
         answer.await.unwrap_or_else(|_| vec![Err(thread_gone()); n])
@@ -378,7 +367,7 @@ impl StoreWrite for SqliteWriter {
 
     async fn latest_seq(&mut self, session_id: &SessionId) -> Result<u64, StoreError> {
         let (reply, answer) = oneshot::channel();
-        let command = Command::LatestSeq {
+        let command = WriterCommand::LatestSeq {
             session_id: session_id.clone(),
             reply,
         };

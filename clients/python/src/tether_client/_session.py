@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ._errors import Code, ConnectionLost, RpcError
 from ._stream import EventStream
 from ._turn import Turn, TurnRecord
+from ._wakeup import Wakeup
 
 if TYPE_CHECKING:
     from ._gateway import Gateway
@@ -63,7 +64,7 @@ class Session:
         self._streams: set[EventStream] = set()
         self._turns: dict[str, TurnRecord] = {}
         self._submitting = 0
-        self._waiters: list[asyncio.Future[None]] = []
+        self._changed = Wakeup()
         self._retry_s = ATTACH_RETRY_S
         self._retry: asyncio.TimerHandle | None = None
 
@@ -161,15 +162,10 @@ class Session:
                 raise self._gw._failure
             if self._closed or (self._gw.state == "open" and self._attached_on == self._gw.generation):
                 return
-            fut = asyncio.get_running_loop().create_future()
-            self._waiters.append(fut)
-            await fut
+            await self._changed.wait()
 
     def _wake(self) -> None:
-        waiters, self._waiters = self._waiters, []
-        for w in waiters:
-            if not w.done():
-                w.set_result(None)
+        self._changed.wake()
         for s in self._streams:
             s._wake()
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
 from ._errors import ResetError
 from ._text import Delta, TurnText
+from ._wakeup import Wakeup
 
 if TYPE_CHECKING:
     from ._session import Session
@@ -33,7 +34,7 @@ class TurnRecord:
         self.keep = False
         self.complete: dict[str, Any] | None = None
         self.error: BaseException | None = None
-        self._waiters: list[asyncio.Future[None]] = []
+        self._changed = Wakeup()
         self._result: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
 
     def push(self, ev: Event, keep_anyway: bool) -> None:
@@ -63,15 +64,10 @@ class TurnRecord:
         return await asyncio.shield(self._result)
 
     async def changed(self) -> None:
-        fut = asyncio.get_running_loop().create_future()
-        self._waiters.append(fut)
-        await fut
+        await self._changed.wait()
 
     def _wake(self) -> None:
-        waiters, self._waiters = self._waiters, []
-        for w in waiters:
-            if not w.done():
-                w.set_result(None)
+        self._changed.wake()
 
     def synthetic_delta(self, session_id: str, offset: int, text: str) -> Event:
         ev: Event = {
