@@ -44,9 +44,12 @@ pub async fn serve_socket(
     _permit: Option<tokio::sync::OwnedSemaphorePermit>,
 ) {
     let _open = app.ctx.metrics.open_connection(Transport::WebSocket);
-    let Some((peer, rx)) = app
-        .start_peer(caller, true, tether_protocol::PeerTransport::WebSocket)
-        .await
+    // Boxed: this task lives as long as the connection, and its future is as
+    // large as its largest await; starting a peer (spawning its actor) is
+    // the largest and happens once, so its state is on the heap only while
+    // it runs.
+    let Some((peer, rx)) =
+        Box::pin(app.start_peer(caller, true, tether_protocol::PeerTransport::WebSocket)).await
     else {
         return;
     };
@@ -78,7 +81,7 @@ pub async fn serve_socket(
             _ = ticks.tick() => conn.on_tick().await,
             changed = shutdown.changed() => {
                 if changed.is_err() || *shutdown.borrow() {
-                    conn.close(CLOSE_GOING_AWAY, "gateway shutting down").await;
+                    Box::pin(conn.close(CLOSE_GOING_AWAY, "gateway shutting down")).await;
                     ControlFlow::Break(())
                 } else {
                     ControlFlow::Continue(())
@@ -89,7 +92,8 @@ pub async fn serve_socket(
             break;
         }
     }
-    conn.finish().await;
+    // Once, at the end: boxed for the same reason.
+    Box::pin(conn.finish()).await;
 }
 
 /// The reading side of one socket: what it hands the peer, and the
@@ -121,7 +125,9 @@ impl Reader {
         let msg = match msg {
             Ok(m) => m,
             Err(e) => {
-                self.on_read_error(&e).await;
+                // The cold ends of a connection are boxed: this future lives
+                // as long as the connection (see `serve_socket`).
+                Box::pin(self.on_read_error(&e)).await;
                 return ControlFlow::Break(());
             }
         };
@@ -140,7 +146,7 @@ impl Reader {
             Message::Binary(b) if b.len() > max => PeerMsg::TooLarge { len: b.len() },
             Message::Binary(_) => PeerMsg::Binary,
             Message::Close(frame) => {
-                self.on_client_close(frame).await;
+                Box::pin(self.on_client_close(frame)).await;
                 return ControlFlow::Break(());
             }
             Message::Ping(_) | Message::Pong(_) => return ControlFlow::Continue(()),
@@ -177,7 +183,7 @@ impl Reader {
         let quiet = self.last_inbound.elapsed();
         if quiet >= self.idle_timeout {
             debug!(quiet_s = quiet.as_secs(), "closing an idle websocket");
-            self.close(CLOSE_GOING_AWAY, "idle timeout").await;
+            Box::pin(self.close(CLOSE_GOING_AWAY, "idle timeout")).await;
             return ControlFlow::Break(());
         }
         if quiet >= self.heartbeat {
