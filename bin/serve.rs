@@ -79,6 +79,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         handoffs: store.handoffs,
         epoch: store.epoch,
         writer_factory: store.writers,
+        cluster: None,
     })
     .await
     .context("cannot start the gateway")?;

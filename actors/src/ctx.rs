@@ -42,6 +42,8 @@ pub struct Ctx {
     pub metrics: Arc<Metrics>,
     /// Recovering, serving or draining.
     pub lifecycle: Arc<Lifecycle>,
+    /// The node this gateway is, on a cluster (`node.rs`).
+    pub(crate) cluster: Option<tether_store::cluster::Cluster>,
 }
 
 impl Ctx {

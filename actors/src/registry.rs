@@ -171,6 +171,8 @@ pub struct Loaded {
     row: SessionRow,
     barrier: Barrier,
     todos: Option<Todos>,
+    /// On a cluster: the dead node the load took the session over from.
+    lost_from: Option<tether_store::cluster::NodeId>,
 }
 
 struct Live {
@@ -205,7 +207,15 @@ impl Actor for Registry {
         myself: ActorRef<Self::Msg>,
         ctx: Ctx,
     ) -> Result<Self::State, ActorProcessingErr> {
-        end_interrupted_turns(&ctx, &myself);
+        // On a cluster the turns a stop cut short are another node's to end
+        // (with `node_lost`) once it claims their session: this node's
+        // fresh id owns nothing yet, and sessions of live nodes are not
+        // its to touch.
+        if ctx.cluster.is_none() {
+            end_interrupted_turns(&ctx, &myself);
+        } else {
+            ctx.lifecycle.set_recovered(true);
+        }
         // A restarted registry starts empty (its sessions stopped with the old one).
         ctx.metrics.sessions_live.set(0);
         Ok(RegistryState {
@@ -347,6 +357,7 @@ impl RegistryState {
                 mut row,
                 barrier,
                 todos,
+                lost_from,
             })) => {
                 if row.status == SessionStatus::Parked {
                     // Live again: say so in the store too (listings read it).
@@ -363,7 +374,17 @@ impl RegistryState {
                     }
                 }
                 let spawned = self
-                    .spawn_session(myself, key.clone(), row, barrier, todos, Vec::new())
+                    .spawn_session(
+                        myself,
+                        key.clone(),
+                        Loaded {
+                            row,
+                            barrier,
+                            todos,
+                            lost_from,
+                        },
+                        Vec::new(),
+                    )
                     .await;
                 match (spawned, self.live.get_mut(&key)) {
                     (Ok(_), Some(live)) => {
@@ -388,11 +409,15 @@ impl RegistryState {
         &mut self,
         myself: &ActorRef<RegistryMsg>,
         key: SessionKey,
-        row: SessionRow,
-        barrier: Barrier,
-        todos: Option<Todos>,
+        loaded: Loaded,
         initial: Vec<EventRecord>,
     ) -> Result<ActorRef<SessionMsg>, RpcError> {
+        let Loaded {
+            row,
+            barrier,
+            todos,
+            lost_from,
+        } = loaded;
         let gauges = Arc::new(SessionGauges::default());
         let args = SessionArgs {
             row,
@@ -401,6 +426,7 @@ impl RegistryState {
             initial,
             ctx: self.ctx.clone(),
             gauges: gauges.clone(),
+            lost_from,
         };
         let (actor, _) = Actor::spawn_linked(None, Session, args, myself.get_cell())
             .await

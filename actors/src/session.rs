@@ -19,6 +19,7 @@ mod commit;
 mod compress;
 mod encoded_history;
 mod history;
+mod lost;
 mod marker;
 mod owed;
 mod peers;
@@ -149,6 +150,9 @@ pub enum SessionMsg {
         append_gen: u64,
         from_seq: u64,
         code: i64,
+        /// The writer refused it because another node owns the session now
+        /// (`StoreError::NotOwner`, on a cluster): not a storage failure.
+        lost: bool,
     },
     /// The StoreWriter was restarted: an append in flight may be lost.
     WriterRestarted,
@@ -179,6 +183,9 @@ pub struct SessionArgs {
     pub initial: Vec<EventRecord>,
     pub ctx: Ctx,
     pub gauges: Arc<SessionGauges>,
+    /// On a cluster: the session was taken over from this dead node, whose
+    /// turns end `node_lost` (`None`: a restart of this gateway or actor).
+    pub lost_from: Option<tether_store::cluster::NodeId>,
 }
 
 pub struct SessionState {
@@ -210,6 +217,9 @@ pub struct SessionState {
     pending_compress: Option<(Option<String>, CompressReply)>,
     /// The turn marker found in the store at start, handled in post_start.
     marker_at_start: Option<serde_json::Value>,
+    /// Why the turns of that marker ended: `gateway_restart`, or
+    /// `node_lost` when the session was taken over from a dead node.
+    marker_reason: &'static str,
     /// What the reaper was last told (`None`: nothing yet).
     reported: Option<Reported>,
     /// `message.complete`s of accepted turns that a failed append lost.
@@ -237,7 +247,12 @@ impl Actor for Session {
             initial,
             ctx,
             gauges,
+            lost_from,
         } = args;
+        let marker_reason = match &lost_from {
+            Some(_) => crate::turn::reasons::NODE_LOST,
+            None => crate::turn::reasons::GATEWAY_RESTART,
+        };
         let mut ring = Ring::new(ctx.config.ring_events, ctx.config.ring_bytes);
         for rec in &initial {
             if let Some(seq) = rec.seq {
@@ -273,6 +288,7 @@ impl Actor for Session {
             compacting: None,
             pending_compress: None,
             marker_at_start: row.turn_marker,
+            marker_reason,
             reported: None,
             owed: owed::Owed::default(),
             ctx,
@@ -350,7 +366,13 @@ impl Actor for Session {
                 append_gen,
                 from_seq,
                 code,
-            } => state.append_failed(me, append_gen, from_seq, code),
+                lost,
+            } => {
+                state.append_failed(me, append_gen, from_seq, code);
+                if lost {
+                    state.lost(me);
+                }
+            }
             SessionMsg::RepayCompletions => state.repay_completions(me),
             SessionMsg::WriterRestarted => state.writer_restarted(me),
             SessionMsg::Rebased { barrier } => state.rebased(me, barrier),
