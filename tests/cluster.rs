@@ -223,3 +223,29 @@ async fn a_single_gateway_on_a_cluster_database_and_a_cluster_on_sqlite_exit_64(
     assert!(!id.is_empty());
     let _ = cluster.data_dir(0);
 }
+
+/// A session parked on a live node is released with its park: another
+/// node brings it back without waiting for that node to die.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_session_is_released_for_any_node() {
+    let Some(cluster) = TestCluster::start_with(2, LEASE_MS, &["--orphan-grace-s", "0"]) else {
+        return;
+    };
+    let mut a = cluster.nodes[0].client().await;
+    let id = session(&mut a).await;
+    let turn = submit(&mut a, &id, "parked soon").await;
+    let done = turn_events(&mut a, &turn).await;
+    assert_eq!(common::complete(&done)["text"], "parked soon");
+    a.close().await;
+
+    // Refused (5072, owned by a live node) until node 0 parks it.
+    let bound = std::time::Duration::from_secs(10);
+    let mut b = cluster.nodes[1].client().await;
+    let resumed = resume_from(&mut b, &id, 0, bound).await;
+    assert_eq!(resumed["session"]["status"], "idle", "{resumed}");
+    let next = submit(&mut b, &id, "on node 1").await;
+    let done = turn_events(&mut b, &next).await;
+    assert_eq!(common::complete(&done)["text"], "on node 1");
+    let all = seqs(&all_events(&mut b, &id).await);
+    assert_eq!(all, (1..=all.len() as u64).collect::<Vec<_>>());
+}

@@ -34,6 +34,11 @@ impl TestCluster {
     /// (after one loud line, or a failure under `TETHER_REQUIRE_POSTGRES=1`)
     /// without a PostgreSQL server.
     pub fn start(n: usize, lease_ms: u64) -> Option<TestCluster> {
+        TestCluster::start_with(n, lease_ms, &[])
+    }
+
+    /// As [`TestCluster::start`], every node with `extra` flags too.
+    pub fn start_with(n: usize, lease_ms: u64, extra: &[&str]) -> Option<TestCluster> {
         let Some(Backend::Postgres(server)) = Backend::postgres() else {
             return None;
         };
@@ -49,7 +54,11 @@ impl TestCluster {
             _turn: turn,
         };
         let args = cluster.node_args();
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let args: Vec<&str> = args
+            .iter()
+            .map(String::as_str)
+            .chain(extra.iter().copied())
+            .collect();
         for _ in 0..n {
             let dir = tempdir();
             let node = Gateway::start(dir.path(), &args);

@@ -9,7 +9,7 @@
 use ractor::{ActorRef, RpcReplyPort};
 use tether_protocol::SessionStatus;
 use tether_store::SessionPatch;
-use tracing::info;
+use tracing::{info, warn};
 
 use super::{SessionMsg, SessionState};
 use crate::reaper::{ParkReason, ReaperMsg};
@@ -109,13 +109,17 @@ impl SessionState {
         // Everything is committed; only the status is left to write. The
         // writer is FIFO, so the next load's barrier comes after this patch.
         self.set_status(SessionStatus::Parked);
+        // On a cluster the parked session is released once the patch is
+        // committed (under this node's fence: releasing first would make
+        // the writer refuse it), so the next node to need it claims it at
+        // once instead of after a lease.
         let _ = writer.cast(StoreWriterMsg::Patch {
             session_id: self.id.clone(),
             patch: SessionPatch {
                 status: Some(SessionStatus::Parked),
                 ..SessionPatch::default()
             },
-            reply: None,
+            reply: self.release_when_parked(),
         });
         self.gauges
             .parked
@@ -123,5 +127,34 @@ impl SessionState {
         info!(session_id = %self.id, reason = reason.as_str(), latest_seq = self.commit.committed_seq(), "session parked");
         let _ = reply.send(true);
         myself.stop(Some("parked".into()));
+    }
+
+    /// Releases this node's ownership of the session once its park is on
+    /// disk (a cluster; a no-op otherwise). A park refused by the store
+    /// (`InUse`: a peer attached on another node meanwhile) keeps the
+    /// ownership: the session stays live in the store's eyes and the next
+    /// request brings it back here.
+    /// Returns the reply port for the park's patch (`None`: the writer
+    /// logs a failure itself).
+    fn release_when_parked(&self) -> Option<RpcReplyPort<Result<(), tether_store::StoreError>>> {
+        let cluster = self.ctx.cluster.clone()?;
+        let fence = cluster.fence(&self.id)?;
+        let (committed, parked) = tokio::sync::oneshot::channel();
+        let id = self.id.clone();
+        tokio::spawn(async move {
+            match parked.await {
+                Ok(Ok(())) => match cluster.release(&id, fence).await {
+                    Ok(_) => {}
+                    Err(e) => {
+                        warn!(session_id = %id, node_id = %cluster.node_id(), error = %e, "could not release a parked session; it moves after a lease")
+                    }
+                },
+                Ok(Err(e)) => {
+                    warn!(session_id = %id, node_id = %cluster.node_id(), error = %e, "park not written; keeping the session")
+                }
+                Err(_) => {}
+            }
+        });
+        Some(committed.into())
     }
 }
