@@ -249,3 +249,110 @@ async fn a_parked_session_is_released_for_any_node() {
     let all = seqs(&all_events(&mut b, &id).await);
     assert_eq!(all, (1..=all.len() as u64).collect::<Vec<_>>());
 }
+
+/// Durable events of `c`'s stream until the `message.complete` of `turn`
+/// (inclusive), skipping transient ones.
+async fn durable_through(c: &mut Client, turn: &str) -> Vec<Value> {
+    let mut out = Vec::new();
+    loop {
+        let e = c.next_event().await;
+        if e.get("seq").and_then(Value::as_u64).is_none() {
+            continue;
+        }
+        let done = e["type"] == "message.complete" && e["turn_id"] == turn;
+        out.push(e);
+        if done {
+            return out;
+        }
+    }
+}
+
+/// Submits on whichever of `clients` is attached through the owner (a
+/// follower answers 5072 until requests are forwarded); the turn id.
+async fn submit_on_owner(clients: &mut [&mut Client], id: &str, text: &str) -> String {
+    for c in clients.iter_mut() {
+        let r = c
+            .call("prompt.submit", json!({"session_id": id, "text": text}))
+            .await;
+        if let Some(turn) = r["result"]["turn_id"].as_str() {
+            return turn.to_string();
+        }
+        assert_eq!(r["error"]["code"], 5072, "{r}");
+    }
+    panic!("no node owns session {id}");
+}
+
+/// Followers: clients attached to one session through all three nodes see
+/// identical durable frames in identical order; when the owner is killed
+/// mid-turn, a follower takes the session over in place: its clients and
+/// the other follower's stay attached, the turn ends exactly once with
+/// `node_lost`, and the next prompt runs on the new owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn followers_relay_the_owners_events_and_take_over_in_place() {
+    let Some(mut cluster) = TestCluster::start(3, LEASE_MS) else {
+        return;
+    };
+    let mut a = cluster.nodes[0].client().await;
+    let id = session(&mut a).await;
+    let mut b = cluster.nodes[1].client().await;
+    let mut c = cluster.nodes[2].client().await;
+    for f in [&mut b, &mut c] {
+        let r = f
+            .ok(
+                "session.resume",
+                json!({"session_id": id, "last_seen": 0, "omit_messages": true}),
+            )
+            .await;
+        assert_eq!(seqs(r["events"].as_array().expect("events")), vec![1]);
+    }
+    let turn = submit(&mut a, &id, "seen everywhere").await;
+    let on_a = durable_through(&mut a, &turn).await;
+    assert_eq!(common::complete(&on_a)["text"], "seen everywhere");
+    for f in [&mut b, &mut c] {
+        assert_eq!(durable_through(f, &turn).await, on_a, "identical frames");
+    }
+    // A follower does not run prompts itself.
+    let refused = b
+        .call("prompt.submit", json!({"session_id": id, "text": "no"}))
+        .await;
+    assert_eq!(refused["error"]["code"], 5072, "{refused}");
+
+    let running = submit(&mut a, &id, "/sleep 60000\nnever").await;
+    let mut user_seen = Vec::new();
+    for f in [&mut b, &mut c] {
+        loop {
+            let e = f.next_event().await;
+            if e["type"] == "message.user" && e["turn_id"] == running {
+                user_seen.push(e);
+                break;
+            }
+        }
+    }
+    cluster.nodes[0].kill();
+    let on_b = durable_through(&mut b, &running).await;
+    let on_c = durable_through(&mut c, &running).await;
+    assert_eq!(on_b, on_c, "both followers saw the same ending");
+    // After the prompt: maybe the turn's `message.start` (written once the
+    // host had it), then its one ending, with no gap.
+    assert_eq!(
+        completes_of_turn(&on_b, &running).len(),
+        1,
+        "one ending: {on_b:?}"
+    );
+    assert_eq!(
+        common::complete(&on_b),
+        &json!({"text": "", "status": "error", "failure_reason": "node_lost", "recoverable": true})
+    );
+    let after_user = user_seen[0]["seq"].as_u64().expect("seq");
+    let got = seqs(&on_b);
+    let want: Vec<u64> = (after_user + 1..=after_user + got.len() as u64).collect();
+    assert_eq!(got, want, "{on_b:?}");
+
+    let next = submit_on_owner(&mut [&mut b, &mut c], &id, "after the kill").await;
+    let on_b = durable_through(&mut b, &next).await;
+    let on_c = durable_through(&mut c, &next).await;
+    assert_eq!(on_b, on_c);
+    assert_eq!(common::complete(&on_b)["text"], "after the kill");
+    let all = seqs(&all_events(&mut b, &id).await);
+    assert_eq!(all, (1..=all.len() as u64).collect::<Vec<_>>(), "{all:?}");
+}

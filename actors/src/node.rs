@@ -14,12 +14,15 @@ use tether_store::cluster::{Cluster, ClusterError, NodeId, PreviousOwner};
 use tether_store::StoreError;
 use tracing::{debug, info};
 
-/// What a successful claim means for the session about to start.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Claimed {
-    /// The node that owned the session is dead: the turns its marker names
-    /// end with `node_lost`, not `gateway_restart`.
-    pub lost_from: Option<NodeId>,
+/// What a claim means for the session about to start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Claimed {
+    /// This node owns it now. `lost_from`: the node that owned it is dead,
+    /// so the turns its marker names end with `node_lost`, not
+    /// `gateway_restart`.
+    Owner { lost_from: Option<NodeId> },
+    /// A live other node owns it: this node follows it (`session/follow.rs`).
+    Follower { owner: NodeId },
 }
 
 /// How many leases a claim keeps retrying a refusal that time may lift (a
@@ -29,8 +32,7 @@ const CLAIM_LEASES: u32 = 3;
 
 /// Claims `session_id` for this node, retrying what a later try may turn
 /// into a success within [`CLAIM_LEASES`] leases. A session a live other
-/// node owns is refused at once, as 5072: following and forwarding to
-/// another node are not wired yet (docs/ARCHITECTURE.md, "Cluster").
+/// node owns is that node's: [`Claimed::Follower`] at once.
 pub(crate) async fn claim(
     cluster: &Cluster,
     session_id: &SessionId,
@@ -50,12 +52,11 @@ pub(crate) async fn claim(
                         None
                     }
                 };
-                return Ok(Claimed { lost_from });
+                return Ok(Claimed::Owner { lost_from });
             }
-            Err(e @ ClusterError::OwnedElsewhere { .. }) => {
-                return Err(StoreError::Unavailable(format!(
-                    "{e}; this node cannot serve it (following another node's session is not wired yet)"
-                )))
+            Err(ClusterError::OwnedElsewhere { owner, .. }) => {
+                debug!(session_id = %session_id, node_id = %cluster.node_id(), owner = %owner, "session owned by a live node; following it");
+                return Ok(Claimed::Follower { owner });
             }
             Err(e) if e.is_retryable() && tokio::time::Instant::now() < deadline => {
                 debug!(session_id = %session_id, node_id = %cluster.node_id(), error = %e, "claim refused for now; retrying");

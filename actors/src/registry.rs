@@ -27,6 +27,7 @@ use tracing::{debug, warn};
 
 mod create;
 mod fleet;
+mod follow;
 mod load;
 mod route;
 
@@ -151,6 +152,17 @@ pub enum RegistryMsg {
         attach: Option<PeerLink>,
         reply: RpcReplyPort<Result<CreatedSession, RpcError>>,
     },
+    /// From the node's event listener: `session_id` committed events (`None`:
+    /// the listener reconnected; every follower reads once).
+    FollowWake {
+        session_id: Option<SessionId>,
+    },
+    /// Internal: time to read the owners of the followed sessions.
+    PollOwners,
+    /// Internal: what that read found.
+    Owners {
+        owners: Vec<tether_store::cluster::Ownership>,
+    },
     /// Internal: the store answered a load started by `Resolve`.
     Loaded {
         key: SessionKey,
@@ -171,8 +183,9 @@ pub struct Loaded {
     row: SessionRow,
     barrier: Barrier,
     todos: Option<Todos>,
-    /// On a cluster: the dead node the load took the session over from.
-    lost_from: Option<tether_store::cluster::NodeId>,
+    /// On a cluster: whether this node owns the session now (and whether it
+    /// took it over from a dead node) or follows its live owner.
+    claimed: Option<crate::node::Claimed>,
 }
 
 struct Live {
@@ -193,6 +206,10 @@ pub struct RegistryState {
     /// Loads in flight and the requests waiting for them, in order.
     loading: HashMap<SessionKey, Vec<Routed>>,
     peers_by_profile: HashMap<String, u64>,
+    /// On a cluster: the live sessions this node follows (`follow.rs`).
+    followers: HashMap<SessionId, SessionKey>,
+    /// The listener and the owner poll, while the registry runs.
+    _follow: Option<follow::Tasks>,
 }
 
 pub struct Registry;
@@ -218,12 +235,15 @@ impl Actor for Registry {
         }
         // A restarted registry starts empty (its sessions stopped with the old one).
         ctx.metrics.sessions_live.set(0);
+        let follow = follow::start(&ctx, &myself);
         Ok(RegistryState {
             ctx,
             live: HashMap::new(),
             by_actor: HashMap::new(),
             loading: HashMap::new(),
             peers_by_profile: HashMap::new(),
+            followers: HashMap::new(),
+            _follow: follow,
         })
     }
 
@@ -262,6 +282,9 @@ impl Actor for Registry {
                 reply,
             } => state.route(&myself, key, Routed::forward(load, msg, reply)),
             RegistryMsg::Loaded { key, result } => state.loaded(&myself, key, result).await,
+            RegistryMsg::FollowWake { session_id } => state.follow_wake(session_id),
+            RegistryMsg::PollOwners => state.poll_owners(&myself),
+            RegistryMsg::Owners { owners } => state.owners(owners),
             RegistryMsg::PeerCounts {
                 profile,
                 ids,
@@ -357,9 +380,10 @@ impl RegistryState {
                 mut row,
                 barrier,
                 todos,
-                lost_from,
+                claimed,
             })) => {
-                if row.status == SessionStatus::Parked {
+                let following = matches!(claimed, Some(crate::node::Claimed::Follower { .. }));
+                if row.status == SessionStatus::Parked && !following {
                     // Live again: say so in the store too (listings read it).
                     row.status = SessionStatus::Idle;
                     if let Some(writer) = self.ctx.writer() {
@@ -381,7 +405,7 @@ impl RegistryState {
                             row,
                             barrier,
                             todos,
-                            lost_from,
+                            claimed,
                         },
                         Vec::new(),
                     )
@@ -416,9 +440,10 @@ impl RegistryState {
             row,
             barrier,
             todos,
-            lost_from,
+            claimed,
         } = loaded;
         let gauges = Arc::new(SessionGauges::default());
+        let follows = matches!(claimed, Some(crate::node::Claimed::Follower { .. }));
         let args = SessionArgs {
             row,
             todos,
@@ -426,13 +451,16 @@ impl RegistryState {
             initial,
             ctx: self.ctx.clone(),
             gauges: gauges.clone(),
-            lost_from,
+            claimed,
         };
         let (actor, _) = Actor::spawn_linked(None, Session, args, myself.get_cell())
             .await
             .map_err(|e| RpcError::internal(format!("session failed to start: {e}")))?;
         debug!(session_id = %key.1, profile = %key.0, "session brought live");
         self.by_actor.insert(actor.get_id(), key.clone());
+        if follows {
+            self.followers.insert(key.1.clone(), key.clone());
+        }
         self.live.insert(
             key,
             Live {

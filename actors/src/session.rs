@@ -18,6 +18,7 @@ mod close;
 mod commit;
 mod compress;
 mod encoded_history;
+mod follow;
 mod history;
 mod lost;
 mod marker;
@@ -46,6 +47,7 @@ pub use peers::PeerLink;
 
 use crate::ctx::{Ctx, SessionGauges};
 use crate::event::EventRecord;
+use crate::node::Claimed;
 use crate::reaper::ParkReason;
 use crate::ring::{Ring, RingEntry};
 use crate::store_writer::Barrier;
@@ -138,6 +140,17 @@ pub enum SessionMsg {
     },
     /// Answered once every event emitted so far is committed and fanned out.
     Flush { reply: RpcReplyPort<()> },
+    /// On a follower: committed events may be waiting after the watermark
+    /// (a notification, or a resync after the listener reconnected).
+    FollowWake,
+    /// Internal: what a follower's read found.
+    FollowRead {
+        rows: Result<Vec<tether_store::EventRow>, tether_store::StoreError>,
+    },
+    /// From the registry's poll: the followed owner is dead or gone.
+    OwnerGone,
+    /// Internal: what a follower's claim came to.
+    Promoted { promoted: follow::Promoted },
     /// The gateway drains: end the running and queued turns, then answer
     /// as `Flush` does.
     Drain { reply: RpcReplyPort<()> },
@@ -183,9 +196,9 @@ pub struct SessionArgs {
     pub initial: Vec<EventRecord>,
     pub ctx: Ctx,
     pub gauges: Arc<SessionGauges>,
-    /// On a cluster: the session was taken over from this dead node, whose
-    /// turns end `node_lost` (`None`: a restart of this gateway or actor).
-    pub lost_from: Option<tether_store::cluster::NodeId>,
+    /// On a cluster: owned (taken over from a dead node, whose turns end
+    /// `node_lost`) or followed. `None`: the store's only gateway.
+    pub claimed: Option<crate::node::Claimed>,
 }
 
 pub struct SessionState {
@@ -220,6 +233,9 @@ pub struct SessionState {
     /// Why the turns of that marker ended: `gateway_restart`, or
     /// `node_lost` when the session was taken over from a dead node.
     marker_reason: &'static str,
+    /// On a cluster, while a live other node owns the session: this one
+    /// only relays its committed events (`follow.rs`).
+    following: Option<follow::Following>,
     /// What the reaper was last told (`None`: nothing yet).
     reported: Option<Reported>,
     /// `message.complete`s of accepted turns that a failed append lost.
@@ -247,11 +263,15 @@ impl Actor for Session {
             initial,
             ctx,
             gauges,
-            lost_from,
+            claimed,
         } = args;
-        let marker_reason = match &lost_from {
-            Some(_) => crate::turn::reasons::NODE_LOST,
-            None => crate::turn::reasons::GATEWAY_RESTART,
+        let (marker_reason, following) = match claimed {
+            Some(Claimed::Owner { lost_from: Some(_) }) => (crate::turn::reasons::NODE_LOST, None),
+            Some(Claimed::Follower { owner }) => (
+                crate::turn::reasons::GATEWAY_RESTART,
+                Some(follow::Following::new(owner)),
+            ),
+            _ => (crate::turn::reasons::GATEWAY_RESTART, None),
         };
         let mut ring = Ring::new(ctx.config.ring_events, ctx.config.ring_bytes);
         for rec in &initial {
@@ -289,6 +309,7 @@ impl Actor for Session {
             pending_compress: None,
             marker_at_start: row.turn_marker,
             marker_reason,
+            following,
             reported: None,
             owed: owed::Owed::default(),
             ctx,
@@ -310,7 +331,11 @@ impl Actor for Session {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         let marker = state.marker_at_start.take();
-        state.end_orphaned_turns(marker);
+        // A follower writes nothing: the owner ends its own turns, or the
+        // follower does once it takes the session over (`follow.rs`).
+        if !state.following() {
+            state.end_orphaned_turns(marker);
+        }
         state.send_unsent(&myself);
         state.report_to_reaper(true);
         Ok(())
@@ -323,7 +348,14 @@ impl Actor for Session {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         let me = &myself;
+        let Some(msg) = state.unless_following(msg) else {
+            return Ok(());
+        };
         match msg {
+            SessionMsg::FollowWake => state.follow_wake(me),
+            SessionMsg::FollowRead { rows } => state.follow_read(me, rows),
+            SessionMsg::OwnerGone => state.owner_gone(me),
+            SessionMsg::Promoted { promoted } => state.promoted(me, promoted),
             SessionMsg::Resume {
                 params,
                 peer,

@@ -138,9 +138,20 @@ impl RegistryState {
             // A node owns what it creates before it writes it (a fresh id:
             // unowned, so this waits only on the database).
             if let Some(cluster) = &cluster {
-                if let Err(e) = crate::node::claim(cluster, &new.id).await {
-                    let _ = reply.send(Err(e.into()));
-                    return;
+                match crate::node::claim(cluster, &new.id).await {
+                    Ok(crate::node::Claimed::Owner { .. }) => {}
+                    Ok(crate::node::Claimed::Follower { owner }) => {
+                        // A fresh id another node owns: only a clash of ids.
+                        let _ = reply.send(Err(RpcError::internal(format!(
+                            "new session {} is owned by node {owner}",
+                            new.id
+                        ))));
+                        return;
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(e.into()));
+                        return;
+                    }
                 }
             }
             // No bound: the writer answers a Create when its transaction
@@ -206,7 +217,7 @@ impl RegistryState {
                     row,
                     barrier,
                     todos: None,
-                    lost_from: None,
+                    claimed: None,
                 },
                 initial,
             )

@@ -39,7 +39,7 @@ pub(super) async fn load_session(
             row: first,
             barrier,
             todos: None,
-            lost_from: None,
+            claimed: None,
         }));
     }
     let writer =
@@ -71,8 +71,8 @@ pub(super) async fn load_session(
     // A node claims before it writes anything of the session, and after
     // the barrier: an append this node still had queued from the session's
     // previous life here lands under the fence it was sent with.
-    let lost_from = match &cluster {
-        Some(cluster) => crate::node::claim(cluster, &key.1).await?.lost_from,
+    let claimed = match &cluster {
+        Some(cluster) => Some(crate::node::claim(cluster, &key.1).await?),
         None => None,
     };
     // Read again behind the barrier: the first read only told that the
@@ -89,7 +89,7 @@ pub(super) async fn load_session(
         row,
         barrier,
         todos,
-        lost_from,
+        claimed,
     }))
 }
 

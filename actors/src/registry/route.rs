@@ -260,6 +260,9 @@ impl RegistryState {
             return;
         };
         info!(session_id = %key.1, reason = why, "session left the registry");
+        if self.followers.get(&key.1) == Some(&key) {
+            self.followers.remove(&key.1);
+        }
         let held = match self.live.get(&key) {
             Some(live) if live.actor.get_id() == cell.get_id() => {
                 self.live.remove(&key).and_then(|live| live.held)

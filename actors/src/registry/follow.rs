@@ -1,0 +1,133 @@
+//! The registry's side of following (a cluster, DESIGN.md "Followers"):
+//! one `EventListener` per node wakes the follower of each session a
+//! notification names (a resync wakes them all), and a poll of the owners
+//! every second finds followed sessions whose owner died (a dead node
+//! cannot notify anyone), whose follower then takes them over.
+
+use std::time::Duration;
+
+use ractor::ActorRef;
+use tether_protocol::SessionId;
+use tether_store::cluster::{Ownership, Wake};
+use tracing::{debug, warn};
+
+use super::{RegistryMsg, RegistryState};
+use crate::ctx::Ctx;
+use crate::session::SessionMsg;
+
+/// How often the owners of followed sessions are read.
+const POLL_EVERY: Duration = Duration::from_secs(1);
+/// Backoff after the listener could not (re)connect.
+const LISTEN_RETRY: Duration = Duration::from_millis(500);
+
+/// The listener's task and the poll's ticker, both ended with the registry.
+pub(super) struct Tasks {
+    listener: tokio::task::JoinHandle<()>,
+    poll: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Tasks {
+    fn drop(&mut self) {
+        self.listener.abort();
+        self.poll.abort();
+    }
+}
+
+/// Starts listening and polling, on a cluster.
+pub(super) fn start(ctx: &Ctx, myself: &ActorRef<RegistryMsg>) -> Option<Tasks> {
+    let cluster = ctx.cluster.clone()?;
+    let mut listener = match cluster.listener() {
+        Ok(l) => l,
+        Err(e) => {
+            warn!(node_id = %cluster.node_id(), error = %e, "cannot listen for other nodes' events; followers rely on the poll");
+            return None;
+        }
+    };
+    let registry = myself.clone();
+    let listener = tokio::spawn(async move {
+        loop {
+            let session_id = match listener.recv().await {
+                Ok(Wake::Events { session_id, .. }) => Some(session_id),
+                Ok(Wake::Resync) => None,
+                // Forwards are not run on this node yet.
+                Ok(Wake::Forward { .. }) => continue,
+                Err(e) => {
+                    debug!(error = %e, "event listener down; retrying");
+                    tokio::time::sleep(LISTEN_RETRY).await;
+                    continue;
+                }
+            };
+            if registry
+                .cast(RegistryMsg::FollowWake { session_id })
+                .is_err()
+            {
+                return;
+            }
+        }
+    });
+    let poll = myself.send_interval(POLL_EVERY, || RegistryMsg::PollOwners);
+    Some(Tasks { listener, poll })
+}
+
+impl RegistryState {
+    /// A notification for `session_id` (or, `None`, a resync for all).
+    pub(super) fn follow_wake(&self, session_id: Option<SessionId>) {
+        let wake = |key| {
+            if let Some(live) = self.live.get(key) {
+                let _ = live.actor.cast(SessionMsg::FollowWake);
+            }
+        };
+        match session_id {
+            Some(id) => {
+                if let Some(key) = self.followers.get(&id) {
+                    wake(key);
+                }
+            }
+            None => self.followers.values().for_each(wake),
+        }
+    }
+
+    /// Reads the owners of the followed sessions, on a task.
+    pub(super) fn poll_owners(&self, myself: &ActorRef<RegistryMsg>) {
+        let Some(cluster) = self.ctx.cluster.clone() else {
+            return;
+        };
+        if self.followers.is_empty() {
+            return;
+        }
+        let ids: Vec<SessionId> = self.followers.keys().cloned().collect();
+        let myself = myself.clone();
+        tokio::spawn(async move {
+            match cluster.owners(&ids).await {
+                Ok(owners) => {
+                    let _ = myself.cast(RegistryMsg::Owners { owners });
+                }
+                Err(e) => debug!(error = %e, "owner poll failed"),
+            }
+        });
+    }
+
+    /// Sessions this node owns now stop being followers; those whose owner
+    /// is dead or gone are told so.
+    pub(super) fn owners(&mut self, owners: Vec<Ownership>) {
+        let Some(me) = self.ctx.cluster.as_ref().map(|c| c.node_id().clone()) else {
+            return;
+        };
+        for o in owners {
+            if o.owner.as_ref() == Some(&me) {
+                self.followers.remove(&o.session_id);
+                continue;
+            }
+            if o.owner_live {
+                continue;
+            }
+            if let Some(live) = self
+                .followers
+                .get(&o.session_id)
+                .and_then(|key| self.live.get(key))
+            {
+                let _ = live.actor.cast(SessionMsg::OwnerGone);
+            }
+        }
+    }
+}
