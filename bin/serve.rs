@@ -208,6 +208,7 @@ fn gateway_config(args: &ServeArgs) -> GatewayConfig {
         max_queued: args.max_queued,
         turn_deadline: Duration::from_secs(args.turn_deadline_s),
         compress_wait: args.compress_wait(),
+        forward_timeout: Duration::from_secs(args.forward_timeout_s),
         rate_limit_rps: args.rate_limit_rps,
         orphan_grace: Duration::from_secs(args.orphan_grace_s),
         activity_stale: Duration::from_secs(args.activity_stale_s),

@@ -267,26 +267,13 @@ async fn durable_through(c: &mut Client, turn: &str) -> Vec<Value> {
     }
 }
 
-/// Submits on whichever of `clients` is attached through the owner (a
-/// follower answers 5072 until requests are forwarded); the turn id.
-async fn submit_on_owner(clients: &mut [&mut Client], id: &str, text: &str) -> String {
-    for c in clients.iter_mut() {
-        let r = c
-            .call("prompt.submit", json!({"session_id": id, "text": text}))
-            .await;
-        if let Some(turn) = r["result"]["turn_id"].as_str() {
-            return turn.to_string();
-        }
-        assert_eq!(r["error"]["code"], 5072, "{r}");
-    }
-    panic!("no node owns session {id}");
-}
-
-/// Followers: clients attached to one session through all three nodes see
-/// identical durable frames in identical order; when the owner is killed
-/// mid-turn, a follower takes the session over in place: its clients and
-/// the other follower's stay attached, the turn ends exactly once with
-/// `node_lost`, and the next prompt runs on the new owner.
+/// Issue 19 test 1, and test 2 for clients that stay attached: clients
+/// attached to one session through all three nodes see identical durable
+/// frames in identical order; prompts submitted through any node run once,
+/// on the owner. When the owner is killed mid-turn, a follower takes the
+/// session over in place: its clients and the other follower's stay
+/// attached, the turn ends exactly once with `node_lost`, the next prompt
+/// works through any node, and seqs stay gap-free.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn followers_relay_the_owners_events_and_take_over_in_place() {
     let Some(mut cluster) = TestCluster::start(3, LEASE_MS) else {
@@ -311,11 +298,25 @@ async fn followers_relay_the_owners_events_and_take_over_in_place() {
     for f in [&mut b, &mut c] {
         assert_eq!(durable_through(f, &turn).await, on_a, "identical frames");
     }
-    // A follower does not run prompts itself.
-    let refused = b
-        .call("prompt.submit", json!({"session_id": id, "text": "no"}))
-        .await;
-    assert_eq!(refused["error"]["code"], 5072, "{refused}");
+    // Prompts through the followers run once, on the owner: every client
+    // sees each turn's events, identical and in the same order.
+    for via in [1, 2] {
+        let text = format!("through node {via}");
+        let turn = match via {
+            1 => submit(&mut b, &id, &text).await,
+            _ => submit(&mut c, &id, &text).await,
+        };
+        let on_a = durable_through(&mut a, &turn).await;
+        assert_eq!(common::complete(&on_a)["text"], text.as_str());
+        let users = on_a
+            .iter()
+            .filter(|e| e["type"] == "message.user" && e["turn_id"] == turn.as_str())
+            .count();
+        assert_eq!(users, 1, "run once: {on_a:?}");
+        for f in [&mut b, &mut c] {
+            assert_eq!(durable_through(f, &turn).await, on_a, "identical frames");
+        }
+    }
 
     let running = submit(&mut a, &id, "/sleep 60000\nnever").await;
     let mut user_seen = Vec::new();
@@ -348,11 +349,66 @@ async fn followers_relay_the_owners_events_and_take_over_in_place() {
     let want: Vec<u64> = (after_user + 1..=after_user + got.len() as u64).collect();
     assert_eq!(got, want, "{on_b:?}");
 
-    let next = submit_on_owner(&mut [&mut b, &mut c], &id, "after the kill").await;
+    // The next prompt, through the node that did not take over (forwarded
+    // if it is a follower of the new owner).
+    let next = submit(&mut c, &id, "after the kill").await;
     let on_b = durable_through(&mut b, &next).await;
     let on_c = durable_through(&mut c, &next).await;
     assert_eq!(on_b, on_c);
     assert_eq!(common::complete(&on_b)["text"], "after the kill");
     let all = seqs(&all_events(&mut b, &id).await);
     assert_eq!(all, (1..=all.len() as u64).collect::<Vec<_>>(), "{all:?}");
+}
+
+/// `session.interrupt` and `session.close` through a follower run on the
+/// owner: the running turn ends `interrupted` once, the session closes, and
+/// every node's clients see the same frames.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interrupt_and_close_through_a_follower_run_on_the_owner() {
+    let Some(cluster) = TestCluster::start(2, LEASE_MS) else {
+        return;
+    };
+    let mut a = cluster.nodes[0].client().await;
+    let id = session(&mut a).await;
+    let mut b = cluster.nodes[1].client().await;
+    b.ok(
+        "session.resume",
+        json!({"session_id": id, "last_seen": 1, "omit_messages": true}),
+    )
+    .await;
+    let running = submit(&mut b, &id, "/sleep 60000\nnever").await;
+    // Interrupt once the turn runs on the owner's host.
+    let mut on_b = Vec::new();
+    loop {
+        let e = b.next_event().await;
+        let started = e["type"] == "message.start" && e["turn_id"] == running;
+        if e.get("seq").is_some() {
+            on_b.push(e);
+        }
+        if started {
+            break;
+        }
+    }
+    let r = b.ok("session.interrupt", json!({"session_id": id})).await;
+    assert_eq!(r["status"], "interrupted", "{r}");
+    let on_a = durable_through(&mut a, &running).await;
+    on_b.extend(durable_through(&mut b, &running).await);
+    assert_eq!(on_a, on_b);
+    assert_eq!(common::complete(&on_a)["status"], "interrupted");
+    assert_eq!(completes_of_turn(&on_a, &running).len(), 1);
+
+    b.ok("session.close", json!({"session_id": id})).await;
+    for c in [&mut a, &mut b] {
+        loop {
+            let e = c.next_event().await;
+            if e["type"] == "session.closed" {
+                break;
+            }
+        }
+    }
+    let all = all_events(&mut a, &id).await;
+    let closed = all.iter().filter(|e| e["type"] == "session.closed").count();
+    assert_eq!(closed, 1, "{all:?}");
+    let all = seqs(&all);
+    assert_eq!(all, (1..=all.len() as u64).collect::<Vec<_>>());
 }

@@ -157,6 +157,11 @@ pub enum RegistryMsg {
     FollowWake {
         session_id: Option<SessionId>,
     },
+    /// From the node's event listener: a request was forwarded for
+    /// `session_id` (`None`: reconnected; every owned session looks).
+    ForwardWake {
+        session_id: Option<SessionId>,
+    },
     /// Internal: time to read the owners of the followed sessions.
     PollOwners,
     /// Internal: what that read found.
@@ -283,6 +288,7 @@ impl Actor for Registry {
             } => state.route(&myself, key, Routed::forward(load, msg, reply)),
             RegistryMsg::Loaded { key, result } => state.loaded(&myself, key, result).await,
             RegistryMsg::FollowWake { session_id } => state.follow_wake(session_id),
+            RegistryMsg::ForwardWake { session_id } => state.forward_wake(session_id),
             RegistryMsg::PollOwners => state.poll_owners(&myself),
             RegistryMsg::Owners { owners } => state.owners(owners),
             RegistryMsg::PeerCounts {

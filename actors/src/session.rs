@@ -19,6 +19,8 @@ mod commit;
 mod compress;
 mod encoded_history;
 mod follow;
+mod forward;
+mod forwarded;
 mod history;
 mod lost;
 mod marker;
@@ -151,6 +153,16 @@ pub enum SessionMsg {
     OwnerGone,
     /// Internal: what a follower's claim came to.
     Promoted { promoted: follow::Promoted },
+    /// On the owner: requests may have been forwarded from another node.
+    ForwardsWake,
+    /// Internal: the forwards read from the store.
+    ForwardsRead {
+        rows: Result<Vec<tether_store::cluster::ForwardRow>, tether_store::cluster::ClusterError>,
+    },
+    /// Internal: a forward's answer is written.
+    ForwardDone {
+        id: tether_store::cluster::ForwardId,
+    },
     /// The gateway drains: end the running and queued turns, then answer
     /// as `Flush` does.
     Drain { reply: RpcReplyPort<()> },
@@ -236,6 +248,8 @@ pub struct SessionState {
     /// On a cluster, while a live other node owns the session: this one
     /// only relays its committed events (`follow.rs`).
     following: Option<follow::Following>,
+    /// Requests forwarded to this owner, while they run (`forwarded.rs`).
+    forwarded: forwarded::Forwarded,
     /// What the reaper was last told (`None`: nothing yet).
     reported: Option<Reported>,
     /// `message.complete`s of accepted turns that a failed append lost.
@@ -310,6 +324,7 @@ impl Actor for Session {
             marker_at_start: row.turn_marker,
             marker_reason,
             following,
+            forwarded: forwarded::Forwarded::default(),
             reported: None,
             owed: owed::Owed::default(),
             ctx,
@@ -335,6 +350,8 @@ impl Actor for Session {
         // follower does once it takes the session over (`follow.rs`).
         if !state.following() {
             state.end_orphaned_turns(marker);
+            // Requests forwarded before this owner was live.
+            state.forwards_wake(&myself);
         }
         state.send_unsent(&myself);
         state.report_to_reaper(true);
@@ -356,6 +373,9 @@ impl Actor for Session {
             SessionMsg::FollowRead { rows } => state.follow_read(me, rows),
             SessionMsg::OwnerGone => state.owner_gone(me),
             SessionMsg::Promoted { promoted } => state.promoted(me, promoted),
+            SessionMsg::ForwardsWake => state.forwards_wake(me),
+            SessionMsg::ForwardsRead { rows } => state.forwards_read(me, rows),
+            SessionMsg::ForwardDone { id } => state.forward_done(&id),
             SessionMsg::Resume {
                 params,
                 peer,

@@ -2,7 +2,8 @@
 //! one `EventListener` per node wakes the follower of each session a
 //! notification names (a resync wakes them all), and a poll of the owners
 //! every second finds followed sessions whose owner died (a dead node
-//! cannot notify anyone), whose follower then takes them over.
+//! cannot notify anyone), whose follower then takes them over. A forward
+//! notification wakes the owner of its session (`session/forwarded.rs`).
 
 use std::time::Duration;
 
@@ -46,21 +47,29 @@ pub(super) fn start(ctx: &Ctx, myself: &ActorRef<RegistryMsg>) -> Option<Tasks> 
     let registry = myself.clone();
     let listener = tokio::spawn(async move {
         loop {
-            let session_id = match listener.recv().await {
-                Ok(Wake::Events { session_id, .. }) => Some(session_id),
-                Ok(Wake::Resync) => None,
-                // Forwards are not run on this node yet.
-                Ok(Wake::Forward { .. }) => continue,
+            let msg = match listener.recv().await {
+                Ok(Wake::Events { session_id, .. }) => RegistryMsg::FollowWake {
+                    session_id: Some(session_id),
+                },
+                Ok(Wake::Forward { session_id, .. }) => RegistryMsg::ForwardWake {
+                    session_id: Some(session_id),
+                },
+                Ok(Wake::Resync) => {
+                    if registry
+                        .cast(RegistryMsg::ForwardWake { session_id: None })
+                        .is_err()
+                    {
+                        return;
+                    }
+                    RegistryMsg::FollowWake { session_id: None }
+                }
                 Err(e) => {
                     debug!(error = %e, "event listener down; retrying");
                     tokio::time::sleep(LISTEN_RETRY).await;
                     continue;
                 }
             };
-            if registry
-                .cast(RegistryMsg::FollowWake { session_id })
-                .is_err()
-            {
+            if registry.cast(msg).is_err() {
                 return;
             }
         }
@@ -84,6 +93,18 @@ impl RegistryState {
                 }
             }
             None => self.followers.values().for_each(wake),
+        }
+    }
+
+    /// A request was forwarded for `session_id` (or, `None`, a resync: for
+    /// any live session). Only an owner acts on it, and only the session
+    /// knows whether it is one (a follower may have just taken over, before
+    /// this map hears of it): a follower ignores it.
+    pub(super) fn forward_wake(&self, session_id: Option<SessionId>) {
+        for (key, live) in &self.live {
+            if session_id.as_ref().is_none_or(|id| *id == key.1) {
+                let _ = live.actor.cast(SessionMsg::ForwardsWake);
+            }
         }
     }
 

@@ -84,12 +84,21 @@ impl SessionState {
             return Some(msg);
         }
         match msg {
-            SessionMsg::Submit { reply, .. } => drop(reply.send(Err(self.not_here()))),
-            SessionMsg::Interrupt { reply } => drop(reply.send(Err(self.not_here()))),
+            SessionMsg::Submit { text, reply } => {
+                self.forward_request("prompt.submit", serde_json::json!({ "text": text }), reply)
+            }
+            SessionMsg::Interrupt { reply } => {
+                self.forward_request("session.interrupt", serde_json::json!({}), reply)
+            }
             SessionMsg::Compress { reply, .. } => drop(reply.send(Err(self.not_here()))),
             SessionMsg::Close {
-                reply: Some(reply), ..
-            } => drop(reply.send(Err(self.not_here()))),
+                reason,
+                reply: Some(reply),
+            } => self.forward_request(
+                "session.close",
+                serde_json::json!({ "reason": reason }),
+                reply,
+            ),
             SessionMsg::Close { reply: None, .. } => {}
             SessionMsg::EmitIfOpen { reply, .. } => {
                 if let Some(reply) = reply {
@@ -116,7 +125,7 @@ impl SessionState {
         RpcError::new(
             tether_protocol::codes::STORAGE_UNAVAILABLE,
             format!(
-                "session {} is owned by node {owner}; requests that change it are not forwarded to it yet",
+                "session {} is owned by node {owner}; this request is not forwarded to it yet",
                 self.id
             ),
         )
@@ -317,6 +326,8 @@ impl SessionState {
         self.end_orphaned_turns(p.row.turn_marker);
         self.send_unsent(myself);
         self.report_to_reaper(true);
+        // Forwards the dead owner never took (this node's own included).
+        self.forwards_wake(myself);
     }
 }
 
