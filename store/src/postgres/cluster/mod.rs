@@ -1,6 +1,7 @@
 //! Several gateways on one PostgreSQL (issue 19; the contract is DESIGN.md "Several gateways on
-//! one PostgreSQL"): the store-level foundation. In progress: nothing outside `store/` uses it
-//! yet (docs/ARCHITECTURE.md, "Cluster (in progress)", says what is left).
+//! one PostgreSQL"): the store-level foundation, which `tether serve --cluster` (`bin/node.rs`)
+//! and the actors build on. In progress: docs/ARCHITECTURE.md, "Cluster (in progress)", says
+//! what is wired and what is left.
 //!
 //! One concept per file:
 //!
