@@ -412,3 +412,97 @@ async fn interrupt_and_close_through_a_follower_run_on_the_owner() {
     let all = seqs(&all);
     assert_eq!(all, (1..=all.len() as u64).collect::<Vec<_>>());
 }
+
+/// `(seq, fence)` of every stored event of `id`, in seq order.
+async fn fences(url: &str, id: &str) -> Vec<(i64, i64)> {
+    use sqlx::Connection;
+    let mut db = sqlx::PgConnection::connect(url).await.expect("connect");
+    let rows: Vec<(i64, i64)> =
+        sqlx::query_as("SELECT seq, fence FROM events WHERE session_id = $1 ORDER BY seq")
+            .bind(id)
+            .fetch_all(&mut db)
+            .await
+            .expect("read fences");
+    let _ = db.close().await;
+    rows
+}
+
+/// Issue 19 test 3, without load: the owner is paused (SIGSTOP) past its
+/// lease mid-turn while prompts keep arriving on another node, which takes
+/// the session over; resumed (SIGCONT), the old owner writes nothing (the
+/// fence never decreases along seq, its turn's reply is never stored), drops
+/// the session and closes its clients, which resume elsewhere with exactly
+/// what they missed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_owner_is_fenced_out_and_drops_the_session() {
+    let Some(cluster) = TestCluster::start(2, LEASE_MS) else {
+        return;
+    };
+    let mut a = cluster.nodes[0].client().await;
+    let id = session(&mut a).await;
+    let mut b = cluster.nodes[1].client().await;
+    b.ok(
+        "session.resume",
+        json!({"session_id": id, "last_seen": 1, "omit_messages": true}),
+    )
+    .await;
+    // The host (not paused) finishes it while its gateway is stopped.
+    let running = submit(&mut a, &id, "/sleep 500\nfrom the paused node").await;
+    let mut seen = 0;
+    loop {
+        let e = a.next_event().await;
+        seen = seen.max(e["seq"].as_u64().unwrap_or(0));
+        if e["type"] == "message.start" && e["turn_id"] == running {
+            break;
+        }
+    }
+    cluster.nodes[0].signal("STOP");
+    let ended = durable_through(&mut b, &running).await;
+    assert_eq!(common::complete(&ended)["failure_reason"], "node_lost");
+    let next = submit(&mut b, &id, "while it sleeps").await;
+    assert_eq!(
+        common::complete(&durable_through(&mut b, &next).await)["text"],
+        "while it sleeps"
+    );
+    cluster.nodes[0].signal("CONT");
+
+    // Its clients are closed (it drops the session once it knows), unless
+    // it has not needed to write yet: then a resume shows the same.
+    let started = Instant::now();
+    loop {
+        match a.next_or_close().await {
+            Err(_) => break,
+            Ok(_) if started.elapsed() > cluster.failover_bound() * 3 => break,
+            Ok(_) => {}
+        }
+    }
+    let mut a = cluster.nodes[0].client().await;
+    let resumed = resume_from(&mut a, &id, seen, cluster.failover_bound()).await;
+    let missed = resumed["events"].as_array().expect("events").clone();
+    let on_b_since: Vec<Value> = all_events(&mut b, &id)
+        .await
+        .into_iter()
+        .filter(|e| e["seq"].as_u64().unwrap_or(0) > seen)
+        .collect();
+    assert_eq!(missed, on_b_since, "exactly what it missed");
+    let events = all_events(&mut b, &id).await;
+    assert_eq!(completes_of_turn(&events, &running).len(), 1, "{events:?}");
+    assert!(
+        !events
+            .iter()
+            .any(|e| e["payload"]["text"] == "from the paused node"),
+        "the paused owner wrote after losing the session: {events:?}"
+    );
+    let all = seqs(&events);
+    assert_eq!(all, (1..=all.len() as u64).collect::<Vec<_>>());
+    let stored = fences(cluster.database_url(), &id).await;
+    assert_eq!(stored.len(), all.len());
+    assert!(
+        stored.windows(2).all(|w| w[0].1 <= w[1].1),
+        "fence decreased along seq: {stored:?}"
+    );
+    assert!(
+        stored.last().is_some_and(|l| l.1 > stored[0].1),
+        "{stored:?}"
+    );
+}

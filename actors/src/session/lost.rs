@@ -6,16 +6,16 @@
 use ractor::ActorRef;
 use tracing::warn;
 
+use super::peers::CLOSE_SESSION_LOST;
 use super::{SessionMsg, SessionState};
 use crate::host_supervisor::HostSupervisorMsg;
 
 impl SessionState {
     /// Interrupts the running turn's host work (its side effects stop as
-    /// soon as this node knows) and stops the actor without letting go of
-    /// its peers: each slot closes its connection as it drops
-    /// (`peers.rs`), so the clients reconnect and resume from their
-    /// watermarks on the node that owns the session now. Nothing is
-    /// written: the new owner ends the turn (`node_lost`).
+    /// soon as this node knows), closes its peers' connections (1011) and
+    /// stops, so the clients reconnect and resume from their watermarks
+    /// through any node. Nothing is written: the new owner ends the turn
+    /// (`node_lost`).
     pub(super) fn lost(&mut self, myself: &ActorRef<SessionMsg>) {
         let node_id = self
             .ctx
@@ -27,6 +27,12 @@ impl SessionState {
         warn!(session_id = %self.id, node_id = %node_id, turn_id = ?running, "another node owns the session now; dropping it here");
         if let (Some(turn_id), Some(hosts)) = (running, self.ctx.hosts()) {
             let _ = hosts.cast(HostSupervisorMsg::Abandon { turn_id });
+        }
+        // A stop counts as clean (post_stop lets the peers go), so they are
+        // closed here: what this node would still send them is not the truth.
+        for slot in self.peers.values() {
+            slot.outbox
+                .close(CLOSE_SESSION_LOST, "session moved to another node");
         }
         myself.stop(Some("lost to another node".into()));
     }
