@@ -151,6 +151,9 @@ pub enum SessionMsg {
     },
     /// From the registry's poll: the followed owner is dead or gone.
     OwnerGone,
+    /// From the registry's poll: this node no longer holds the session's
+    /// fence (another node claimed it).
+    Lost,
     /// Internal: what a follower's claim came to.
     Promoted { promoted: follow::Promoted },
     /// On the owner: requests may have been forwarded from another node.
@@ -372,6 +375,7 @@ impl Actor for Session {
             SessionMsg::FollowWake => state.follow_wake(me),
             SessionMsg::FollowRead { rows } => state.follow_read(me, rows),
             SessionMsg::OwnerGone => state.owner_gone(me),
+            SessionMsg::Lost => state.lost(me),
             SessionMsg::Promoted { promoted } => state.promoted(me, promoted),
             SessionMsg::ForwardsWake => state.forwards_wake(me),
             SessionMsg::ForwardsRead { rows } => state.forwards_read(me, rows),

@@ -108,11 +108,20 @@ impl RegistryState {
         }
     }
 
-    /// Reads the owners of the followed sessions, on a task.
+    /// Every second: tells the owned sessions whose fence this node no
+    /// longer holds (a late heartbeat's `recheck` forgot it: another node
+    /// claimed them) that they are lost, before they next write or fan out
+    /// a host frame; then reads the owners of the followed sessions, on a
+    /// task.
     pub(super) fn poll_owners(&self, myself: &ActorRef<RegistryMsg>) {
         let Some(cluster) = self.ctx.cluster.clone() else {
             return;
         };
+        for (key, live) in &self.live {
+            if !self.followers.contains_key(&key.1) && cluster.fence(&key.1).is_none() {
+                let _ = live.actor.cast(SessionMsg::Lost);
+            }
+        }
         if self.followers.is_empty() {
             return;
         }

@@ -17,6 +17,9 @@ impl SessionState {
     /// through any node. Nothing is written: the new owner ends the turn
     /// (`node_lost`).
     pub(super) fn lost(&mut self, myself: &ActorRef<SessionMsg>) {
+        if self.following() || self.status == tether_protocol::SessionStatus::Closed {
+            return;
+        }
         let node_id = self
             .ctx
             .cluster
