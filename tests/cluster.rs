@@ -506,3 +506,49 @@ async fn a_paused_owner_is_fenced_out_and_drops_the_session() {
         "{stored:?}"
     );
 }
+
+/// An owner with no peers of its own parks the session (peer counts do not
+/// cross nodes yet) and releases it; the follower whose client is still
+/// attached takes it over, live again, and the client keeps working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_its_owner_parks_moves_to_the_follower_with_peers() {
+    let Some(cluster) = TestCluster::start_with(2, LEASE_MS, &["--orphan-grace-s", "0"]) else {
+        return;
+    };
+    let mut a = cluster.nodes[0].client().await;
+    let id = session(&mut a).await;
+    let mut b = cluster.nodes[1].client().await;
+    b.ok(
+        "session.resume",
+        json!({"session_id": id, "last_seen": 1, "omit_messages": true}),
+    )
+    .await;
+    a.close().await;
+    // Whether b's prompt is forwarded to node 0 or runs after the
+    // takeover, it runs once and b sees it.
+    let started = Instant::now();
+    let turn = loop {
+        let r = b
+            .call(
+                "prompt.submit",
+                json!({"session_id": id, "text": "still here"}),
+            )
+            .await;
+        if let Some(t) = r["result"]["turn_id"].as_str() {
+            break t.to_string();
+        }
+        assert!(started.elapsed() < cluster.failover_bound() * 3, "{r}");
+    };
+    let done = durable_through(&mut b, &turn).await;
+    assert_eq!(common::complete(&done)["text"], "still here");
+    // Eventually owned by node 1, live: a resume there says idle, not parked.
+    let r = b
+        .ok(
+            "session.resume",
+            json!({"session_id": id, "attach": false, "omit_messages": true}),
+        )
+        .await;
+    assert_ne!(r["session"]["status"], "parked", "{r}");
+    let all = seqs(&all_events(&mut b, &id).await);
+    assert_eq!(all, (1..=all.len() as u64).collect::<Vec<_>>());
+}

@@ -315,6 +315,21 @@ impl SessionState {
         self.following = None;
         self.commit = Commit::new(p.barrier, p.row.message_count);
         self.status = p.row.status;
+        if self.status == SessionStatus::Parked {
+            // Its owner parked it (nobody was attached there) and released
+            // it: live again here, and so in the store (listings read it).
+            self.set_status(SessionStatus::Idle);
+            if let Some(writer) = self.ctx.writer() {
+                let _ = writer.cast(StoreWriterMsg::Patch {
+                    session_id: self.id.clone(),
+                    patch: tether_store::SessionPatch {
+                        status: Some(SessionStatus::Idle),
+                        ..Default::default()
+                    },
+                    reply: None,
+                });
+            }
+        }
         self.title = p.row.title;
         self.history_version = p.row.history_version;
         self.retained_from_seq = p.row.retained_from_seq;
