@@ -552,3 +552,46 @@ async fn a_session_its_owner_parks_moves_to_the_follower_with_peers() {
     let all = seqs(&all_events(&mut b, &id).await);
     assert_eq!(all, (1..=all.len() as u64).collect::<Vec<_>>());
 }
+
+/// Issue 19 test 4b, one case: a prompt forwarded while its owner cannot
+/// take it (paused, then killed) runs once, on the node that takes the
+/// session over (the forwarder's own), and the client's answer is that
+/// turn's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forward_pending_when_the_owner_dies_runs_once_on_the_new_owner() {
+    let Some(mut cluster) = TestCluster::start(2, LEASE_MS) else {
+        return;
+    };
+    let mut a = cluster.nodes[0].client().await;
+    let id = session(&mut a).await;
+    let mut b = cluster.nodes[1].client().await;
+    b.ok(
+        "session.resume",
+        json!({"session_id": id, "last_seen": 1, "omit_messages": true}),
+    )
+    .await;
+    cluster.nodes[0].signal("STOP");
+    let frame = json!({"jsonrpc": "2.0", "id": "fwd", "method": "prompt.submit",
+        "params": {"session_id": id, "text": "forwarded once"}});
+    b.send_text(&frame.to_string()).await;
+    // Killed while paused (before or after its lease ran out, whichever
+    // comes first): it never saw the forward.
+    tokio::time::sleep(cluster.lease() / 2).await;
+    cluster.nodes[0].kill();
+    let asked = b.reply_to(json!("fwd")).await;
+    let turn = asked["result"]["turn_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{asked}"))
+        .to_string();
+    let done = durable_through(&mut b, &turn).await;
+    assert_eq!(common::complete(&done)["text"], "forwarded once");
+    let events = all_events(&mut b, &id).await;
+    let users: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "message.user")
+        .collect();
+    assert_eq!(users.len(), 1, "{events:?}");
+    assert_eq!(users[0]["turn_id"], turn.as_str());
+    let all = seqs(&events);
+    assert_eq!(all, (1..=all.len() as u64).collect::<Vec<_>>());
+}
