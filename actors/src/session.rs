@@ -368,7 +368,7 @@ impl Actor for Session {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         let me = &myself;
-        let Some(msg) = state.unless_following(msg) else {
+        let Some(msg) = state.unless_following(me, msg) else {
             return Ok(());
         };
         match msg {

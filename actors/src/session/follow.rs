@@ -79,7 +79,11 @@ impl SessionState {
     /// A request that changes the session is the owner's to run: on a
     /// follower it is answered here (and `None` returned); anything else
     /// is handled as usual.
-    pub(super) fn unless_following(&mut self, msg: SessionMsg) -> Option<SessionMsg> {
+    pub(super) fn unless_following(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        msg: SessionMsg,
+    ) -> Option<SessionMsg> {
         if !self.following() {
             return Some(msg);
         }
@@ -106,9 +110,12 @@ impl SessionState {
                 }
             }
             SessionMsg::Park { reply, .. } => {
-                // Nothing to write: a follower just stops.
-                let _ = reply.send(self.peers.is_empty());
-                return self.peers.is_empty().then_some(SessionMsg::OwnerGone);
+                // Nothing to write: a follower nobody here follows just stops.
+                let idle = self.peers.is_empty();
+                let _ = reply.send(idle);
+                if idle {
+                    myself.stop(Some("parked (follower)".into()));
+                }
             }
             other => return Some(other),
         }
