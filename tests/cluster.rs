@@ -507,11 +507,12 @@ async fn a_paused_owner_is_fenced_out_and_drops_the_session() {
     );
 }
 
-/// An owner with no peers of its own parks the session (peer counts do not
-/// cross nodes yet) and releases it; the follower whose client is still
-/// attached takes it over, live again, and the client keeps working.
+/// Peer counts cross nodes: an owner with no peers of its own does not park
+/// a session whose client is attached through another node (the store
+/// refuses the park, `InUse`), so ownership never moves and the client's
+/// prompts keep running there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_session_its_owner_parks_moves_to_the_follower_with_peers() {
+async fn an_owner_does_not_park_a_session_with_peers_on_another_node() {
     let Some(cluster) = TestCluster::start_with(2, LEASE_MS, &["--orphan-grace-s", "0"]) else {
         return;
     };
@@ -524,24 +525,17 @@ async fn a_session_its_owner_parks_moves_to_the_follower_with_peers() {
     )
     .await;
     a.close().await;
-    // Whether b's prompt is forwarded to node 0 or runs after the
-    // takeover, it runs once and b sees it.
-    let started = Instant::now();
-    let turn = loop {
-        let r = b
-            .call(
-                "prompt.submit",
-                json!({"session_id": id, "text": "still here"}),
-            )
-            .await;
-        if let Some(t) = r["result"]["turn_id"].as_str() {
-            break t.to_string();
-        }
-        assert!(started.elapsed() < cluster.failover_bound() * 3, "{r}");
-    };
+    // Long enough for node 0's reaper to try (it parks an idle orphan at
+    // once) and for node 1's poll to see a release, had there been one.
+    tokio::time::sleep(cluster.failover_bound()).await;
+    let turn = submit(&mut b, &id, "still here").await;
     let done = durable_through(&mut b, &turn).await;
     assert_eq!(common::complete(&done)["text"], "still here");
-    // Eventually owned by node 1, live: a resume there says idle, not parked.
+    let stored = fences(cluster.database_url(), &id).await;
+    assert!(
+        stored.iter().all(|(_, fence)| *fence == stored[0].1),
+        "ownership moved: {stored:?}"
+    );
     let r = b
         .ok(
             "session.resume",
@@ -549,8 +543,6 @@ async fn a_session_its_owner_parks_moves_to_the_follower_with_peers() {
         )
         .await;
     assert_ne!(r["session"]["status"], "parked", "{r}");
-    let all = seqs(&all_events(&mut b, &id).await);
-    assert_eq!(all, (1..=all.len() as u64).collect::<Vec<_>>());
 }
 
 /// Issue 19 test 4b, one case: a prompt forwarded while its owner cannot

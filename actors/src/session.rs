@@ -25,6 +25,7 @@ mod history;
 mod lost;
 mod marker;
 mod owed;
+mod peer_count;
 mod peers;
 mod pipeline;
 mod reap;
@@ -149,6 +150,12 @@ pub enum SessionMsg {
     FollowRead {
         rows: Result<Vec<tether_store::EventRow>, tether_store::StoreError>,
     },
+    /// Internal: a cluster's park patch was answered.
+    ParkWritten {
+        result: Result<(), tether_store::StoreError>,
+        reason: ParkReason,
+        reply: RpcReplyPort<bool>,
+    },
     /// From the registry's poll: the followed owner is dead or gone.
     OwnerGone,
     /// From the registry's poll: this node no longer holds the session's
@@ -253,6 +260,8 @@ pub struct SessionState {
     following: Option<follow::Following>,
     /// Requests forwarded to this owner, while they run (`forwarded.rs`).
     forwarded: forwarded::Forwarded,
+    /// On a cluster: this node's peer count in the store (`peer_count.rs`).
+    peer_count: Option<peer_count::PeerCount>,
     /// What the reaper was last told (`None`: nothing yet).
     reported: Option<Reported>,
     /// `message.complete`s of accepted turns that a failed append lost.
@@ -299,6 +308,7 @@ impl Actor for Session {
                 });
             }
         }
+        let peer_count = peer_count::PeerCount::start(ctx.cluster.as_ref(), &row.id);
         let state = SessionState {
             id: row.id,
             profile: row.profile,
@@ -328,6 +338,7 @@ impl Actor for Session {
             marker_reason,
             following,
             forwarded: forwarded::Forwarded::default(),
+            peer_count,
             reported: None,
             owed: owed::Owed::default(),
             ctx,
@@ -433,6 +444,11 @@ impl Actor for Session {
             SessionMsg::WriterRestarted => state.writer_restarted(me),
             SessionMsg::Rebased { barrier } => state.rebased(me, barrier),
             SessionMsg::Park { reason, reply } => state.park(me, reason, reply),
+            SessionMsg::ParkWritten {
+                result,
+                reason,
+                reply,
+            } => state.park_written(me, result, reason, reply),
             SessionMsg::ReportToReaper => state.report_to_reaper(true),
             SessionMsg::HostsLost => state.hosts_lost(me),
         }
@@ -480,6 +496,9 @@ impl SessionState {
     fn publish_gauges(&self) {
         self.gauges
             .set(self.peers.len(), self.ring.len(), self.ring.bytes());
+        if let Some(count) = &self.peer_count {
+            count.set(self.peers.len());
+        }
         self.gauges.set_running(self.turns.running.is_some());
     }
 
