@@ -413,6 +413,21 @@ async fn interrupt_and_close_through_a_follower_run_on_the_owner() {
     assert_eq!(all, (1..=all.len() as u64).collect::<Vec<_>>());
 }
 
+/// The peers stored for `id`, over every node's row.
+async fn peer_rows(url: &str, id: &str) -> i64 {
+    use sqlx::Connection;
+    let mut db = sqlx::PgConnection::connect(url).await.expect("connect");
+    let (n,): (i64,) = sqlx::query_as(
+        "SELECT COALESCE(SUM(peers), 0)::BIGINT FROM session_peers WHERE session_id = $1",
+    )
+    .bind(id)
+    .fetch_one(&mut db)
+    .await
+    .expect("read peer counts");
+    let _ = db.close().await;
+    n
+}
+
 /// `(seq, fence)` of every stored event of `id`, in seq order.
 async fn fences(url: &str, id: &str) -> Vec<(i64, i64)> {
     use sqlx::Connection;
@@ -524,6 +539,16 @@ async fn an_owner_does_not_park_a_session_with_peers_on_another_node() {
         json!({"session_id": id, "last_seen": 1, "omit_messages": true}),
     )
     .await;
+    // The count is written just after the attach (not under the ownership
+    // row's lock yet, docs/ARCHITECTURE.md): wait until it is there.
+    let started = Instant::now();
+    while peer_rows(cluster.database_url(), &id).await < 1 {
+        assert!(
+            started.elapsed() < cluster.failover_bound(),
+            "no peer count"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     a.close().await;
     // Long enough for node 0's reaper to try (it parks an idle orphan at
     // once) and for node 1's poll to see a release, had there been one.
