@@ -288,7 +288,7 @@ impl Actor for Registry {
             } => state.route(&myself, key, Routed::forward(load, msg, reply)),
             RegistryMsg::Loaded { key, result } => state.loaded(&myself, key, result).await,
             RegistryMsg::FollowWake { session_id } => state.follow_wake(session_id),
-            RegistryMsg::ForwardWake { session_id } => state.forward_wake(session_id),
+            RegistryMsg::ForwardWake { session_id } => state.forward_wake(&myself, session_id),
             RegistryMsg::PollOwners => state.poll_owners(&myself),
             RegistryMsg::Owners { owners } => state.owners(owners),
             RegistryMsg::PeerCounts {

@@ -100,12 +100,62 @@ impl RegistryState {
     /// any live session). Only an owner acts on it, and only the session
     /// knows whether it is one (a follower may have just taken over, before
     /// this map hears of it): a follower ignores it.
-    pub(super) fn forward_wake(&self, session_id: Option<SessionId>) {
+    pub(super) fn forward_wake(
+        &self,
+        myself: &ActorRef<RegistryMsg>,
+        session_id: Option<SessionId>,
+    ) {
+        let mut found = false;
         for (key, live) in &self.live {
             if session_id.as_ref().is_none_or(|id| *id == key.1) {
+                found = true;
                 let _ = live.actor.cast(SessionMsg::ForwardsWake);
             }
         }
+        if let (Some(id), false) = (session_id, found) {
+            self.load_to_answer(myself, id);
+        }
+    }
+
+    /// A forward for a session that is not live here: if this node owns it
+    /// (its actor stopped since, a crash for instance), it is brought back
+    /// so that it runs the forward; the forwarder sends the profile along,
+    /// which the notification does not carry. Every node hears every
+    /// forward, so the others only look at the ownership row.
+    fn load_to_answer(&self, myself: &ActorRef<RegistryMsg>, id: SessionId) {
+        let Some(cluster) = self.ctx.cluster.clone() else {
+            return;
+        };
+        let myself = myself.clone();
+        tokio::spawn(async move {
+            match cluster.owner_of(&id).await {
+                Ok(Some((Some(owner), _))) if owner == *cluster.node_id() => {}
+                _ => return,
+            }
+            let pending = match cluster.pending_forwards(&id).await {
+                Ok(p) => p,
+                Err(e) => return debug!(session_id = %id, error = %e, "could not read forwards"),
+            };
+            let profile = pending.iter().find_map(|row| {
+                let params: serde_json::Value = serde_json::from_str(&row.params).ok()?;
+                params.get("profile")?.as_str().map(str::to_owned)
+            });
+            let Some(profile) = profile else {
+                return;
+            };
+            debug!(session_id = %id, node_id = %cluster.node_id(), "bringing an owned session back for a forwarded request");
+            let _ = myself
+                .call(
+                    |reply| RegistryMsg::Forward {
+                        key: (profile, id),
+                        load: true,
+                        msg: SessionMsg::ForwardsWake,
+                        reply,
+                    },
+                    None,
+                )
+                .await;
+        });
     }
 
     /// Every second: tells the owned sessions whose fence this node no

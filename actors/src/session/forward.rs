@@ -41,6 +41,12 @@ impl SessionState {
         };
         let id = self.id.clone();
         let timeout = self.ctx.config.forward_timeout;
+        // The owner's node may have to bring the session back to run it,
+        // and its notification names no profile.
+        let mut params = params;
+        if let Some(obj) = params.as_object_mut() {
+            obj.insert("profile".into(), Value::String(self.profile.clone()));
+        }
         tokio::spawn(async move {
             let answer = forward(&cluster, &id, method, &params.to_string(), timeout).await;
             let _ = reply.send(answer.and_then(|v| {
