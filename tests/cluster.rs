@@ -612,3 +612,39 @@ async fn a_forward_pending_when_the_owner_dies_runs_once_on_the_new_owner() {
     let all = seqs(&events);
     assert_eq!(all, (1..=all.len() as u64).collect::<Vec<_>>());
 }
+
+/// `SessionInfo.peers` counts every node's peers, on the owner and on a
+/// follower (within a poll, a second).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_info_counts_the_peers_of_every_node() {
+    let Some(cluster) = TestCluster::start(2, LEASE_MS) else {
+        return;
+    };
+    let mut a = cluster.nodes[0].client().await;
+    let id = session(&mut a).await;
+    let mut b = cluster.nodes[1].client().await;
+    b.ok(
+        "session.resume",
+        json!({"session_id": id, "last_seen": 1, "omit_messages": true}),
+    )
+    .await;
+    for c in [&mut a, &mut b] {
+        let started = Instant::now();
+        loop {
+            let r = c
+                .ok(
+                    "session.resume",
+                    json!({"session_id": id, "attach": false, "omit_messages": true}),
+                )
+                .await;
+            if r["session"]["peers"] == 2 {
+                break;
+            }
+            assert!(
+                started.elapsed() < cluster.failover_bound(),
+                "peers never counted both nodes: {r}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+}

@@ -164,6 +164,11 @@ pub enum RegistryMsg {
     },
     /// Internal: time to read the owners of the followed sessions.
     PollOwners,
+    /// Internal: peers other nodes have on these live sessions.
+    OtherPeers {
+        ids: Vec<SessionId>,
+        counts: Vec<(SessionId, u64)>,
+    },
     /// Internal: what that read found.
     Owners {
         owners: Vec<tether_store::cluster::Ownership>,
@@ -291,6 +296,7 @@ impl Actor for Registry {
             RegistryMsg::ForwardWake { session_id } => state.forward_wake(&myself, session_id),
             RegistryMsg::PollOwners => state.poll_owners(&myself),
             RegistryMsg::Owners { owners } => state.owners(owners),
+            RegistryMsg::OtherPeers { ids, counts } => state.other_peers(ids, counts),
             RegistryMsg::PeerCounts {
                 profile,
                 ids,

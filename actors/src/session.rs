@@ -487,7 +487,7 @@ impl SessionState {
             history_version: self.history_version,
             message_count: self.commit.committed_message_count(),
             latest_seq: self.commit.committed_seq(),
-            peers: self.peers.len() as u32,
+            peers: (self.peers.len() as u32).saturating_add(self.gauges.other_peers()),
             close_on_disconnect: self.close_on_disconnect,
             attached: Some(self.attached()),
         }

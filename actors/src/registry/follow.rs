@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use ractor::ActorRef;
 use tether_protocol::SessionId;
-use tether_store::cluster::{Ownership, Wake};
+use tether_store::cluster::{Cluster, Ownership, Wake};
 use tracing::{debug, warn};
 
 use super::{RegistryMsg, RegistryState};
@@ -172,6 +172,7 @@ impl RegistryState {
                 let _ = live.actor.cast(SessionMsg::Lost);
             }
         }
+        self.count_other_peers(myself, &cluster);
         if self.followers.is_empty() {
             return;
         }
@@ -185,6 +186,42 @@ impl RegistryState {
                 Err(e) => debug!(error = %e, "owner poll failed"),
             }
         });
+    }
+
+    /// Reads how many peers the other live nodes have on each live session
+    /// here (one read), for `SessionInfo.peers` and listings.
+    fn count_other_peers(&self, myself: &ActorRef<RegistryMsg>, cluster: &Cluster) {
+        if self.live.is_empty() {
+            return;
+        }
+        let ids: Vec<SessionId> = self.live.keys().map(|k| k.1.clone()).collect();
+        let cluster = cluster.clone();
+        let myself = myself.clone();
+        tokio::spawn(async move {
+            match cluster.others_peers(&ids).await {
+                Ok(counts) => {
+                    let _ = myself.cast(RegistryMsg::OtherPeers { ids, counts });
+                }
+                Err(e) => debug!(error = %e, "peer count poll failed"),
+            }
+        });
+    }
+
+    /// Publishes what [`Self::count_other_peers`] read: every session it
+    /// asked about has its count (0 when none were found).
+    pub(super) fn other_peers(&self, ids: Vec<SessionId>, counts: Vec<(SessionId, u64)>) {
+        let counts: std::collections::HashMap<SessionId, u64> = counts.into_iter().collect();
+        let asked: std::collections::HashSet<SessionId> = ids.into_iter().collect();
+        for (key, live) in &self.live {
+            if !asked.contains(&key.1) {
+                continue;
+            }
+            let n = counts.get(&key.1).copied().unwrap_or(0);
+            live.gauges.other_peers.store(
+                u32::try_from(n).unwrap_or(u32::MAX),
+                std::sync::atomic::Ordering::Relaxed,
+            );
+        }
     }
 
     /// Sessions this node owns now stop being followers; those whose owner

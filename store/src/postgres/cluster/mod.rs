@@ -404,6 +404,15 @@ impl Cluster {
         peers::set(&self.inner.pool, &self.inner.node, session_id, peers).await
     }
 
+    /// Peers on each of `ids` over every live node but this one, in one read; sessions with
+    /// none are left out.
+    pub async fn others_peers(
+        &self,
+        ids: &[SessionId],
+    ) -> Result<Vec<(SessionId, u64)>, ClusterError> {
+        peers::others(&self.inner.pool, &self.inner.config, &self.inner.node, ids).await
+    }
+
     /// Peers on `session_id` over all live nodes.
     pub async fn live_peers(&self, session_id: &SessionId) -> Result<u64, ClusterError> {
         peers::live(&self.inner.pool, &self.inner.config, session_id).await
