@@ -57,6 +57,19 @@ pub struct ServeArgs {
     /// (then exit 69), in seconds.
     #[arg(long, env = "TETHER_DATABASE_CONNECT_TIMEOUT_S", default_value_t = 30)]
     pub database_connect_timeout_s: u64,
+    /// Run as a node of a cluster: several gateways on one PostgreSQL
+    /// (docs/CLUSTER.md). Needs a `postgres://` --database-url. Without it a
+    /// PostgreSQL gateway is the database's only one (a second exits 64).
+    #[arg(long, env = "TETHER_CLUSTER")]
+    pub cluster: bool,
+    /// A node whose heartbeat is older than this is dead and its sessions
+    /// are taken over, in seconds (--cluster).
+    #[arg(long, env = "TETHER_NODE_LEASE_S", default_value_t = 3.0)]
+    pub node_lease_s: f64,
+    /// How long a request forwarded to another node may wait for its
+    /// owner to run it, in seconds (--cluster).
+    #[arg(long, env = "TETHER_FORWARD_TIMEOUT_S", default_value_t = 10)]
+    pub forward_timeout_s: u64,
     /// Config file (TOML).
     #[arg(long, env = "TETHER_CONFIG")]
     pub config: Option<PathBuf>,
@@ -247,7 +260,33 @@ impl ServeArgs {
                 self.listen
             );
         }
-        self.backend().map(|_| ())
+        let backend = self.backend()?;
+        if self.cluster {
+            if !matches!(backend, tether_store::Backend::Postgres(_)) {
+                bail!(
+                    "--cluster needs a postgres:// --database-url (SQLite is always one gateway)"
+                );
+            }
+            self.cluster_config()?;
+            if self.forward_timeout_s == 0 {
+                bail!("--forward-timeout-s must be at least 1");
+            }
+        }
+        Ok(())
+    }
+
+    /// The node's lease (`--node-lease-s`), heartbeating every quarter of
+    /// it (at most every second).
+    pub fn cluster_config(&self) -> anyhow::Result<tether_store::cluster::ClusterConfig> {
+        if !self.node_lease_s.is_finite() || self.node_lease_s < 0.2 {
+            bail!(
+                "--node-lease-s must be at least 0.2 (got {})",
+                self.node_lease_s
+            );
+        }
+        Ok(tether_store::cluster::ClusterConfig::with_lease(
+            Duration::from_secs_f64(self.node_lease_s),
+        ))
     }
 
     /// The store: `--database-url`, else `DATA_DIR/tether.db`, with its
@@ -353,6 +392,43 @@ mod tests {
         bad.database_url = Some("mysql://t:pw@db/x".into());
         let e = bad.backend().expect_err("refused").to_string();
         assert!(e.contains("mysql://t:***@db/x"), "{e}");
+    }
+
+    #[test]
+    fn the_cluster_settings_come_from_flags_or_the_file_and_need_postgres() {
+        let defaults = parse(&[]);
+        assert!(!defaults.cluster);
+        assert_eq!(defaults.node_lease_s, 3.0);
+        assert_eq!(defaults.forward_timeout_s, 10);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("tether.toml");
+        std::fs::write(
+            &file,
+            "database_url = \"postgres://t:pw@db/tether\"\ncluster = true\nnode_lease_s = 1.5\nforward_timeout_s = 4\n",
+        )
+        .expect("write");
+        let file = file.to_string_lossy().into_owned();
+        let node = parse(&["--config", &file]);
+        assert!(node.cluster);
+        assert_eq!(node.forward_timeout_s, 4);
+        let config = node.cluster_config().expect("a lease");
+        assert_eq!(config.lease, Duration::from_millis(1500));
+        assert!(config.heartbeat_every * 2 <= config.lease);
+        assert_eq!(
+            parse(&["--config", &file, "--node-lease-s", "6"])
+                .cluster_config()
+                .expect("a lease")
+                .lease,
+            Duration::from_secs(6)
+        );
+        // SQLite is always one gateway; a lease below 200 ms cannot be kept.
+        let mut sqlite = parse(&[]);
+        sqlite.cluster = true;
+        let e = sqlite.check().expect_err("refused").to_string();
+        assert!(e.contains("--cluster needs a postgres://"), "{e}");
+        let mut short = parse(&["--config", &file]);
+        short.node_lease_s = 0.1;
+        assert!(short.check().is_err());
     }
 
     #[test]

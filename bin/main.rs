@@ -4,6 +4,7 @@
 mod config;
 mod fdlimit;
 mod logging;
+mod node;
 mod serve;
 
 use std::process::ExitCode;

@@ -11,7 +11,9 @@ use tether_store::{LockError, StoreLock};
 use tracing::{debug, info};
 
 use crate::config::ServeArgs;
+use crate::node::{Node, StoreParts};
 use tether_gateway::AppState;
+use tether_store::cluster::ClusterError;
 
 /// A SIGTERM drain exits within 10 s (docs/ARCHITECTURE.md, the drain), in three steps:
 /// end the turns and deliver their endings, close the clients, then stop
@@ -36,21 +38,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         }
         Err(e) => return Err(e.into()),
     };
-    let store = match tether_store::open(&backend).await {
-        Ok(store) => store,
-        Err(e) if e.is_usage() => {
-            eprintln!("tether: {e}");
-            return Ok(ExitCode::from(crate::EX_USAGE));
-        }
-        Err(e) if e.is_unreachable() => {
-            eprintln!("tether: {e}");
-            return Ok(ExitCode::from(crate::EX_UNAVAILABLE));
-        }
-        Err(e) => {
-            return Err(anyhow::Error::new(e)
-                .context(format!("cannot open the store at {}", backend.describe())))
-        }
+    let opened = match open_store(&args, &backend).await? {
+        Ok(opened) => opened,
+        Err(code) => return Ok(code),
     };
+    let (store, node) = (opened.parts, opened.node);
     // Safe only because the lock is ours: whoever recorded these hosts is
     // dead (a live gateway would still hold the lock).
     let killed = tether_actors::kill_leftovers(&args.data_dir);
@@ -79,6 +71,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         handoffs: store.handoffs,
         epoch: store.epoch,
         writer_factory: store.writers,
+        cluster: node.as_ref().map(|n| n.cluster().clone()),
     })
     .await
     .context("cannot start the gateway")?;
@@ -90,10 +83,85 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         _ = lifecycle.wait_recovered() => {}
         _ = gateway.stopped() => return Ok(ExitCode::FAILURE),
     }
-    if args.stdio {
+    let code = if args.stdio {
         serve_stdio(gateway).await
     } else {
         serve_http(gateway, &args, &store_at).await
+    };
+    // After the drain and the flush: the sessions this node owned are
+    // released, so the other nodes take them over at once.
+    if let Some(node) = node {
+        node.leave().await;
+    }
+    code
+}
+
+/// The store as this gateway opened it: the store's only gateway (its
+/// lock is held as long as `_single` lives), or a node of a cluster.
+struct OpenedStore {
+    parts: StoreParts,
+    node: Option<Node>,
+    _single: Option<tether_store::Store>,
+}
+
+/// Opens the store `backend` names, as a node with `--cluster`. A store
+/// that cannot be opened ends `tether serve` with 64 (configuration, or a
+/// store held by another gateway) or 69 (unreachable), returned as `Err`.
+async fn open_store(
+    args: &ServeArgs,
+    backend: &tether_store::Backend,
+) -> anyhow::Result<Result<OpenedStore, ExitCode>> {
+    let usage = |e: &dyn std::fmt::Display| {
+        eprintln!("tether: {e}");
+        Ok(Err(ExitCode::from(crate::EX_USAGE)))
+    };
+    let unreachable = |e: &dyn std::fmt::Display| {
+        eprintln!("tether: {e}");
+        Ok(Err(ExitCode::from(crate::EX_UNAVAILABLE)))
+    };
+    if args.cluster {
+        let tether_store::Backend::Postgres(cfg) = backend else {
+            return usage(&"--cluster needs a postgres:// --database-url");
+        };
+        let started = async {
+            let config = args
+                .cluster_config()
+                .map_err(|e| ClusterError::Config(e.to_string()))?;
+            let node = Node::start(cfg, config).await?;
+            let parts = node.open().await?;
+            Ok::<_, ClusterError>((node, parts))
+        };
+        return match started.await {
+            Ok((node, parts)) => Ok(Ok(OpenedStore {
+                parts,
+                node: Some(node),
+                _single: None,
+            })),
+            Err(ClusterError::Open(e)) if e.is_usage() => usage(&e),
+            Err(ClusterError::Open(e)) if e.is_unreachable() => unreachable(&e),
+            Err(e @ ClusterError::Config(_)) => usage(&e),
+            Err(e @ ClusterError::Store(tether_store::StoreError::Unavailable(_))) => {
+                unreachable(&e)
+            }
+            Err(e) => Err(anyhow::Error::new(e)
+                .context(format!("cannot join the cluster at {}", backend.describe()))),
+        };
+    }
+    match tether_store::open(backend).await {
+        Ok(store) => Ok(Ok(OpenedStore {
+            parts: StoreParts {
+                reader: store.reader.clone(),
+                handoffs: store.handoffs.clone(),
+                epoch: store.epoch.clone(),
+                writers: store.writers.clone(),
+            },
+            node: None,
+            _single: Some(store),
+        })),
+        Err(e) if e.is_usage() => usage(&e),
+        Err(e) if e.is_unreachable() => unreachable(&e),
+        Err(e) => Err(anyhow::Error::new(e)
+            .context(format!("cannot open the store at {}", backend.describe()))),
     }
 }
 
@@ -140,6 +208,7 @@ fn gateway_config(args: &ServeArgs) -> GatewayConfig {
         max_queued: args.max_queued,
         turn_deadline: Duration::from_secs(args.turn_deadline_s),
         compress_wait: args.compress_wait(),
+        forward_timeout: Duration::from_secs(args.forward_timeout_s),
         rate_limit_rps: args.rate_limit_rps,
         orphan_grace: Duration::from_secs(args.orphan_grace_s),
         activity_stale: Duration::from_secs(args.activity_stale_s),

@@ -234,6 +234,7 @@ async fn a_branch_the_disk_cannot_hold_leaves_nothing() {
         handoffs: opened.handoffs,
         epoch: opened.epoch,
         writer_factory: factory,
+        cluster: None,
     })
     .await
     .unwrap();

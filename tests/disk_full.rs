@@ -133,6 +133,7 @@ async fn a_complete_the_disk_refused_is_written_once_it_has_room() {
         handoffs: opened.handoffs,
         epoch: opened.epoch,
         writer_factory: factory,
+        cluster: None,
     })
     .await
     .unwrap();

@@ -49,6 +49,9 @@ pub struct GatewayConfig {
     pub turn_deadline: Duration,
     /// How long `session.compress` waits before answering `pending`.
     pub compress_wait: Duration,
+    /// On a cluster: how long a request forwarded to a session's owner may
+    /// wait for it (`--forward-timeout-s`).
+    pub forward_timeout: Duration,
     /// Requests per second a peer may send (burst: twice that); 0 = no limit.
     pub rate_limit_rps: u32,
     /// How long a session without peers stays live before it is parked
@@ -113,6 +116,7 @@ impl Default for GatewayConfig {
             max_queued: 16,
             turn_deadline: Duration::from_secs(3600),
             compress_wait: Duration::from_secs(120),
+            forward_timeout: Duration::from_secs(10),
             rate_limit_rps: 200,
             orphan_grace: Duration::from_secs(20),
             activity_stale: Duration::from_secs(600),

@@ -42,6 +42,8 @@ pub struct Ctx {
     pub metrics: Arc<Metrics>,
     /// Recovering, serving or draining.
     pub lifecycle: Arc<Lifecycle>,
+    /// The node this gateway is, on a cluster (`node.rs`).
+    pub(crate) cluster: Option<tether_store::cluster::Cluster>,
 }
 
 impl Ctx {
@@ -93,6 +95,9 @@ impl Ctx {
 #[derive(Debug, Default)]
 pub(crate) struct SessionGauges {
     pub peers: AtomicU32,
+    /// On a cluster: peers attached through other live nodes (the
+    /// registry's poll, `registry/follow.rs`).
+    pub other_peers: AtomicU32,
     pub ring_events: AtomicU64,
     pub ring_bytes: AtomicU64,
     pub running: AtomicBool,
@@ -109,8 +114,15 @@ pub(crate) struct SessionGauges {
 }
 
 impl SessionGauges {
+    /// Peers over every node (this one's, and on a cluster the others').
     pub fn peers(&self) -> u32 {
-        self.peers.load(Ordering::Relaxed)
+        self.peers
+            .load(Ordering::Relaxed)
+            .saturating_add(self.other_peers())
+    }
+
+    pub fn other_peers(&self) -> u32 {
+        self.other_peers.load(Ordering::Relaxed)
     }
 
     pub fn running(&self) -> bool {

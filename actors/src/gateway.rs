@@ -61,6 +61,10 @@ pub struct GatewayArgs {
     pub handoffs: Arc<dyn HandoffStore>,
     pub epoch: String,
     pub writer_factory: WriterFactory,
+    /// This gateway is a node of a cluster on PostgreSQL (`--cluster`):
+    /// sessions are claimed before they are written, and startup recovery
+    /// is left to failover (`node.rs`). `None`: the store's only gateway.
+    pub cluster: Option<tether_store::cluster::Cluster>,
 }
 
 /// The sending side of `Ctx`'s actor refs: where the root publishes the
@@ -378,6 +382,7 @@ impl GatewayHandle {
             outbox_metrics: metrics.outbox.clone(),
             metrics,
             lifecycle: Default::default(),
+            cluster: args.cluster,
         };
         let root = RootArgs {
             ctx: ctx.clone(),

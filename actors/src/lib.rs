@@ -35,6 +35,7 @@ mod info;
 mod late_acks;
 mod lifecycle;
 pub mod metrics;
+mod node;
 mod outbox;
 mod peer;
 pub mod rate;

@@ -27,6 +27,7 @@ use tracing::{debug, warn};
 
 mod create;
 mod fleet;
+mod follow;
 mod load;
 mod route;
 
@@ -151,6 +152,27 @@ pub enum RegistryMsg {
         attach: Option<PeerLink>,
         reply: RpcReplyPort<Result<CreatedSession, RpcError>>,
     },
+    /// From the node's event listener: `session_id` committed events (`None`:
+    /// the listener reconnected; every follower reads once).
+    FollowWake {
+        session_id: Option<SessionId>,
+    },
+    /// From the node's event listener: a request was forwarded for
+    /// `session_id` (`None`: reconnected; every owned session looks).
+    ForwardWake {
+        session_id: Option<SessionId>,
+    },
+    /// Internal: time to read the owners of the followed sessions.
+    PollOwners,
+    /// Internal: peers other nodes have on these live sessions.
+    OtherPeers {
+        ids: Vec<SessionId>,
+        counts: Vec<(SessionId, u64)>,
+    },
+    /// Internal: what that read found.
+    Owners {
+        owners: Vec<tether_store::cluster::Ownership>,
+    },
     /// Internal: the store answered a load started by `Resolve`.
     Loaded {
         key: SessionKey,
@@ -171,6 +193,9 @@ pub struct Loaded {
     row: SessionRow,
     barrier: Barrier,
     todos: Option<Todos>,
+    /// On a cluster: whether this node owns the session now (and whether it
+    /// took it over from a dead node) or follows its live owner.
+    claimed: Option<crate::node::Claimed>,
 }
 
 struct Live {
@@ -191,6 +216,10 @@ pub struct RegistryState {
     /// Loads in flight and the requests waiting for them, in order.
     loading: HashMap<SessionKey, Vec<Routed>>,
     peers_by_profile: HashMap<String, u64>,
+    /// On a cluster: the live sessions this node follows (`follow.rs`).
+    followers: HashMap<SessionId, SessionKey>,
+    /// The listener and the owner poll, while the registry runs.
+    _follow: Option<follow::Tasks>,
 }
 
 pub struct Registry;
@@ -205,15 +234,26 @@ impl Actor for Registry {
         myself: ActorRef<Self::Msg>,
         ctx: Ctx,
     ) -> Result<Self::State, ActorProcessingErr> {
-        end_interrupted_turns(&ctx, &myself);
+        // On a cluster the turns a stop cut short are another node's to end
+        // (with `node_lost`) once it claims their session: this node's
+        // fresh id owns nothing yet, and sessions of live nodes are not
+        // its to touch.
+        if ctx.cluster.is_none() {
+            end_interrupted_turns(&ctx, &myself);
+        } else {
+            ctx.lifecycle.set_recovered(true);
+        }
         // A restarted registry starts empty (its sessions stopped with the old one).
         ctx.metrics.sessions_live.set(0);
+        let follow = follow::start(&ctx, &myself);
         Ok(RegistryState {
             ctx,
             live: HashMap::new(),
             by_actor: HashMap::new(),
             loading: HashMap::new(),
             peers_by_profile: HashMap::new(),
+            followers: HashMap::new(),
+            _follow: follow,
         })
     }
 
@@ -252,6 +292,11 @@ impl Actor for Registry {
                 reply,
             } => state.route(&myself, key, Routed::forward(load, msg, reply)),
             RegistryMsg::Loaded { key, result } => state.loaded(&myself, key, result).await,
+            RegistryMsg::FollowWake { session_id } => state.follow_wake(session_id),
+            RegistryMsg::ForwardWake { session_id } => state.forward_wake(&myself, session_id),
+            RegistryMsg::PollOwners => state.poll_owners(&myself),
+            RegistryMsg::Owners { owners } => state.owners(owners),
+            RegistryMsg::OtherPeers { ids, counts } => state.other_peers(ids, counts),
             RegistryMsg::PeerCounts {
                 profile,
                 ids,
@@ -347,8 +392,10 @@ impl RegistryState {
                 mut row,
                 barrier,
                 todos,
+                claimed,
             })) => {
-                if row.status == SessionStatus::Parked {
+                let following = matches!(claimed, Some(crate::node::Claimed::Follower { .. }));
+                if row.status == SessionStatus::Parked && !following {
                     // Live again: say so in the store too (listings read it).
                     row.status = SessionStatus::Idle;
                     if let Some(writer) = self.ctx.writer() {
@@ -363,7 +410,17 @@ impl RegistryState {
                     }
                 }
                 let spawned = self
-                    .spawn_session(myself, key.clone(), row, barrier, todos, Vec::new())
+                    .spawn_session(
+                        myself,
+                        key.clone(),
+                        Loaded {
+                            row,
+                            barrier,
+                            todos,
+                            claimed,
+                        },
+                        Vec::new(),
+                    )
                     .await;
                 match (spawned, self.live.get_mut(&key)) {
                     (Ok(_), Some(live)) => {
@@ -388,12 +445,17 @@ impl RegistryState {
         &mut self,
         myself: &ActorRef<RegistryMsg>,
         key: SessionKey,
-        row: SessionRow,
-        barrier: Barrier,
-        todos: Option<Todos>,
+        loaded: Loaded,
         initial: Vec<EventRecord>,
     ) -> Result<ActorRef<SessionMsg>, RpcError> {
+        let Loaded {
+            row,
+            barrier,
+            todos,
+            claimed,
+        } = loaded;
         let gauges = Arc::new(SessionGauges::default());
+        let follows = matches!(claimed, Some(crate::node::Claimed::Follower { .. }));
         let args = SessionArgs {
             row,
             todos,
@@ -401,12 +463,16 @@ impl RegistryState {
             initial,
             ctx: self.ctx.clone(),
             gauges: gauges.clone(),
+            claimed,
         };
         let (actor, _) = Actor::spawn_linked(None, Session, args, myself.get_cell())
             .await
             .map_err(|e| RpcError::internal(format!("session failed to start: {e}")))?;
         debug!(session_id = %key.1, profile = %key.0, "session brought live");
         self.by_actor.insert(actor.get_id(), key.clone());
+        if follows {
+            self.followers.insert(key.1.clone(), key.clone());
+        }
         self.live.insert(
             key,
             Live {

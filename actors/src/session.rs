@@ -18,9 +18,14 @@ mod close;
 mod commit;
 mod compress;
 mod encoded_history;
+mod follow;
+mod forward;
+mod forwarded;
 mod history;
+mod lost;
 mod marker;
 mod owed;
+mod peer_count;
 mod peers;
 mod pipeline;
 mod reap;
@@ -45,6 +50,7 @@ pub use peers::PeerLink;
 
 use crate::ctx::{Ctx, SessionGauges};
 use crate::event::EventRecord;
+use crate::node::Claimed;
 use crate::reaper::ParkReason;
 use crate::ring::{Ring, RingEntry};
 use crate::store_writer::Barrier;
@@ -137,6 +143,36 @@ pub enum SessionMsg {
     },
     /// Answered once every event emitted so far is committed and fanned out.
     Flush { reply: RpcReplyPort<()> },
+    /// On a follower: committed events may be waiting after the watermark
+    /// (a notification, or a resync after the listener reconnected).
+    FollowWake,
+    /// Internal: what a follower's read found.
+    FollowRead {
+        rows: Result<Vec<tether_store::EventRow>, tether_store::StoreError>,
+    },
+    /// Internal: a cluster's park patch was answered.
+    ParkWritten {
+        result: Result<(), tether_store::StoreError>,
+        reason: ParkReason,
+        reply: RpcReplyPort<bool>,
+    },
+    /// From the registry's poll: the followed owner is dead or gone.
+    OwnerGone,
+    /// From the registry's poll: this node no longer holds the session's
+    /// fence (another node claimed it).
+    Lost,
+    /// Internal: what a follower's claim came to.
+    Promoted { promoted: follow::Promoted },
+    /// On the owner: requests may have been forwarded from another node.
+    ForwardsWake,
+    /// Internal: the forwards read from the store.
+    ForwardsRead {
+        rows: Result<Vec<tether_store::cluster::ForwardRow>, tether_store::cluster::ClusterError>,
+    },
+    /// Internal: a forward's answer is written.
+    ForwardDone {
+        id: tether_store::cluster::ForwardId,
+    },
     /// The gateway drains: end the running and queued turns, then answer
     /// as `Flush` does.
     Drain { reply: RpcReplyPort<()> },
@@ -149,6 +185,9 @@ pub enum SessionMsg {
         append_gen: u64,
         from_seq: u64,
         code: i64,
+        /// The writer refused it because another node owns the session now
+        /// (`StoreError::NotOwner`, on a cluster): not a storage failure.
+        lost: bool,
     },
     /// The StoreWriter was restarted: an append in flight may be lost.
     WriterRestarted,
@@ -179,6 +218,9 @@ pub struct SessionArgs {
     pub initial: Vec<EventRecord>,
     pub ctx: Ctx,
     pub gauges: Arc<SessionGauges>,
+    /// On a cluster: owned (taken over from a dead node, whose turns end
+    /// `node_lost`) or followed. `None`: the store's only gateway.
+    pub claimed: Option<crate::node::Claimed>,
 }
 
 pub struct SessionState {
@@ -210,6 +252,16 @@ pub struct SessionState {
     pending_compress: Option<(Option<String>, CompressReply)>,
     /// The turn marker found in the store at start, handled in post_start.
     marker_at_start: Option<serde_json::Value>,
+    /// Why the turns of that marker ended: `gateway_restart`, or
+    /// `node_lost` when the session was taken over from a dead node.
+    marker_reason: &'static str,
+    /// On a cluster, while a live other node owns the session: this one
+    /// only relays its committed events (`follow.rs`).
+    following: Option<follow::Following>,
+    /// Requests forwarded to this owner, while they run (`forwarded.rs`).
+    forwarded: forwarded::Forwarded,
+    /// On a cluster: this node's peer count in the store (`peer_count.rs`).
+    peer_count: Option<peer_count::PeerCount>,
     /// What the reaper was last told (`None`: nothing yet).
     reported: Option<Reported>,
     /// `message.complete`s of accepted turns that a failed append lost.
@@ -237,7 +289,16 @@ impl Actor for Session {
             initial,
             ctx,
             gauges,
+            claimed,
         } = args;
+        let (marker_reason, following) = match claimed {
+            Some(Claimed::Owner { lost_from: Some(_) }) => (crate::turn::reasons::NODE_LOST, None),
+            Some(Claimed::Follower { owner }) => (
+                crate::turn::reasons::GATEWAY_RESTART,
+                Some(follow::Following::new(owner)),
+            ),
+            _ => (crate::turn::reasons::GATEWAY_RESTART, None),
+        };
         let mut ring = Ring::new(ctx.config.ring_events, ctx.config.ring_bytes);
         for rec in &initial {
             if let Some(seq) = rec.seq {
@@ -247,6 +308,7 @@ impl Actor for Session {
                 });
             }
         }
+        let peer_count = peer_count::PeerCount::start(ctx.cluster.as_ref(), &row.id);
         let state = SessionState {
             id: row.id,
             profile: row.profile,
@@ -273,6 +335,10 @@ impl Actor for Session {
             compacting: None,
             pending_compress: None,
             marker_at_start: row.turn_marker,
+            marker_reason,
+            following,
+            forwarded: forwarded::Forwarded::default(),
+            peer_count,
             reported: None,
             owed: owed::Owed::default(),
             ctx,
@@ -294,7 +360,13 @@ impl Actor for Session {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         let marker = state.marker_at_start.take();
-        state.end_orphaned_turns(marker);
+        // A follower writes nothing: the owner ends its own turns, or the
+        // follower does once it takes the session over (`follow.rs`).
+        if !state.following() {
+            state.end_orphaned_turns(marker);
+            // Requests forwarded before this owner was live.
+            state.forwards_wake(&myself);
+        }
         state.send_unsent(&myself);
         state.report_to_reaper(true);
         Ok(())
@@ -307,7 +379,18 @@ impl Actor for Session {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         let me = &myself;
+        let Some(msg) = state.unless_following(me, msg) else {
+            return Ok(());
+        };
         match msg {
+            SessionMsg::FollowWake => state.follow_wake(me),
+            SessionMsg::FollowRead { rows } => state.follow_read(me, rows),
+            SessionMsg::OwnerGone => state.owner_gone(me),
+            SessionMsg::Lost => state.lost(me),
+            SessionMsg::Promoted { promoted } => state.promoted(me, promoted),
+            SessionMsg::ForwardsWake => state.forwards_wake(me),
+            SessionMsg::ForwardsRead { rows } => state.forwards_read(me, rows),
+            SessionMsg::ForwardDone { id } => state.forward_done(&id),
             SessionMsg::Resume {
                 params,
                 peer,
@@ -350,11 +433,22 @@ impl Actor for Session {
                 append_gen,
                 from_seq,
                 code,
-            } => state.append_failed(me, append_gen, from_seq, code),
+                lost,
+            } => {
+                state.append_failed(me, append_gen, from_seq, code);
+                if lost {
+                    state.lost(me);
+                }
+            }
             SessionMsg::RepayCompletions => state.repay_completions(me),
             SessionMsg::WriterRestarted => state.writer_restarted(me),
             SessionMsg::Rebased { barrier } => state.rebased(me, barrier),
             SessionMsg::Park { reason, reply } => state.park(me, reason, reply),
+            SessionMsg::ParkWritten {
+                result,
+                reason,
+                reply,
+            } => state.park_written(me, result, reason, reply),
             SessionMsg::ReportToReaper => state.report_to_reaper(true),
             SessionMsg::HostsLost => state.hosts_lost(me),
         }
@@ -393,7 +487,7 @@ impl SessionState {
             history_version: self.history_version,
             message_count: self.commit.committed_message_count(),
             latest_seq: self.commit.committed_seq(),
-            peers: self.peers.len() as u32,
+            peers: (self.peers.len() as u32).saturating_add(self.gauges.other_peers()),
             close_on_disconnect: self.close_on_disconnect,
             attached: Some(self.attached()),
         }
@@ -402,6 +496,9 @@ impl SessionState {
     fn publish_gauges(&self) {
         self.gauges
             .set(self.peers.len(), self.ring.len(), self.ring.bytes());
+        if let Some(count) = &self.peer_count {
+            count.set(self.peers.len());
+        }
         self.gauges.set_running(self.turns.running.is_some());
     }
 

@@ -226,6 +226,7 @@ impl StoreWriterState {
                 append_gen,
                 from_seq,
                 code: tether_protocol::codes::STORAGE_WRITE_FAILED,
+                lost: false,
             });
             return;
         }
@@ -329,6 +330,7 @@ impl StoreWriterState {
                                 append_gen,
                                 from_seq,
                                 code: e.code(),
+                                lost: matches!(e, StoreError::NotOwner { .. }),
                             }
                         }
                     };

@@ -26,6 +26,9 @@ pub mod reasons {
     /// The gateway was told to stop (SIGTERM/SIGINT) while the turn ran;
     /// written and delivered during the drain.
     pub const GATEWAY_SHUTDOWN: &str = "gateway_shutdown";
+    /// The node (gateway of a cluster) that ran the turn died; written by
+    /// the node that took the session over.
+    pub const NODE_LOST: &str = "node_lost";
     /// A queued prompt dropped by an interrupt.
     pub const DEQUEUED: &str = "dequeued";
     /// The engine reported an error (`turn.error` without its own reason).

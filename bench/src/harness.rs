@@ -135,6 +135,7 @@ pub async fn start_gateway_store(
         handoffs: store.handoffs,
         epoch: store.epoch,
         writer_factory: store.writers,
+        cluster: None,
     })
     .await?;
     Ok(BenchGateway {

@@ -147,6 +147,7 @@ pub async fn start_on(
         handoffs: store.handoffs,
         epoch: store.epoch,
         writer_factory: store.writers,
+        cluster: None,
     })
     .await
     .expect("start gateway");

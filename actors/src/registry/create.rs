@@ -10,7 +10,7 @@ use tether_protocol::{
 };
 use tether_store::{NewSession, SessionRow};
 
-use super::{storage_unavailable, CreatedSession, RegistryMsg, RegistryState};
+use super::{storage_unavailable, CreatedSession, Loaded, RegistryMsg, RegistryState};
 use crate::event::EventRecord;
 use crate::info::info_from_row;
 use crate::session::{PeerLink, SessionMsg};
@@ -133,7 +133,27 @@ impl RegistryState {
         };
         let rows = initial.iter().map(EventRecord::to_row).collect();
         let myself = myself.clone();
+        let cluster = self.ctx.cluster.clone();
         tokio::spawn(async move {
+            // A node owns what it creates before it writes it (a fresh id:
+            // unowned, so this waits only on the database).
+            if let Some(cluster) = &cluster {
+                match crate::node::claim(cluster, &new.id).await {
+                    Ok(crate::node::Claimed::Owner { .. }) => {}
+                    Ok(crate::node::Claimed::Follower { owner }) => {
+                        // A fresh id another node owns: only a clash of ids.
+                        let _ = reply.send(Err(RpcError::internal(format!(
+                            "new session {} is owned by node {owner}",
+                            new.id
+                        ))));
+                        return;
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(e.into()));
+                        return;
+                    }
+                }
+            }
             // No bound: the writer answers a Create when its transaction
             // has ended (or drops the port if it dies), and only it knows
             // whether the session exists; a timeout here could report as
@@ -190,7 +210,17 @@ impl RegistryState {
             })
             .collect();
         match self
-            .spawn_session(myself, key, row, barrier, None, initial)
+            .spawn_session(
+                myself,
+                key,
+                Loaded {
+                    row,
+                    barrier,
+                    todos: None,
+                    claimed: None,
+                },
+                initial,
+            )
             .await
         {
             Ok(actor) => {

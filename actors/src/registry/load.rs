@@ -23,6 +23,7 @@ use crate::store_writer::{Barrier, StoreWriterMsg};
 pub(super) async fn load_session(
     reader: &dyn tether_store::StoreRead,
     writer: Option<ActorRef<StoreWriterMsg>>,
+    cluster: Option<tether_store::cluster::Cluster>,
     key: &SessionKey,
     wait: Duration,
 ) -> Result<Option<Loaded>, StoreError> {
@@ -38,6 +39,7 @@ pub(super) async fn load_session(
             row: first,
             barrier,
             todos: None,
+            claimed: None,
         }));
     }
     let writer =
@@ -66,6 +68,13 @@ pub(super) async fn load_session(
             ))
         }
     };
+    // A node claims before it writes anything of the session, and after
+    // the barrier: an append this node still had queued from the session's
+    // previous life here lands under the fence it was sent with.
+    let claimed = match &cluster {
+        Some(cluster) => Some(crate::node::claim(cluster, &key.1).await?),
+        None => None,
+    };
     // Read again behind the barrier: the first read only told that the
     // session exists; its turn marker, counters and todos must include
     // what the previous life's last append wrote.
@@ -80,6 +89,7 @@ pub(super) async fn load_session(
         row,
         barrier,
         todos,
+        claimed,
     }))
 }
 

@@ -161,12 +161,13 @@ impl RegistryState {
         self.loading.insert(key.clone(), waiting);
         let reader = self.ctx.reader.clone();
         let writer = self.ctx.writer();
+        let cluster = self.ctx.cluster.clone();
         let wait = self.ctx.config.call_timeout;
         let myself = myself.clone();
         tokio::spawn(async move {
             // The barrier inside queues behind a parked session's last
             // patch at the writer, so the row read is current.
-            let result = load_session(reader.as_ref(), writer, &key, wait).await;
+            let result = load_session(reader.as_ref(), writer, cluster, &key, wait).await;
             let _ = myself.cast(RegistryMsg::Loaded { key, result });
         });
     }
@@ -259,6 +260,9 @@ impl RegistryState {
             return;
         };
         info!(session_id = %key.1, reason = why, "session left the registry");
+        if self.followers.get(&key.1) == Some(&key) {
+            self.followers.remove(&key.1);
+        }
         let held = match self.live.get(&key) {
             Some(live) if live.actor.get_id() == cell.get_id() => {
                 self.live.remove(&key).and_then(|live| live.held)

@@ -20,6 +20,11 @@ impl SessionState {
         {
             return;
         }
+        // A follower writes nothing; peer counts do not cross nodes yet, so
+        // the owner closes only when its own last peer leaves.
+        if self.following() {
+            return;
+        }
         info!(session_id = %self.id, "last peer left a close_on_disconnect session; closing");
         self.stop_turns(myself, None);
         self.close(myself, "disconnect", None);

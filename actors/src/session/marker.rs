@@ -11,7 +11,6 @@ use super::turns::Turns;
 use super::SessionState;
 use crate::event::TurnTag;
 use crate::host_supervisor::HostSupervisorMsg;
-use crate::turn::reasons;
 
 /// What is persisted as the session's turn marker.
 #[derive(Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -36,7 +35,10 @@ impl Turns {
 
 impl SessionState {
     /// At start: turns the store says were running or queued when the
-    /// session last stopped get their `message.complete` now.
+    /// session last stopped get their `message.complete` now, with
+    /// `gateway_restart`, or `node_lost` on a cluster when the session was
+    /// taken over from a dead node (DESIGN.md "Failover"); queued ones come
+    /// out `dequeued` either way.
     pub(super) fn end_orphaned_turns(&mut self, marker: Option<Value>) {
         let Some(marker) = marker else {
             return;
@@ -54,8 +56,8 @@ impl SessionState {
                     turn_id: tag.turn_id.clone(),
                 });
             }
-            info!(session_id = %self.id, turn_id = %tag.turn_id, trace_id = %tag.trace_id, "ending a turn interrupted by a restart");
-            let reason = Some(reasons::GATEWAY_RESTART);
+            let reason = Some(self.marker_reason);
+            info!(session_id = %self.id, turn_id = %tag.turn_id, trace_id = %tag.trace_id, reason = self.marker_reason, "ending a turn interrupted by a restart or a dead node");
             self.ctx
                 .metrics
                 .turn_ended(CompleteStatus::Error, reason, None);
@@ -64,7 +66,7 @@ impl SessionState {
                 &MessageCompletePayload {
                     text: String::new(),
                     status: CompleteStatus::Error,
-                    failure_reason: Some(reasons::GATEWAY_RESTART.into()),
+                    failure_reason: Some(self.marker_reason.into()),
                     recoverable: Some(true),
                     usage: None,
                 },

@@ -9,7 +9,8 @@
 use ractor::{ActorRef, RpcReplyPort};
 use tether_protocol::SessionStatus;
 use tether_store::SessionPatch;
-use tracing::info;
+use tether_store::StoreError;
+use tracing::{debug, info, warn};
 
 use super::{SessionMsg, SessionState};
 use crate::reaper::{ParkReason, ReaperMsg};
@@ -109,6 +110,34 @@ impl SessionState {
         // Everything is committed; only the status is left to write. The
         // writer is FIFO, so the next load's barrier comes after this patch.
         self.set_status(SessionStatus::Parked);
+        if self.ctx.cluster.is_some() {
+            // On a cluster the store has the last word: a peer attached on
+            // another node refuses the park (`InUse`), so the answer waits
+            // for the patch (the registry holds requests meanwhile).
+            let (written, parked) = tokio::sync::oneshot::channel();
+            let _ = writer.cast(StoreWriterMsg::Patch {
+                session_id: self.id.clone(),
+                patch: SessionPatch {
+                    status: Some(SessionStatus::Parked),
+                    ..SessionPatch::default()
+                },
+                reply: Some(written.into()),
+            });
+            let me = myself.clone();
+            tokio::spawn(async move {
+                let result = parked.await.unwrap_or_else(|_| {
+                    Err(StoreError::Unavailable(
+                        "the park's patch was dropped".into(),
+                    ))
+                });
+                let _ = me.cast(SessionMsg::ParkWritten {
+                    result,
+                    reason,
+                    reply,
+                });
+            });
+            return;
+        }
         let _ = writer.cast(StoreWriterMsg::Patch {
             session_id: self.id.clone(),
             patch: SessionPatch {
@@ -117,11 +146,60 @@ impl SessionState {
             },
             reply: None,
         });
+        self.parked(myself, reason, reply);
+    }
+
+    /// The park is decided: say so and stop.
+    fn parked(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        reason: ParkReason,
+        reply: RpcReplyPort<bool>,
+    ) {
         self.gauges
             .parked
             .store(true, std::sync::atomic::Ordering::Release);
         info!(session_id = %self.id, reason = reason.as_str(), latest_seq = self.commit.committed_seq(), "session parked");
         let _ = reply.send(true);
         myself.stop(Some("parked".into()));
+    }
+
+    /// A cluster's park patch was answered. Written: the session is
+    /// released (so the next node to need it claims it at once instead of
+    /// after a lease; releasing before the patch would have made the
+    /// writer refuse it) and stops. Refused (`InUse`: peers on another
+    /// node; or the store failed): it stays live.
+    pub(super) fn park_written(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        result: Result<(), StoreError>,
+        reason: ParkReason,
+        reply: RpcReplyPort<bool>,
+    ) {
+        match result {
+            Ok(()) => {
+                if let Some(cluster) = self.ctx.cluster.clone() {
+                    if let Some(fence) = cluster.fence(&self.id) {
+                        let id = self.id.clone();
+                        tokio::spawn(async move {
+                            if let Err(e) = cluster.release(&id, fence).await {
+                                warn!(session_id = %id, node_id = %cluster.node_id(), error = %e, "could not release a parked session; it moves after a lease");
+                            }
+                        });
+                    }
+                }
+                self.parked(myself, reason, reply);
+            }
+            Err(e) => {
+                match &e {
+                    StoreError::InUse { peers, .. } => {
+                        debug!(session_id = %self.id, peers, "not parked: peers attached on other nodes")
+                    }
+                    _ => warn!(session_id = %self.id, error = %e, "park not written; staying live"),
+                }
+                self.set_status(SessionStatus::Idle);
+                let _ = reply.send(false);
+            }
+        }
     }
 }

@@ -157,7 +157,7 @@ impl SessionState {
         );
     }
 
-    fn check_submit(&self) -> Result<(), RpcError> {
+    pub(super) fn check_submit(&self) -> Result<(), RpcError> {
         if self.status == SessionStatus::Closed {
             return Err(RpcError::session_closed());
         }

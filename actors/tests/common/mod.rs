@@ -18,6 +18,7 @@ pub async fn start(dir: &std::path::Path, config: GatewayConfig) -> GatewayHandl
         handoffs: store.handoffs,
         epoch: store.epoch,
         writer_factory: store.writers,
+        cluster: None,
     })
     .await
     .expect("start gateway")

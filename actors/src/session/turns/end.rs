@@ -262,5 +262,6 @@ fn is_recoverable(reason: &str) -> bool {
             | reasons::HOST_UNAVAILABLE
             | reasons::GATEWAY_RESTART
             | reasons::GATEWAY_SHUTDOWN
+            | reasons::NODE_LOST
     )
 }

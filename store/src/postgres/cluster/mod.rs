@@ -1,6 +1,7 @@
 //! Several gateways on one PostgreSQL (issue 19; the contract is DESIGN.md "Several gateways on
-//! one PostgreSQL"): the store-level foundation. In progress: nothing outside `store/` uses it
-//! yet (docs/ARCHITECTURE.md, "Cluster (in progress)", says what is left).
+//! one PostgreSQL"): the store-level foundation, which `tether serve --cluster` (`bin/node.rs`)
+//! and the actors build on. In progress: docs/ARCHITECTURE.md, "Cluster (in progress)", says
+//! what is wired and what is left.
 //!
 //! One concept per file:
 //!
@@ -401,6 +402,15 @@ impl Cluster {
         peers: u64,
     ) -> Result<Option<(Option<NodeId>, u64)>, ClusterError> {
         peers::set(&self.inner.pool, &self.inner.node, session_id, peers).await
+    }
+
+    /// Peers on each of `ids` over every live node but this one, in one read; sessions with
+    /// none are left out.
+    pub async fn others_peers(
+        &self,
+        ids: &[SessionId],
+    ) -> Result<Vec<(SessionId, u64)>, ClusterError> {
+        peers::others(&self.inner.pool, &self.inner.config, &self.inner.node, ids).await
     }
 
     /// Peers on `session_id` over all live nodes.

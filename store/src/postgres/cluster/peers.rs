@@ -79,3 +79,31 @@ pub(crate) async fn live(
     .map_err(map_sqlx)?;
     Ok(u64::try_from(n).unwrap_or(0))
 }
+
+/// Peers on each of `ids` over every live node but `me`, in one read (the registry's poll:
+/// `SessionInfo.peers` counts every node's peers). Sessions without any are left out.
+pub(crate) async fn others(
+    pool: &PgPool,
+    config: &ClusterConfig,
+    me: &NodeId,
+    ids: &[SessionId],
+) -> Result<Vec<(SessionId, u64)>, ClusterError> {
+    let names: Vec<&str> = ids.iter().map(SessionId::as_str).collect();
+    let rows: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT p.session_id, COALESCE(SUM(p.peers), 0)::bigint FROM session_peers p \
+         JOIN nodes n ON n.id = p.node_id \
+         WHERE p.session_id = ANY($1) AND p.node_id <> $3 \
+           AND clock_timestamp() - n.heartbeat_at <= $2 * interval '1 millisecond' \
+         GROUP BY p.session_id",
+    )
+    .bind(&names)
+    .bind(millis(config.lease))
+    .bind(me.as_str())
+    .fetch_all(pool)
+    .await
+    .map_err(map_sqlx)?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, n)| (SessionId::from(id), u64::try_from(n).unwrap_or(0)))
+        .collect())
+}

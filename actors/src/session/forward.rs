@@ -1,0 +1,141 @@
+//! The forwarder's side (a cluster, DESIGN.md "Requests"): on a follower,
+//! a request that changes the session is written to the store for its
+//! owner with a deadline (`--forward-timeout-s`), and the owner's answer
+//! relayed to the client that asked.
+//!
+//! The forward's state tells the truth whatever happened to the owner: an
+//! answer is relayed as it is; a forward still pending at the deadline is
+//! withdrawn, and if the withdrawal wins it never runs (the client is told
+//! so and may retry); one the owner accepted ran exactly once, answered or
+//! not.
+
+use std::time::{Duration, Instant};
+
+use ractor::RpcReplyPort;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tether_protocol::codes::STORAGE_UNAVAILABLE;
+use tether_protocol::{RpcError, SessionId};
+use tether_store::cluster::{Cluster, ForwardId, ForwardState};
+use tracing::{debug, warn};
+
+use super::SessionState;
+
+/// First wait between two reads of a forward's state; doubled up to
+/// [`POLL_MAX`].
+const POLL_FIRST: Duration = Duration::from_millis(10);
+const POLL_MAX: Duration = Duration::from_millis(100);
+
+impl SessionState {
+    /// Forwards `method` with `params` to the owner and relays its answer
+    /// to `reply`, on a task.
+    pub(super) fn forward_request<T: DeserializeOwned + Send + 'static>(
+        &self,
+        method: &'static str,
+        params: Value,
+        reply: RpcReplyPort<Result<T, RpcError>>,
+    ) {
+        let Some(cluster) = self.ctx.cluster.clone() else {
+            let _ = reply.send(Err(self.not_here()));
+            return;
+        };
+        let id = self.id.clone();
+        let timeout = self.ctx.config.forward_timeout;
+        // The owner's node may have to bring the session back to run it,
+        // and its notification names no profile.
+        let mut params = params;
+        if let Some(obj) = params.as_object_mut() {
+            obj.insert("profile".into(), Value::String(self.profile.clone()));
+        }
+        tokio::spawn(async move {
+            let answer = forward(&cluster, &id, method, &params.to_string(), timeout).await;
+            let _ = reply.send(answer.and_then(|v| {
+                serde_json::from_value(v).map_err(|e| {
+                    RpcError::internal(format!("unreadable answer from the session's owner: {e}"))
+                })
+            }));
+        });
+    }
+}
+
+/// One forward, start to answer.
+async fn forward(
+    cluster: &Cluster,
+    session_id: &SessionId,
+    method: &str,
+    params: &str,
+    timeout: Duration,
+) -> Result<Value, RpcError> {
+    let id = cluster
+        .forward(session_id, method, params, timeout)
+        .await
+        .map_err(|e| {
+            unavailable(format!(
+                "could not forward {method} to the session's owner: {e}"
+            ))
+        })?;
+    debug!(session_id = %session_id, forward_id = %id, method, node_id = %cluster.node_id(), "request forwarded");
+    let deadline = Instant::now() + timeout;
+    let mut wait = POLL_FIRST;
+    let mut withdrawn = false;
+    loop {
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(POLL_MAX);
+        let row = match cluster.forward_state(&id).await {
+            Ok(Some(row)) => row,
+            Ok(None) => return Err(unavailable(format!("forward {id} vanished"))),
+            Err(e) => {
+                warn!(forward_id = %id, error = %e, "could not read a forward's state");
+                if Instant::now() > deadline + timeout {
+                    return Err(unavailable(format!(
+                        "forward {id}: its state could not be read; it ran at most once"
+                    )));
+                }
+                continue;
+            }
+        };
+        match row.state {
+            ForwardState::Answered => return relay(&id, row.answer.as_deref()),
+            ForwardState::Refused => {
+                return Err(unavailable(format!(
+                    "the session's owner did not run {method} in time; it was not run (retry)"
+                )))
+            }
+            ForwardState::Pending if Instant::now() > deadline && !withdrawn => {
+                withdrawn = true;
+                match cluster.withdraw_forward(&id).await {
+                    Ok(true) => {
+                        return Err(unavailable(format!(
+                            "the session's owner did not take {method} within {timeout:?}; it was not run (retry)"
+                        )))
+                    }
+                    // Accepted first: wait for its answer like any other.
+                    Ok(false) => {}
+                    Err(e) => warn!(forward_id = %id, error = %e, "could not withdraw a forward"),
+                }
+            }
+            ForwardState::Accepted if Instant::now() > deadline + timeout => {
+                return Err(unavailable(format!(
+                    "the session's owner accepted {method} (it ran once) but did not answer"
+                )))
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The owner's answer: `{"result": …}` or `{"error": {code, message}}`.
+fn relay(id: &ForwardId, answer: Option<&str>) -> Result<Value, RpcError> {
+    let answer: Value = answer
+        .and_then(|a| serde_json::from_str(a).ok())
+        .ok_or_else(|| RpcError::internal(format!("forward {id} has no readable answer")))?;
+    if let Some(e) = answer.get("error") {
+        return Err(serde_json::from_value(e.clone())
+            .unwrap_or_else(|_| RpcError::internal(format!("forward {id}: {e}"))));
+    }
+    Ok(answer.get("result").cloned().unwrap_or(Value::Null))
+}
+
+fn unavailable(message: String) -> RpcError {
+    RpcError::new(STORAGE_UNAVAILABLE, message)
+}
