@@ -13,6 +13,7 @@
 //! and the same `Bytes` is pushed to every peer's outbox, which never blocks
 //! the session.
 
+mod about;
 mod attach;
 mod close;
 mod commit;
@@ -39,8 +40,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tether_protocol::{
-    format_ts, now_ms, ActiveTurnStat, InterruptResult, Message, PeerId, ResumeParams, RpcError,
-    SessionId, SessionInfo, SessionStatus, SinceParams, SinceResult, SubmitResult, Todos, TurnId,
+    now_ms, ActiveTurnStat, InterruptResult, Message, PeerId, ResumeParams, RpcError, SessionId,
+    SessionInfo, SessionStatus, SinceParams, SinceResult, SubmitResult, Todos, TurnId,
 };
 use tether_store::SessionRow;
 use tracing::debug;
@@ -471,59 +472,5 @@ impl Actor for Session {
         }
         debug!(session_id = %state.id, "session stopped");
         Ok(())
-    }
-}
-
-impl SessionState {
-    pub(crate) fn info(&self) -> SessionInfo {
-        SessionInfo {
-            session_id: self.id.clone(),
-            profile: self.profile.clone(),
-            title: self.title.clone(),
-            status: self.status,
-            created_at: format_ts(self.created_at_ms),
-            updated_at: format_ts(self.updated_at_ms),
-            parent_session_id: self.parent_session_id.clone(),
-            history_version: self.history_version,
-            message_count: self.commit.committed_message_count(),
-            latest_seq: self.commit.committed_seq(),
-            peers: (self.peers.len() as u32).saturating_add(self.gauges.other_peers()),
-            close_on_disconnect: self.close_on_disconnect,
-            attached: Some(self.attached()),
-        }
-    }
-
-    fn publish_gauges(&self) {
-        self.gauges
-            .set(self.peers.len(), self.ring.len(), self.ring.bytes());
-        if let Some(count) = &self.peer_count {
-            count.set(self.peers.len());
-        }
-        self.gauges.set_running(self.turns.running.is_some());
-    }
-
-    /// Every change of `status` goes through here. It reaches the store
-    /// with the next append (see `row.rs`), or, for `Parked`, with the
-    /// park's own patch.
-    fn set_status(&mut self, status: SessionStatus) {
-        if self.status != status {
-            debug!(session_id = %self.id, from = self.status.as_str(), to = status.as_str(), "session status");
-            self.status = status;
-        }
-    }
-
-    /// The running turn's stats entry, if a turn runs.
-    fn active_turn_stat(&self) -> Option<ActiveTurnStat> {
-        self.turns.running.as_ref().map(|t| ActiveTurnStat {
-            session_id: self.id.clone(),
-            turn_id: t.tag.turn_id.clone(),
-            trace_id: t.tag.trace_id.clone(),
-            elapsed_s: self.running_for().map_or(0.0, |d| d.as_secs_f64()),
-            host_id: t.host_id.unwrap_or(0),
-        })
-    }
-
-    fn since(&mut self, params: SinceParams, reply: RpcReplyPort<Result<SinceResult, RpcError>>) {
-        replay::since(self, params, reply);
     }
 }

@@ -113,45 +113,15 @@ impl RegistryState {
             let _ = reply.send(Err(storage_unavailable()));
             return;
         };
-        let row = SessionRow {
-            id: new.id.clone(),
-            profile: new.profile.clone(),
-            title: new.title.clone(),
-            status: SessionStatus::Idle,
-            parent_session_id: new.parent_session_id.clone(),
-            kind: new.kind.clone(),
-            history_version: 0,
-            close_on_disconnect: new.close_on_disconnect,
-            engine_pin: new.engine_pin.clone(),
-            follow_profile_config: new.follow_profile_config,
-            turn_marker: None,
-            created_at_ms: new.created_at_ms,
-            updated_at_ms: new.created_at_ms,
-            latest_seq: initial.len() as u64,
-            message_count: new.message_count,
-            retained_from_seq: 1,
-        };
+        let row = new_row(&new, &initial);
         let rows = initial.iter().map(EventRecord::to_row).collect();
         let myself = myself.clone();
         let cluster = self.ctx.cluster.clone();
         tokio::spawn(async move {
-            // A node owns what it creates before it writes it (a fresh id:
-            // unowned, so this waits only on the database).
             if let Some(cluster) = &cluster {
-                match crate::node::claim(cluster, &new.id).await {
-                    Ok(crate::node::Claimed::Owner { .. }) => {}
-                    Ok(crate::node::Claimed::Follower { owner }) => {
-                        // A fresh id another node owns: only a clash of ids.
-                        let _ = reply.send(Err(RpcError::internal(format!(
-                            "new session {} is owned by node {owner}",
-                            new.id
-                        ))));
-                        return;
-                    }
-                    Err(e) => {
-                        let _ = reply.send(Err(e.into()));
-                        return;
-                    }
+                if let Err(e) = claim_new(cluster, &new.id).await {
+                    let _ = reply.send(Err(e));
+                    return;
                 }
             }
             // No bound: the writer answers a Create when its transaction
@@ -242,5 +212,44 @@ impl RegistryState {
                 let _ = reply.send(Err(e));
             }
         }
+    }
+}
+
+/// The row of a session being created, as it stands once `initial` is
+/// written.
+fn new_row(new: &NewSession, initial: &[EventRecord]) -> SessionRow {
+    SessionRow {
+        id: new.id.clone(),
+        profile: new.profile.clone(),
+        title: new.title.clone(),
+        status: SessionStatus::Idle,
+        parent_session_id: new.parent_session_id.clone(),
+        kind: new.kind.clone(),
+        history_version: 0,
+        close_on_disconnect: new.close_on_disconnect,
+        engine_pin: new.engine_pin.clone(),
+        follow_profile_config: new.follow_profile_config,
+        turn_marker: None,
+        created_at_ms: new.created_at_ms,
+        updated_at_ms: new.created_at_ms,
+        latest_seq: initial.len() as u64,
+        message_count: new.message_count,
+        retained_from_seq: 1,
+    }
+}
+
+/// A node owns what it creates before it writes it (a fresh id: unowned,
+/// so this waits only on the database).
+async fn claim_new(
+    cluster: &tether_store::cluster::Cluster,
+    id: &SessionId,
+) -> Result<(), RpcError> {
+    match crate::node::claim(cluster, id).await {
+        Ok(crate::node::Claimed::Owner { .. }) => Ok(()),
+        // A fresh id another node owns: only a clash of ids.
+        Ok(crate::node::Claimed::Follower { owner }) => Err(RpcError::internal(format!(
+            "new session {id} is owned by node {owner}"
+        ))),
+        Err(e) => Err(e.into()),
     }
 }

@@ -1,0 +1,69 @@
+//! What a session tells about itself: its `SessionInfo`, the gauges the
+//! metrics read, the running turn's stats entry, and its status, whose
+//! every change goes through [`SessionState::set_status`].
+
+use ractor::RpcReplyPort;
+use tether_protocol::{
+    format_ts, ActiveTurnStat, RpcError, SessionInfo, SessionStatus, SinceParams, SinceResult,
+};
+use tracing::debug;
+
+use super::{replay, SessionState};
+
+impl SessionState {
+    pub(crate) fn info(&self) -> SessionInfo {
+        SessionInfo {
+            session_id: self.id.clone(),
+            profile: self.profile.clone(),
+            title: self.title.clone(),
+            status: self.status,
+            created_at: format_ts(self.created_at_ms),
+            updated_at: format_ts(self.updated_at_ms),
+            parent_session_id: self.parent_session_id.clone(),
+            history_version: self.history_version,
+            message_count: self.commit.committed_message_count(),
+            latest_seq: self.commit.committed_seq(),
+            peers: (self.peers.len() as u32).saturating_add(self.gauges.other_peers()),
+            close_on_disconnect: self.close_on_disconnect,
+            attached: Some(self.attached()),
+        }
+    }
+
+    pub(super) fn publish_gauges(&self) {
+        self.gauges
+            .set(self.peers.len(), self.ring.len(), self.ring.bytes());
+        if let Some(count) = &self.peer_count {
+            count.set(self.peers.len());
+        }
+        self.gauges.set_running(self.turns.running.is_some());
+    }
+
+    /// Every change of `status` goes through here. It reaches the store
+    /// with the next append (see `row.rs`), or, for `Parked`, with the
+    /// park's own patch.
+    pub(super) fn set_status(&mut self, status: SessionStatus) {
+        if self.status != status {
+            debug!(session_id = %self.id, from = self.status.as_str(), to = status.as_str(), "session status");
+            self.status = status;
+        }
+    }
+
+    /// The running turn's stats entry, if a turn runs.
+    pub(super) fn active_turn_stat(&self) -> Option<ActiveTurnStat> {
+        self.turns.running.as_ref().map(|t| ActiveTurnStat {
+            session_id: self.id.clone(),
+            turn_id: t.tag.turn_id.clone(),
+            trace_id: t.tag.trace_id.clone(),
+            elapsed_s: self.running_for().map_or(0.0, |d| d.as_secs_f64()),
+            host_id: t.host_id.unwrap_or(0),
+        })
+    }
+
+    pub(super) fn since(
+        &mut self,
+        params: SinceParams,
+        reply: RpcReplyPort<Result<SinceResult, RpcError>>,
+    ) {
+        replay::since(self, params, reply);
+    }
+}
