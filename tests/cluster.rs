@@ -63,6 +63,20 @@ async fn resume_from(
     }
 }
 
+/// A session created through node 0 with a client on node 1 attached to
+/// it (a follower's peer): where most of these tests start.
+async fn owner_and_follower(cluster: &TestCluster) -> (Client, Client, String) {
+    let mut a = cluster.nodes[0].client().await;
+    let id = session(&mut a).await;
+    let mut b = cluster.nodes[1].client().await;
+    b.ok(
+        "session.resume",
+        json!({"session_id": id, "last_seen": 1, "omit_messages": true}),
+    )
+    .await;
+    (a, b, id)
+}
+
 fn completes_of_turn<'a>(events: &'a [Value], turn_id: &str) -> Vec<&'a Value> {
     events
         .iter()
@@ -368,14 +382,7 @@ async fn interrupt_and_close_through_a_follower_run_on_the_owner() {
     let Some(cluster) = TestCluster::start(2, LEASE_MS) else {
         return;
     };
-    let mut a = cluster.nodes[0].client().await;
-    let id = session(&mut a).await;
-    let mut b = cluster.nodes[1].client().await;
-    b.ok(
-        "session.resume",
-        json!({"session_id": id, "last_seen": 1, "omit_messages": true}),
-    )
-    .await;
+    let (mut a, mut b, id) = owner_and_follower(&cluster).await;
     let running = submit(&mut b, &id, "/sleep 60000\nnever").await;
     // Interrupt once the turn runs on the owner's host.
     let mut on_b = Vec::new();
@@ -453,14 +460,7 @@ async fn a_paused_owner_is_fenced_out_and_drops_the_session() {
     let Some(cluster) = TestCluster::start(2, LEASE_MS) else {
         return;
     };
-    let mut a = cluster.nodes[0].client().await;
-    let id = session(&mut a).await;
-    let mut b = cluster.nodes[1].client().await;
-    b.ok(
-        "session.resume",
-        json!({"session_id": id, "last_seen": 1, "omit_messages": true}),
-    )
-    .await;
+    let (mut a, mut b, id) = owner_and_follower(&cluster).await;
     // The host (not paused) finishes it while its gateway is stopped.
     let running = submit(&mut a, &id, "/sleep 500\nfrom the paused node").await;
     let mut seen = 0;
@@ -531,14 +531,7 @@ async fn an_owner_does_not_park_a_session_with_peers_on_another_node() {
     let Some(cluster) = TestCluster::start_with(2, LEASE_MS, &["--orphan-grace-s", "0"]) else {
         return;
     };
-    let mut a = cluster.nodes[0].client().await;
-    let id = session(&mut a).await;
-    let mut b = cluster.nodes[1].client().await;
-    b.ok(
-        "session.resume",
-        json!({"session_id": id, "last_seen": 1, "omit_messages": true}),
-    )
-    .await;
+    let (a, mut b, id) = owner_and_follower(&cluster).await;
     // The count is written just after the attach (not under the ownership
     // row's lock yet, docs/ARCHITECTURE.md): wait until it is there.
     let started = Instant::now();
@@ -579,14 +572,7 @@ async fn a_forward_pending_when_the_owner_dies_runs_once_on_the_new_owner() {
     let Some(mut cluster) = TestCluster::start(2, LEASE_MS) else {
         return;
     };
-    let mut a = cluster.nodes[0].client().await;
-    let id = session(&mut a).await;
-    let mut b = cluster.nodes[1].client().await;
-    b.ok(
-        "session.resume",
-        json!({"session_id": id, "last_seen": 1, "omit_messages": true}),
-    )
-    .await;
+    let (_a, mut b, id) = owner_and_follower(&cluster).await;
     cluster.nodes[0].signal("STOP");
     let frame = json!({"jsonrpc": "2.0", "id": "fwd", "method": "prompt.submit",
         "params": {"session_id": id, "text": "forwarded once"}});
@@ -620,14 +606,7 @@ async fn session_info_counts_the_peers_of_every_node() {
     let Some(cluster) = TestCluster::start(2, LEASE_MS) else {
         return;
     };
-    let mut a = cluster.nodes[0].client().await;
-    let id = session(&mut a).await;
-    let mut b = cluster.nodes[1].client().await;
-    b.ok(
-        "session.resume",
-        json!({"session_id": id, "last_seen": 1, "omit_messages": true}),
-    )
-    .await;
+    let (mut a, mut b, id) = owner_and_follower(&cluster).await;
     for c in [&mut a, &mut b] {
         let started = Instant::now();
         loop {
