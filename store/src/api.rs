@@ -9,6 +9,9 @@ use tether_protocol::SessionId;
 
 use crate::{EventRow, HandoffStore, SessionRow, StoreError, WriteOp};
 
+/// Events per read of [`StoreRead::events_between`].
+const EVENTS_PAGE: u32 = 2000;
+
 /// What the single writer connection does.
 ///
 /// Owned by exactly one StoreWriter actor; `&mut self` on purpose: there is one writer, writes are
@@ -94,6 +97,31 @@ pub trait StoreRead: Send + Sync {
         after: u64,
         limit: u32,
     ) -> Result<Vec<EventRow>, StoreError>;
+
+    /// Every durable event with `after < seq <= upto`, ascending, read [`EVENTS_PAGE`] at a
+    /// time (a branch's source up to its cut, what a follower missed): one loop for every
+    /// caller that needs a range whole rather than a page of it.
+    async fn events_between(
+        &self,
+        session_id: &SessionId,
+        mut after: u64,
+        upto: u64,
+    ) -> Result<Vec<EventRow>, StoreError> {
+        let mut all = Vec::new();
+        while after < upto {
+            let page = self.events_since(session_id, after, EVENTS_PAGE).await?;
+            let full = page.len() >= EVENTS_PAGE as usize;
+            let Some(last) = page.last().map(|r| r.seq) else {
+                break;
+            };
+            all.extend(page.into_iter().filter(|r| r.seq <= upto));
+            after = last;
+            if !full {
+                break;
+            }
+        }
+        Ok(all)
+    }
 
     /// The transcript events of the current history segment: the latest `session.compacted`
     /// event (if any) and every later event whose type feeds the transcript

@@ -33,9 +33,6 @@ mod cut;
 
 use cut::{whole_turns_cut, Mark};
 
-/// Most events read back per page while copying.
-const PAGE: u32 = 2000;
-
 /// A new branch and the seq its copy actually ended at.
 pub(super) struct Branched {
     pub created: CreateResult,
@@ -119,16 +116,7 @@ impl PeerState {
         session: &SessionId,
         upto: u64,
     ) -> Result<(Vec<EventRecord>, u64), RpcError> {
-        let mut rows = Vec::new();
-        let mut after = 0;
-        while after < upto {
-            let page = self.ctx.reader.events_since(session, after, PAGE).await?;
-            let Some(last) = page.last().map(|r| r.seq) else {
-                break;
-            };
-            rows.extend(page.into_iter().filter(|r| r.seq <= upto));
-            after = last;
-        }
+        let mut rows = self.ctx.reader.events_between(session, 0, upto).await?;
         let cut = whole_turns_cut(&marks(&rows), upto);
         rows.retain(|r| r.seq <= cut);
         let start = rows

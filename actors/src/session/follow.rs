@@ -285,7 +285,7 @@ impl SessionState {
                     .get_session(&profile, &id)
                     .await?
                     .ok_or_else(|| StoreError::Unavailable(format!("session {id} vanished")))?;
-                let missed = read_all_after(reader.as_ref(), &id, after).await?;
+                let missed = reader.events_between(&id, after, u64::MAX).await?;
                 Ok(Promoted::Owner(Box::new(Promotion {
                     lost_from,
                     barrier,
@@ -350,25 +350,5 @@ impl SessionState {
         self.report_to_reaper(true);
         // Forwards the dead owner never took (this node's own included).
         self.forwards_wake(myself);
-    }
-}
-
-/// Every stored event of `id` after `after`, page by page.
-async fn read_all_after(
-    reader: &dyn tether_store::StoreRead,
-    id: &tether_protocol::SessionId,
-    mut after: u64,
-) -> Result<Vec<EventRow>, StoreError> {
-    let mut all = Vec::new();
-    loop {
-        let rows = reader.events_since(id, after, READ_PAGE).await?;
-        let full = rows.len() as u32 >= READ_PAGE;
-        if let Some(last) = rows.last() {
-            after = last.seq;
-        }
-        all.extend(rows);
-        if !full {
-            return Ok(all);
-        }
     }
 }
