@@ -355,9 +355,9 @@ mod tests {
         assert!(q.take().is_none());
     }
 
-    fn held_delta(text: &str, offset: u64, until: Option<Instant>) -> Item {
+    /// A `message.delta` frame of turn `t_1` and what the outbox reads of it.
+    fn delta(text: &str, offset: u64) -> (bytes::Bytes, crate::event::DeltaMeta) {
         use crate::event::{frame_of, EventRecord, TurnTag};
-        use std::sync::Arc;
         use tether_protocol::{DeltaPayload, EventType, SessionId, TraceId, TurnId};
         let sid = SessionId::from("s_1");
         let rec = EventRecord::new(
@@ -374,7 +374,12 @@ mod tests {
         );
         let frame = frame_of(&rec.params_of(&sid));
         let meta = rec.delta_meta(&sid, &frame).expect("a delta");
-        Item::Delta(QueuedDelta::new(frame, Arc::new(meta), until))
+        (frame, meta)
+    }
+
+    fn held_delta(text: &str, offset: u64, until: Option<Instant>) -> Item {
+        let (frame, meta) = delta(text, offset);
+        Item::Delta(QueuedDelta::new(frame, std::sync::Arc::new(meta), until))
     }
 
     fn kinds(items: &[Item]) -> Vec<&'static str> {
@@ -432,37 +437,17 @@ mod tests {
 
     #[test]
     fn a_held_head_still_takes_continuations_but_not_past_64_kib() {
-        use crate::event::{frame_of, EventRecord, TurnTag};
-        use tether_protocol::{DeltaPayload, EventType, SessionId, TraceId, TurnId};
-        let sid = SessionId::from("s_1");
-        let next = |text: &str, offset: u64| {
-            let rec = EventRecord::new(
-                EventType::MessageDelta,
-                &DeltaPayload {
-                    text: text.into(),
-                    offset,
-                },
-                Some(TurnTag {
-                    turn_id: TurnId::from("t_1"),
-                    trace_id: TraceId::from("tr"),
-                }),
-                0,
-            );
-            let frame = frame_of(&rec.params_of(&sid));
-            let meta = rec.delta_meta(&sid, &frame).expect("a delta");
-            (frame, meta)
-        };
         let later = Instant::now() + std::time::Duration::from_secs(60);
         let mut q = Queue::default();
         q.push(held_delta("a", 0, Some(later)));
-        let (f, m) = next("b", 1);
+        let (f, m) = delta("b", 1);
         assert!(
             q.merge(BOUNDS, &m, &f),
             "the head is extended while it waits"
         );
         assert_eq!(q.waiting(), (0, 0));
         let big = "y".repeat(70_000);
-        let (f, m) = next(&big, 2);
+        let (f, m) = delta(&big, 2);
         assert!(!q.merge(BOUNDS, &m, &f), "past 64 KiB: a frame of its own");
     }
 
