@@ -1,11 +1,9 @@
 //! Several gateways on one PostgreSQL (issue 19), black-box: real `tether
-//! serve --cluster` processes on one real database (`cluster/mod.rs`).
-//!
-//! What is wired so far: nodes, claims before writes, failover of a dead
-//! node's sessions (their running turns end `node_lost`), and a clean
-//! stop's hand-over. A client is served by the node that owns its session;
-//! following and forwarding to another node are not wired yet
-//! (docs/ARCHITECTURE.md, "Cluster (in progress)").
+//! serve --cluster` processes on one real database (`cluster/mod.rs`):
+//! failover of a dead node's sessions (`node_lost`), a clean stop's
+//! hand-over, followers, fencing of a paused owner, peer counts across
+//! nodes, rolling restarts. Requests forwarded through a follower are in
+//! `cluster_requests.rs`.
 //!
 //! Without `TETHER_TEST_POSTGRES` these tests skip with one loud line; with
 //! `TETHER_REQUIRE_POSTGRES=1` they fail instead.
@@ -16,73 +14,17 @@ mod harness;
 
 use std::time::Instant;
 
-use common::{seqs, session, submit, turn_events, Client};
+use common::{seqs, session, submit, turn_events};
+use harness::clients::{
+    all_events, completes_of_turn, durable_through, fences, owner_and_follower, peer_rows,
+    resume_from,
+};
 use harness::TestCluster;
 use serde_json::{json, Value};
 
 /// A lease short enough for a quick failover, long enough for heartbeats
 /// of a node on a loaded 2-core machine to keep within it.
 const LEASE_MS: u64 = 1000;
-
-/// Every durable event of `id` as `c`'s node reads it, oldest first.
-async fn all_events(c: &mut Client, id: &str) -> Vec<Value> {
-    let r = c
-        .ok(
-            "session.events.since",
-            json!({"session_id": id, "last_seen": 0}),
-        )
-        .await;
-    r["events"].as_array().expect("events").clone()
-}
-
-/// Resumes (attaching) `id` on `c`'s node with watermark `last_seen`;
-/// the replayed events. A resume right after a node died may find the
-/// dead node's lease still running (5072): retried within `bound`.
-async fn resume_from(
-    c: &mut Client,
-    id: &str,
-    last_seen: u64,
-    bound: std::time::Duration,
-) -> Value {
-    let started = Instant::now();
-    loop {
-        let r = c
-            .call(
-                "session.resume",
-                json!({"session_id": id, "last_seen": last_seen, "omit_messages": true}),
-            )
-            .await;
-        if r.get("result").is_some() {
-            return r["result"].clone();
-        }
-        assert!(
-            started.elapsed() < bound,
-            "no node took the session over within {bound:?}: {r}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-}
-
-/// A session created through node 0 with a client on node 1 attached to
-/// it (a follower's peer): where most of these tests start.
-async fn owner_and_follower(cluster: &TestCluster) -> (Client, Client, String) {
-    let mut a = cluster.nodes[0].client().await;
-    let id = session(&mut a).await;
-    let mut b = cluster.nodes[1].client().await;
-    b.ok(
-        "session.resume",
-        json!({"session_id": id, "last_seen": 1, "omit_messages": true}),
-    )
-    .await;
-    (a, b, id)
-}
-
-fn completes_of_turn<'a>(events: &'a [Value], turn_id: &str) -> Vec<&'a Value> {
-    events
-        .iter()
-        .filter(|e| e["type"] == "message.complete" && e["turn_id"] == turn_id)
-        .collect()
-}
 
 /// Issue 19, test 2: kill -9 of the owner mid-turn. Another node owns the
 /// session; the running turn ends exactly once with `node_lost`; a client
@@ -264,23 +206,6 @@ async fn a_parked_session_is_released_for_any_node() {
     assert_eq!(all, (1..=all.len() as u64).collect::<Vec<_>>());
 }
 
-/// Durable events of `c`'s stream until the `message.complete` of `turn`
-/// (inclusive), skipping transient ones.
-async fn durable_through(c: &mut Client, turn: &str) -> Vec<Value> {
-    let mut out = Vec::new();
-    loop {
-        let e = c.next_event().await;
-        if e.get("seq").and_then(Value::as_u64).is_none() {
-            continue;
-        }
-        let done = e["type"] == "message.complete" && e["turn_id"] == turn;
-        out.push(e);
-        if done {
-            return out;
-        }
-    }
-}
-
 /// Issue 19 test 1, and test 2 for clients that stay attached: clients
 /// attached to one session through all three nodes see identical durable
 /// frames in identical order; prompts submitted through any node run once,
@@ -374,89 +299,15 @@ async fn followers_relay_the_owners_events_and_take_over_in_place() {
     assert_eq!(all, (1..=all.len() as u64).collect::<Vec<_>>(), "{all:?}");
 }
 
-/// `session.interrupt` and `session.close` through a follower run on the
-/// owner: the running turn ends `interrupted` once, the session closes, and
-/// every node's clients see the same frames.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn interrupt_and_close_through_a_follower_run_on_the_owner() {
-    let Some(cluster) = TestCluster::start(2, LEASE_MS) else {
-        return;
-    };
-    let (mut a, mut b, id) = owner_and_follower(&cluster).await;
-    let running = submit(&mut b, &id, "/sleep 60000\nnever").await;
-    // Interrupt once the turn runs on the owner's host.
-    let mut on_b = Vec::new();
-    loop {
-        let e = b.next_event().await;
-        let started = e["type"] == "message.start" && e["turn_id"] == running;
-        if e.get("seq").is_some() {
-            on_b.push(e);
-        }
-        if started {
-            break;
-        }
-    }
-    let r = b.ok("session.interrupt", json!({"session_id": id})).await;
-    assert_eq!(r["status"], "interrupted", "{r}");
-    let on_a = durable_through(&mut a, &running).await;
-    on_b.extend(durable_through(&mut b, &running).await);
-    assert_eq!(on_a, on_b);
-    assert_eq!(common::complete(&on_a)["status"], "interrupted");
-    assert_eq!(completes_of_turn(&on_a, &running).len(), 1);
-
-    b.ok("session.close", json!({"session_id": id})).await;
-    for c in [&mut a, &mut b] {
-        loop {
-            let e = c.next_event().await;
-            if e["type"] == "session.closed" {
-                break;
-            }
-        }
-    }
-    let all = all_events(&mut a, &id).await;
-    let closed = all.iter().filter(|e| e["type"] == "session.closed").count();
-    assert_eq!(closed, 1, "{all:?}");
-    let all = seqs(&all);
-    assert_eq!(all, (1..=all.len() as u64).collect::<Vec<_>>());
-}
-
-/// The peers stored for `id`, over every node's row.
-async fn peer_rows(url: &str, id: &str) -> i64 {
-    use sqlx::Connection;
-    let mut db = sqlx::PgConnection::connect(url).await.expect("connect");
-    let (n,): (i64,) = sqlx::query_as(
-        "SELECT COALESCE(SUM(peers), 0)::BIGINT FROM session_peers WHERE session_id = $1",
-    )
-    .bind(id)
-    .fetch_one(&mut db)
-    .await
-    .expect("read peer counts");
-    let _ = db.close().await;
-    n
-}
-
-/// `(seq, fence)` of every stored event of `id`, in seq order.
-async fn fences(url: &str, id: &str) -> Vec<(i64, i64)> {
-    use sqlx::Connection;
-    let mut db = sqlx::PgConnection::connect(url).await.expect("connect");
-    let rows: Vec<(i64, i64)> =
-        sqlx::query_as("SELECT seq, fence FROM events WHERE session_id = $1 ORDER BY seq")
-            .bind(id)
-            .fetch_all(&mut db)
-            .await
-            .expect("read fences");
-    let _ = db.close().await;
-    rows
-}
-
 /// Issue 19 test 3, without load: the owner is paused (SIGSTOP) past its
 /// lease mid-turn while prompts keep arriving on another node, which takes
 /// the session over; resumed (SIGCONT), the old owner writes nothing (the
-/// fence never decreases along seq, its turn's reply is never stored), drops
-/// the session and closes its clients, which resume elsewhere with exactly
-/// what they missed.
+/// fence never decreases along seq, its turn's reply is never stored),
+/// stops its turn and goes on as a follower: its client stays connected and
+/// receives exactly what it had not seen, each event once, in order, and
+/// its next prompt runs on the new owner.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_paused_owner_is_fenced_out_and_drops_the_session() {
+async fn a_paused_owner_is_fenced_out_and_follows_the_new_owner() {
     let Some(cluster) = TestCluster::start(2, LEASE_MS) else {
         return;
     };
@@ -481,25 +332,28 @@ async fn a_paused_owner_is_fenced_out_and_drops_the_session() {
     );
     cluster.nodes[0].signal("CONT");
 
-    // Its clients are closed (it drops the session once it knows), unless
-    // it has not needed to write yet: then a resume shows the same.
-    let started = Instant::now();
-    loop {
-        match a.next_or_close().await {
-            Err(_) => break,
-            Ok(_) if started.elapsed() > cluster.failover_bound() * 3 => break,
-            Ok(_) => {}
-        }
-    }
-    let mut a = cluster.nodes[0].client().await;
-    let resumed = resume_from(&mut a, &id, seen, cluster.failover_bound()).await;
-    let missed = resumed["events"].as_array().expect("events").clone();
+    // The old owner's client, still attached, gets what it missed, from
+    // the new owner's events, as a follower's client.
+    let missed = durable_through(&mut a, &next).await;
+    let missed: Vec<Value> = missed
+        .into_iter()
+        .filter(|e| e["seq"].as_u64().unwrap_or(0) > seen)
+        .collect();
     let on_b_since: Vec<Value> = all_events(&mut b, &id)
         .await
         .into_iter()
         .filter(|e| e["seq"].as_u64().unwrap_or(0) > seen)
         .collect();
-    assert_eq!(missed, on_b_since, "exactly what it missed");
+    assert_eq!(
+        missed, on_b_since,
+        "exactly what it missed, once each, in order"
+    );
+    // Through the node that lost it, a prompt runs on the new owner.
+    let after = submit(&mut a, &id, "through the old owner").await;
+    assert_eq!(
+        common::complete(&durable_through(&mut a, &after).await)["text"],
+        "through the old owner"
+    );
     let events = all_events(&mut b, &id).await;
     assert_eq!(completes_of_turn(&events, &running).len(), 1, "{events:?}");
     assert!(

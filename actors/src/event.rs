@@ -84,6 +84,42 @@ impl EventRecord {
         })
     }
 
+    /// The form an event takes inside a forwarded `session.emit` (a
+    /// follower hands an event emitted from outside, a handoff's
+    /// announcement, to the owner): the row's fields, without a seq, which
+    /// only the owner assigns.
+    pub fn to_forward(&self) -> serde_json::Value {
+        let row = self.to_row();
+        serde_json::json!({
+            "type": row.kind,
+            // Text, so that it comes back byte for byte.
+            "payload": row.payload,
+            "turn_id": row.turn_id,
+            "trace_id": row.trace_id,
+            "ts_ms": row.ts_ms,
+        })
+    }
+
+    /// The inverse of [`Self::to_forward`]; `None` for anything else.
+    pub fn from_forward(v: &serde_json::Value) -> Option<Self> {
+        let text = |k: &str| {
+            v.get(k)
+                .and_then(serde_json::Value::as_str)
+                .map(str::to_owned)
+        };
+        let row = EventRow {
+            seq: 0,
+            kind: text("type")?,
+            payload: text("payload")?,
+            turn_id: text("turn_id"),
+            trace_id: text("trace_id"),
+            ts_ms: v.get("ts_ms")?.as_i64()?,
+        };
+        let mut rec = Self::from_row(&row)?;
+        rec.seq = None;
+        Some(rec)
+    }
+
     /// The `params` object of this event's notification frame.
     pub fn params_of(&self, session_id: &SessionId) -> Arc<RawValue> {
         let ts = format_ts(self.ts_ms);
@@ -265,5 +301,26 @@ mod tests {
         let mut reasoning = next.clone();
         reasoning.kind = EventType::ReasoningDelta;
         assert!(!a.continued_by(&reasoning, 3));
+    }
+
+    #[test]
+    fn a_forwarded_event_comes_back_the_same_without_its_seq() {
+        let mut rec = delta("a \"quoted\" text", 7);
+        rec.seq = Some(9);
+        let back = EventRecord::from_forward(&rec.to_forward()).expect("decodes");
+        assert_eq!(back.seq, None);
+        assert_eq!(back.kind, rec.kind);
+        assert_eq!(back.turn, rec.turn);
+        assert_eq!(back.ts_ms, rec.ts_ms);
+        assert_eq!(back.payload.get(), rec.payload.get());
+        let untagged = EventRecord::new(
+            EventType::StatusUpdate,
+            &serde_json::json!({"kind": "handoff", "text": "requested"}),
+            None,
+            5,
+        );
+        let back = EventRecord::from_forward(&untagged.to_forward()).expect("decodes");
+        assert_eq!(back.turn, None);
+        assert!(EventRecord::from_forward(&serde_json::json!({"type": "no.such"})).is_none());
     }
 }

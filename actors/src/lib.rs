@@ -22,6 +22,7 @@
 //! `hooks` feature (see there).
 #![forbid(unsafe_code)]
 
+mod branch;
 pub mod config;
 mod ctx;
 mod event;

@@ -29,6 +29,8 @@ mod dispatch;
 mod handoff;
 mod list_page;
 
+pub(crate) use dispatch::ask;
+
 use std::collections::HashMap;
 
 use bytes::Bytes;

@@ -169,6 +169,11 @@ pub enum RegistryMsg {
         ids: Vec<SessionId>,
         counts: Vec<(SessionId, u64)>,
     },
+    /// From a session that lost its ownership and follows it now, its
+    /// peers still attached (`session/lost.rs`).
+    Demoted {
+        key: SessionKey,
+    },
     /// Internal: what that read found.
     Owners {
         owners: Vec<tether_store::cluster::Ownership>,
@@ -296,6 +301,7 @@ impl Actor for Registry {
             RegistryMsg::ForwardWake { session_id } => state.forward_wake(&myself, session_id),
             RegistryMsg::PollOwners => state.poll_owners(&myself),
             RegistryMsg::Owners { owners } => state.owners(owners),
+            RegistryMsg::Demoted { key } => state.demoted(key),
             RegistryMsg::OtherPeers { ids, counts } => state.other_peers(ids, counts),
             RegistryMsg::PeerCounts {
                 profile,

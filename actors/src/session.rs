@@ -15,6 +15,7 @@
 
 mod about;
 mod attach;
+mod branch;
 mod close;
 mod commit;
 mod compress;
@@ -22,6 +23,7 @@ mod encoded_history;
 mod follow;
 mod forward;
 mod forwarded;
+mod handoff;
 mod history;
 mod lost;
 mod marker;
@@ -110,6 +112,17 @@ pub enum SessionMsg {
         text: String,
         reply: RpcReplyPort<Result<SubmitResult, RpcError>>,
     },
+    /// `handoff.request`: insert the handoff (a write of the session, so
+    /// the owner's); the caller announces it.
+    HandoffRequest {
+        target: String,
+        reply: handoff::HandoffReply,
+    },
+    /// `session.branch` of this (live) session: made here, on the owner.
+    Branch {
+        ask: crate::branch::BranchAsk,
+        reply: branch::BranchReply,
+    },
     /// `session.interrupt`.
     Interrupt {
         reply: RpcReplyPort<Result<InterruptResult, RpcError>>,
@@ -159,6 +172,12 @@ pub enum SessionMsg {
     },
     /// From the registry's poll: the followed owner is dead or gone.
     OwnerGone,
+    /// From the registry's poll: the other nodes' count of this session's
+    /// peers changed (already in the gauges).
+    OtherPeersChanged,
+    /// Internal: a fresh read of the other nodes' peers, for a
+    /// `close_on_disconnect` session whose last peer here left.
+    LeftEverywhere { others: Result<u64, String> },
     /// From the registry's poll: this node no longer holds the session's
     /// fence (another node claimed it).
     Lost,
@@ -241,9 +260,12 @@ pub struct SessionState {
     row_written: row::Written,
     ring: Ring,
     peers: HashMap<PeerId, PeerSlot>,
-    /// Whether any peer was ever attached (a `close_on_disconnect` session
-    /// created without one is not "left" by anybody).
+    /// Whether any peer was ever attached, on any node (a
+    /// `close_on_disconnect` session created without one is not "left" by
+    /// anybody).
     ever_attached: bool,
+    /// A read of the other nodes' peers is in flight (`close.rs`).
+    checking_left: bool,
     engine_pin: Option<serde_json::Value>,
     /// Use the profile's current engine config instead of `engine_pin`.
     follow_profile_config: bool,
@@ -296,7 +318,7 @@ impl Actor for Session {
             Some(Claimed::Owner { lost_from: Some(_) }) => (crate::turn::reasons::NODE_LOST, None),
             Some(Claimed::Follower { owner }) => (
                 crate::turn::reasons::GATEWAY_RESTART,
-                Some(follow::Following::new(owner)),
+                Some(follow::Following::new(Some(owner))),
             ),
             _ => (crate::turn::reasons::GATEWAY_RESTART, None),
         };
@@ -326,6 +348,7 @@ impl Actor for Session {
             ring,
             peers: HashMap::new(),
             ever_attached: false,
+            checking_left: false,
             engine_pin: row.engine_pin,
             follow_profile_config: row.follow_profile_config,
             turns: Turns {
@@ -387,6 +410,9 @@ impl Actor for Session {
             SessionMsg::FollowWake => state.follow_wake(me),
             SessionMsg::FollowRead { rows } => state.follow_read(me, rows),
             SessionMsg::OwnerGone => state.owner_gone(me),
+            // `close_if_left` below looks at the new count.
+            SessionMsg::OtherPeersChanged => {}
+            SessionMsg::LeftEverywhere { others } => state.left_everywhere(me, others),
             SessionMsg::Lost => state.lost(me),
             SessionMsg::Promoted { promoted } => state.promoted(me, promoted),
             SessionMsg::ForwardsWake => state.forwards_wake(me),
@@ -409,6 +435,8 @@ impl Actor for Session {
             SessionMsg::EmitIfOpen { events, reply } => state.emit_if_open(events, reply),
             SessionMsg::Submit { text, reply } => state.submit(me, text, reply),
             SessionMsg::Interrupt { reply } => state.interrupt(me, reply),
+            SessionMsg::HandoffRequest { target, reply } => state.handoff_request(target, reply),
+            SessionMsg::Branch { ask, reply } => state.branch(ask, reply),
             SessionMsg::Compress { focus, reply } => state.compress(me, focus, reply),
             SessionMsg::Turn { turn_id, update } => state.turn_update(me, turn_id, update),
             SessionMsg::ControlLate { request_id, result } => {

@@ -815,6 +815,51 @@ async fn a_forwarded_request_is_accepted_with_its_first_write_and_answered() {
     );
 }
 
+/// A request whose first write is not known in advance (`session.compress`) is accepted on
+/// its own, before it runs: then the forwarder can no longer withdraw it; one withdrawn or
+/// past its deadline cannot be accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forward_accepted_without_a_write_cannot_be_withdrawn() {
+    let Some(db) = database().await else { return };
+    let (a, _ha, _owner) = owner_of_sessions(&db, &["s_acc"]).await;
+    let b = node(&db).await;
+    let _hb = heartbeats(&b);
+    let s = sid("s_acc");
+
+    let id = b
+        .forward(&s, "session.compress", "{}", Duration::from_secs(30))
+        .await
+        .expect("forward");
+    assert!(a.accept_forward(&id).await.expect("accept"));
+    assert!(!a.accept_forward(&id).await.expect("accept twice"));
+    assert!(!b.withdraw_forward(&id).await.expect("withdraw"));
+    let row = b.forward_state(&id).await.expect("state").expect("row");
+    assert_eq!(row.state, ForwardState::Accepted);
+
+    let withdrawn = b
+        .forward(&s, "session.compress", "{}", Duration::from_secs(30))
+        .await
+        .expect("forward");
+    assert!(b.withdraw_forward(&withdrawn).await.expect("withdraw"));
+    assert!(!a.accept_forward(&withdrawn).await.expect("accept"));
+
+    let late = b
+        .forward(&s, "session.compress", "{}", Duration::from_millis(100))
+        .await
+        .expect("forward");
+    let b_ref = &b;
+    let late_ref = &late;
+    until(
+        "the deadline to pass by the server's clock",
+        || async move {
+            let row = b_ref.forward_state(late_ref).await.ok()??;
+            row.expired.then_some(())
+        },
+    )
+    .await;
+    assert!(!a.accept_forward(&late).await.expect("accept"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forward_past_its_deadline_or_withdrawn_never_runs() {
     let Some(db) = database().await else { return };

@@ -8,6 +8,11 @@
 //! anything a lease governs are bounded at 3× the lease; nothing asserts on
 //! timing.
 
+// Each cluster test binary uses part of the harness.
+#![allow(dead_code)]
+
+pub mod clients;
+
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 

@@ -130,12 +130,9 @@ impl PeerState {
                     .await??;
                 ok(&result)
             }
-            Request::SessionBranch(p) => {
-                let b = self.branch(p).await?;
-                // `upto_seq`: where the copy actually ended, which is
-                // before any turn still unfinished at the asked cut.
-                ok(&serde_json::json!({ "session": b.created.session, "upto_seq": b.upto_seq }))
-            }
+            // `upto_seq` in the answer: where the copy actually ended, which
+            // is before any turn still unfinished at the asked cut.
+            Request::SessionBranch(p) => ok(&self.branch(p).await?),
             Request::EventsStats => {
                 let registry = self.ctx.registry()?;
                 let profile = self.identity.profile.clone();

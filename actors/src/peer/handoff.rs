@@ -14,10 +14,10 @@ use serde_json::value::RawValue;
 use tether_protocol::{
     now_ms, to_raw, ClaimedHandoff, EventType, HandoffClaimParams, HandoffClaimResult,
     HandoffCompleteParams, HandoffCompleteResult, HandoffFailParams, HandoffFailResult, HandoffId,
-    HandoffInfo, HandoffRequestParams, HandoffRequestResult, HandoffState, HandoffStateParams,
-    HandoffStateResult, RpcError, SessionId, SessionStatus, StatusUpdatePayload,
+    HandoffInfo, HandoffRequestParams, HandoffState, HandoffStateParams, HandoffStateResult,
+    RpcError, SessionId, SessionStatus, StatusUpdatePayload,
 };
-use tether_store::{CompleteOutcome, FailOutcome, RequestOutcome};
+use tether_store::{CompleteOutcome, FailOutcome};
 use tracing::warn;
 
 use super::dispatch::Reached;
@@ -44,37 +44,20 @@ impl PeerState {
         let profile = self
             .open_session(p.profile.as_deref(), &p.session_id)
             .await?;
-        let row = match self
-            .ctx
-            .handoffs
-            .request(&profile, &p.session_id, &p.target)
+        // The insert is a write of the session: its owner's (`session/handoff.rs`).
+        let target = p.target.clone();
+        let result = self
+            .ask_session(
+                Some(&profile),
+                &p.session_id,
+                true,
+                self.timeout(),
+                |reply| SessionMsg::HandoffRequest { target, reply },
+            )
             .await?
-        {
-            RequestOutcome::Requested(row) => row,
-            RequestOutcome::InFlight(active) => {
-                let detail = match active {
-                    Some(h) => format!(
-                        "session {} already has handoff {} {}",
-                        p.session_id.as_str(),
-                        h.id.as_str(),
-                        h.state
-                    ),
-                    None => format!(
-                        "session {} already has a handoff in flight",
-                        p.session_id.as_str()
-                    ),
-                };
-                return Err(RpcError::handoff_conflict(detail));
-            }
-            RequestOutcome::NoSession => return Err(RpcError::session_not_found()),
-            // Closed after the check above.
-            RequestOutcome::SessionClosed => return Err(RpcError::session_closed()),
-        };
-        self.announce(&profile, &row.session_id, row.state).await;
-        Ok(to_raw(&HandoffRequestResult {
-            handoff_id: row.id,
-            state: row.state,
-        }))
+            .answer()??;
+        self.announce(&profile, &p.session_id, result.state).await;
+        Ok(to_raw(&result))
     }
 
     pub(super) async fn handoff_claim(

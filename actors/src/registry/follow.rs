@@ -208,7 +208,8 @@ impl RegistryState {
     }
 
     /// Publishes what [`Self::count_other_peers`] read: every session it
-    /// asked about has its count (0 when none were found).
+    /// asked about has its count (0 when none were found), and one whose
+    /// count changed is told.
     pub(super) fn other_peers(&self, ids: Vec<SessionId>, counts: Vec<(SessionId, u64)>) {
         let counts: std::collections::HashMap<SessionId, u64> = counts.into_iter().collect();
         let asked: std::collections::HashSet<SessionId> = ids.into_iter().collect();
@@ -217,11 +218,26 @@ impl RegistryState {
                 continue;
             }
             let n = counts.get(&key.1).copied().unwrap_or(0);
-            live.gauges.other_peers.store(
+            let before = live.gauges.other_peers.swap(
                 u32::try_from(n).unwrap_or(u32::MAX),
                 std::sync::atomic::Ordering::Relaxed,
             );
+            if u64::from(before) != n {
+                // A `close_on_disconnect` session may have lost its last
+                // peer on another node.
+                let _ = live.actor.cast(SessionMsg::OtherPeersChanged);
+            }
         }
+    }
+
+    /// A live session of this node follows it now: notifications reach it
+    /// from here on, and it reads once more for what came before.
+    pub(super) fn demoted(&mut self, key: super::SessionKey) {
+        let Some(live) = self.live.get(&key) else {
+            return;
+        };
+        let _ = live.actor.cast(SessionMsg::FollowWake);
+        self.followers.insert(key.1.clone(), key);
     }
 
     /// Sessions this node owns now stop being followers; those whose owner

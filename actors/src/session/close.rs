@@ -2,8 +2,10 @@
 //! last peer left: emit `session.closed`, answer once it is on disk, stop.
 
 use ractor::{ActorRef, RpcReplyPort};
+use std::sync::atomic::Ordering;
 use tether_protocol::{now_ms, EventType, RpcError, SessionClosedPayload, SessionStatus};
-use tracing::info;
+
+use tracing::{info, warn};
 
 use super::{SessionMsg, SessionState, Waiter};
 use crate::event::EventRecord;
@@ -11,18 +13,71 @@ use crate::event::EventRecord;
 impl SessionState {
     /// PROTOCOL 1.7: a `close_on_disconnect` session whose last peer left is
     /// closed at once, its running turn interrupted.
+    /// On a cluster, "last" is over every node: the owner closes once its
+    /// own peers are gone and a fresh read of the other nodes' counts finds
+    /// none (the registry's poll, a second late at most, only prompts that
+    /// read). A follower never closes: its peers count on the owner.
     pub(super) fn close_if_left(&mut self, myself: &ActorRef<SessionMsg>) {
-        if !self.peers.is_empty() {
+        let others = self.gauges.other_peers();
+        if !self.peers.is_empty() || others > 0 {
             self.ever_attached = true;
             return;
         }
-        if !(self.ever_attached && self.close_on_disconnect) || self.status == SessionStatus::Closed
+        if !(self.ever_attached && self.close_on_disconnect)
+            || self.status == SessionStatus::Closed
+            || self.following()
         {
             return;
         }
-        // A follower writes nothing; peer counts do not cross nodes yet, so
-        // the owner closes only when its own last peer leaves.
-        if self.following() {
+        if let Some(cluster) = self.ctx.cluster.clone() {
+            if self.checking_left {
+                return;
+            }
+            self.checking_left = true;
+            let id = self.id.clone();
+            let me = myself.clone();
+            tokio::spawn(async move {
+                let others = cluster
+                    .others_peers(std::slice::from_ref(&id))
+                    .await
+                    .map(|counts| counts.iter().map(|(_, n)| *n).sum());
+                let _ = me.cast(SessionMsg::LeftEverywhere {
+                    others: others.map_err(|e| e.to_string()),
+                });
+            });
+            return;
+        }
+        self.close_on_disconnect_now(myself);
+    }
+
+    /// The fresh read of the other nodes' peers: none, and none here either,
+    /// closes the session. A failed read closes nothing (the next change of
+    /// the counts asks again).
+    pub(super) fn left_everywhere(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        others: Result<u64, String>,
+    ) {
+        self.checking_left = false;
+        match others {
+            Ok(0) if self.peers.is_empty() && !self.following() => {
+                self.close_on_disconnect_now(myself)
+            }
+            Ok(n) => {
+                if n > 0 {
+                    self.gauges
+                        .other_peers
+                        .store(u32::try_from(n).unwrap_or(u32::MAX), Ordering::Relaxed);
+                }
+            }
+            Err(e) => {
+                warn!(session_id = %self.id, error = %e, "could not read other nodes' peers; not closing")
+            }
+        }
+    }
+
+    fn close_on_disconnect_now(&mut self, myself: &ActorRef<SessionMsg>) {
+        if self.status == SessionStatus::Closed {
             return;
         }
         info!(session_id = %self.id, "last peer left a close_on_disconnect session; closing");

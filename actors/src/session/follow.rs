@@ -31,7 +31,9 @@ const READ_PAGE: u32 = 512;
 /// What a follower keeps.
 #[derive(Debug)]
 pub(crate) struct Following {
-    owner: NodeId,
+    /// `None` right after this node lost the session (`lost.rs`), until a
+    /// poll or a claim names the new owner.
+    owner: Option<NodeId>,
     /// A read is in flight.
     reading: bool,
     /// A wake came while it was: read once more after it.
@@ -41,7 +43,7 @@ pub(crate) struct Following {
 }
 
 impl Following {
-    pub fn new(owner: NodeId) -> Self {
+    pub fn new(owner: Option<NodeId>) -> Self {
         Following {
             owner,
             reading: false,
@@ -94,7 +96,25 @@ impl SessionState {
             SessionMsg::Interrupt { reply } => {
                 self.forward_request("session.interrupt", serde_json::json!({}), reply)
             }
-            SessionMsg::Compress { reply, .. } => drop(reply.send(Err(self.not_here()))),
+            SessionMsg::Branch { ask, reply } => self.forward_request(
+                "session.branch",
+                serde_json::json!({ "upto_seq": ask.upto_seq, "title": ask.title }),
+                reply,
+            ),
+            SessionMsg::HandoffRequest { target, reply } => self.forward_request(
+                "handoff.request",
+                serde_json::json!({ "target": target }),
+                reply,
+            ),
+            SessionMsg::Compress { focus, reply } => self.forward_request_within(
+                "session.compress",
+                serde_json::json!({ "focus": focus }),
+                self.ctx
+                    .config
+                    .forward_timeout
+                    .max(self.ctx.config.compress_wait),
+                reply,
+            ),
             SessionMsg::Close {
                 reason,
                 reply: Some(reply),
@@ -104,11 +124,18 @@ impl SessionState {
                 reply,
             ),
             SessionMsg::Close { reply: None, .. } => {}
-            SessionMsg::EmitIfOpen { reply, .. } => {
-                if let Some(reply) = reply {
-                    let _ = reply.send(false);
-                }
-            }
+            SessionMsg::EmitIfOpen { events, reply } => self.forward_emit(events, reply),
+            // What only an owner gets or does: late, after this node lost
+            // the session (`lost.rs`); its work is the new owner's now.
+            SessionMsg::Turn { .. }
+            | SessionMsg::TurnDeadline { .. }
+            | SessionMsg::ControlLate { .. }
+            | SessionMsg::TranscriptLoaded { .. }
+            | SessionMsg::RepayCompletions
+            | SessionMsg::HostsLost
+            | SessionMsg::ForwardsWake
+            | SessionMsg::ForwardsRead { .. } => {}
+            SessionMsg::ControlDone { reply, .. } => drop(reply.send(Err(self.not_here()))),
             SessionMsg::Park { reply, .. } => {
                 // Nothing to write: a follower nobody here follows just stops.
                 let idle = self.peers.is_empty();
@@ -127,14 +154,11 @@ impl SessionState {
         let owner = self
             .following
             .as_ref()
-            .map(|f| f.owner.to_string())
-            .unwrap_or_default();
+            .and_then(|f| f.owner.as_ref())
+            .map_or_else(|| "another node".to_string(), |o| format!("node {o}"));
         RpcError::new(
             tether_protocol::codes::STORAGE_UNAVAILABLE,
-            format!(
-                "session {} is owned by node {owner}; this request is not forwarded to it yet",
-                self.id
-            ),
+            format!("session {} is owned by {owner}; retry", self.id),
         )
     }
 
@@ -308,7 +332,7 @@ impl SessionState {
         let p = match promoted {
             Promoted::Owner(p) => *p,
             Promoted::Follow(owner) => {
-                f.owner = owner;
+                f.owner = Some(owner);
                 return;
             }
             Promoted::Failed(e) => {

@@ -28,11 +28,25 @@ const POLL_MAX: Duration = Duration::from_millis(100);
 
 impl SessionState {
     /// Forwards `method` with `params` to the owner and relays its answer
-    /// to `reply`, on a task.
+    /// to `reply`, on a task; the owner must take it within
+    /// `--forward-timeout-s`.
     pub(super) fn forward_request<T: DeserializeOwned + Send + 'static>(
         &self,
         method: &'static str,
         params: Value,
+        reply: RpcReplyPort<Result<T, RpcError>>,
+    ) {
+        let timeout = self.ctx.config.forward_timeout;
+        self.forward_request_within(method, params, timeout, reply);
+    }
+
+    /// [`Self::forward_request`] with a deadline of its own (a compression
+    /// may wait for its host up to the compress wait).
+    pub(super) fn forward_request_within<T: DeserializeOwned + Send + 'static>(
+        &self,
+        method: &'static str,
+        params: Value,
+        timeout: Duration,
         reply: RpcReplyPort<Result<T, RpcError>>,
     ) {
         let Some(cluster) = self.ctx.cluster.clone() else {
@@ -40,7 +54,6 @@ impl SessionState {
             return;
         };
         let id = self.id.clone();
-        let timeout = self.ctx.config.forward_timeout;
         // The owner's node may have to bring the session back to run it,
         // and its notification names no profile.
         let mut params = params;
@@ -54,6 +67,38 @@ impl SessionState {
                     RpcError::internal(format!("unreadable answer from the session's owner: {e}"))
                 })
             }));
+        });
+    }
+
+    /// Events emitted from outside (a handoff's announcement) are the
+    /// owner's to write: forwarded as `session.emit`; `reply`, if any, is
+    /// told whether the owner emitted them (`false` also when it could not
+    /// be asked).
+    pub(super) fn forward_emit(
+        &self,
+        events: Vec<crate::event::EventRecord>,
+        reply: Option<RpcReplyPort<bool>>,
+    ) {
+        let events: Vec<Value> = events.iter().map(|e| e.to_forward()).collect();
+        let (tx, rx) = tokio::sync::oneshot::channel::<Result<bool, RpcError>>();
+        self.forward_request(
+            "session.emit",
+            serde_json::json!({ "events": events }),
+            tx.into(),
+        );
+        let id = self.id.clone();
+        tokio::spawn(async move {
+            let emitted = match rx.await {
+                Ok(Ok(emitted)) => emitted,
+                Ok(Err(e)) => {
+                    warn!(session_id = %id, error = %e, "events forwarded to the owner were not emitted");
+                    false
+                }
+                Err(_) => false,
+            };
+            if let Some(reply) = reply {
+                let _ = reply.send(emitted);
+            }
         });
     }
 }

@@ -13,7 +13,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use ractor::ActorRef;
+use ractor::{ActorRef, RpcReplyPort};
 use serde::Serialize;
 use serde_json::{json, Value};
 use tether_protocol::{RpcError, SessionStatus};
@@ -21,6 +21,7 @@ use tether_store::cluster::{Cluster, ClusterError, ForwardId, ForwardRow};
 use tracing::{debug, warn};
 
 use super::{SessionMsg, SessionState};
+use crate::event::EventRecord;
 
 /// How long the answer waits for what the request emitted to be committed.
 const SETTLE_WAIT: Duration = Duration::from_secs(10);
@@ -132,11 +133,103 @@ impl SessionState {
                 self.close(myself, &reason, Some(tx.into()));
                 answer_after(cluster, myself, id, rx);
             }
+            "session.compress" => {
+                // Its first write comes when the host answers, if ever.
+                let focus = field("focus");
+                self.accept_then(myself, id, |reply| SessionMsg::Compress { focus, reply });
+            }
+            "handoff.request" => {
+                // Its write is the handoff row, not an event.
+                let Some(target) = field("target") else {
+                    return self.answer_now(
+                        myself,
+                        id,
+                        Err(RpcError::invalid_params("target", "a string is required")),
+                    );
+                };
+                self.accept_then(myself, id, |reply| SessionMsg::HandoffRequest {
+                    target,
+                    reply,
+                });
+            }
+            "session.branch" => {
+                // Its write is the new session's, not one of this session's events.
+                let ask = crate::branch::BranchAsk {
+                    profile: self.profile.clone(),
+                    upto_seq: params.get("upto_seq").and_then(Value::as_u64),
+                    title: field("title"),
+                };
+                self.accept_then(myself, id, |reply| SessionMsg::Branch { ask, reply });
+            }
+            "session.emit" => {
+                let events: Option<Vec<EventRecord>> = params
+                    .get("events")
+                    .and_then(Value::as_array)
+                    .and_then(|a| a.iter().map(EventRecord::from_forward).collect());
+                let Some(events) = events.filter(|e| !e.is_empty()) else {
+                    return self.answer_now(
+                        myself,
+                        id,
+                        Err(RpcError::invalid_params(
+                            "events",
+                            "forwarded events are unreadable",
+                        )),
+                    );
+                };
+                if self.status != SessionStatus::Closed {
+                    // Its first write is the first of these events.
+                    cluster.accept_with(&self.id, self.commit.next_seq(), &id);
+                }
+                let (tx, rx) = tokio::sync::oneshot::channel::<bool>();
+                self.emit_if_open(events, Some(tx.into()));
+                let (answered, answer) = tokio::sync::oneshot::channel();
+                tokio::spawn(async move {
+                    let emitted = rx
+                        .await
+                        .map_err(|_| RpcError::internal("the session stopped"));
+                    let _ = answered.send(emitted);
+                });
+                answer_after(cluster, myself, id, answer);
+            }
             other => {
                 let e = RpcError::method_not_found(other);
                 self.answer_now(myself, id, Err(e));
             }
         }
+    }
+
+    /// Runs a forward whose first write is not an event known in advance:
+    /// accepted first (so the forwarder's withdrawal at its deadline cannot
+    /// race a request already running), then sent to this session as
+    /// `build` makes it, and answered as any other.
+    fn accept_then<T, F>(&mut self, myself: &ActorRef<SessionMsg>, id: ForwardId, build: F)
+    where
+        T: Serialize + Send + 'static,
+        F: FnOnce(RpcReplyPort<Result<T, RpcError>>) -> SessionMsg + Send + 'static,
+    {
+        let Some(cluster) = self.ctx.cluster.clone() else {
+            return;
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let me = myself.clone();
+        let accepting = cluster.clone();
+        let fid = id.clone();
+        tokio::spawn(async move {
+            match accepting.accept_forward(&fid).await {
+                Ok(true) => {
+                    let _ = me.cast(build(tx.into()));
+                }
+                // Withdrawn or past its deadline: it must not run.
+                Ok(false) => {}
+                Err(e) => {
+                    let _ = tx.send(Err(RpcError::new(
+                        tether_protocol::codes::STORAGE_UNAVAILABLE,
+                        format!("could not accept a forwarded request: {e}"),
+                    )));
+                }
+            }
+        });
+        answer_after(cluster, myself, id, rx);
     }
 
     /// Answers a forward that wrote nothing.

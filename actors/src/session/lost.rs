@@ -1,21 +1,28 @@
 //! A session this node no longer owns (a cluster: another node claimed it,
-//! so the fenced writer answered `NotOwner`). Its in-memory state is no
-//! longer the truth, so it is dropped; nothing is reported to clients as a
-//! storage failure.
+//! so the fenced writer answered `NotOwner`, or a late heartbeat's recheck
+//! forgot the fence). Its owner state (turns, the pipeline's rewind, owed
+//! completions) is no longer the truth; what it fanned out is, because it
+//! fanned out only what was committed under its fence. So a session with
+//! peers here becomes a follower in place (DESIGN.md: "its peers go on
+//! receiving as followers"): it reads the new owner's events after its
+//! watermark, which is exactly what its peers have not seen. Nothing is
+//! reported to clients as a storage failure.
 
 use ractor::ActorRef;
-use tracing::warn;
+use tracing::{info, warn};
 
-use super::peers::CLOSE_SESSION_LOST;
+use super::follow::Following;
 use super::{SessionMsg, SessionState};
 use crate::host_supervisor::HostSupervisorMsg;
+use crate::registry::RegistryMsg;
 
 impl SessionState {
     /// Interrupts the running turn's host work (its side effects stop as
-    /// soon as this node knows), closes its peers' connections (1011) and
-    /// stops, so the clients reconnect and resume from their watermarks
-    /// through any node. Nothing is written: the new owner ends the turn
-    /// (`node_lost`).
+    /// soon as this node knows) and writes nothing: the new owner ends the
+    /// turn (`node_lost`). With peers, it goes on as a follower; without,
+    /// it stops. An append still at the writer is waited for first: it
+    /// fails (the fence is gone) and calls this again with its rewind done,
+    /// so the follower starts from what was really committed.
     pub(super) fn lost(&mut self, myself: &ActorRef<SessionMsg>) {
         if self.following() || self.status == tether_protocol::SessionStatus::Closed {
             return;
@@ -27,16 +34,49 @@ impl SessionState {
             .map(|c| c.node_id().to_string())
             .unwrap_or_default();
         let running = self.turns.running.as_ref().map(|t| t.tag.turn_id.clone());
-        warn!(session_id = %self.id, node_id = %node_id, turn_id = ?running, "another node owns the session now; dropping it here");
-        if let (Some(turn_id), Some(hosts)) = (running, self.ctx.hosts()) {
+        if let (Some(turn_id), Some(hosts)) = (running.clone(), self.ctx.hosts()) {
             let _ = hosts.cast(HostSupervisorMsg::Abandon { turn_id });
         }
-        // A stop counts as clean (post_stop lets the peers go), so they are
-        // closed here: what this node would still send them is not the truth.
-        for slot in self.peers.values() {
-            slot.outbox
-                .close(CLOSE_SESSION_LOST, "session moved to another node");
+        if self.commit.has_append() {
+            info!(session_id = %self.id, node_id = %node_id, "session lost to another node; waiting for the append in flight");
+            return;
         }
-        myself.stop(Some("lost to another node".into()));
+        if self.peers.is_empty() {
+            warn!(session_id = %self.id, node_id = %node_id, turn_id = ?running, "another node owns the session now; dropping it here");
+            myself.stop(Some("lost to another node".into()));
+            return;
+        }
+        warn!(session_id = %self.id, node_id = %node_id, turn_id = ?running, peers = self.peers.len(), "another node owns the session now; following it");
+        self.forget_ownership();
+        self.following = Some(Following::new(None));
+        // The registry routes notifications to followers it knows of; it
+        // wakes this one once it does. Until then, read at once.
+        if let Ok(registry) = self.ctx.registry() {
+            let _ = registry.cast(RegistryMsg::Demoted {
+                key: (self.profile.clone(), self.id.clone()),
+            });
+        }
+        self.follow_wake(myself);
+    }
+
+    /// Drops everything only an owner keeps. Replies still waiting are
+    /// answered (retryable: the request did not run here).
+    fn forget_ownership(&mut self) {
+        if let Some(t) = self.turns.running.take() {
+            if let Some(timer) = &t.deadline {
+                timer.abort();
+            }
+        }
+        self.turns.queue.clear();
+        self.turns.sticky_host = None;
+        self.turns.marker_dirty = false;
+        self.owed = super::owed::Owed::default();
+        self.forwarded = super::forwarded::Forwarded::default();
+        self.compacting = None;
+        if let Some((_, reply)) = self.pending_compress.take() {
+            let _ = reply.send(Err(self.not_here()));
+        }
+        self.transcript = super::history::Transcript::default();
+        self.row_written.forget();
     }
 }

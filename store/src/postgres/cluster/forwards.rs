@@ -204,6 +204,22 @@ pub(crate) async fn withdraw(pool: &PgPool, id: &ForwardId) -> Result<bool, Clus
     Ok(done.rows_affected() == 1)
 }
 
+/// `pending → accepted` with no write, within the deadline: for a request whose first write
+/// may come much later or never (`session.compress` waits for its host), so that the
+/// forwarder's withdrawal at its deadline cannot race a request that is already running.
+/// `false`: it was withdrawn, refused or past its deadline; it must not run.
+pub(crate) async fn accept(pool: &PgPool, id: &ForwardId) -> Result<bool, ClusterError> {
+    let done = sqlx::query(
+        "UPDATE forwards SET state = 'accepted' \
+         WHERE id = $1 AND state = 'pending' AND deadline > clock_timestamp()",
+    )
+    .bind(id.as_str())
+    .execute(pool)
+    .await
+    .map_err(map_sqlx)?;
+    Ok(done.rows_affected() == 1)
+}
+
 /// The owner's answer: `accepted → answered`, or `pending → answered` for a request the owner
 /// answered without writing anything (refused by its checks). `false` if it was neither.
 pub(crate) async fn answer(

@@ -375,6 +375,13 @@ impl Cluster {
         self.inner.accepts.register(session_id, seq, id);
     }
 
+    /// Owner: accepts forward `id` now, before running it, for a request whose first write
+    /// is not known in advance. `false`: the forwarder withdrew it (or its deadline passed);
+    /// do not run it.
+    pub async fn accept_forward(&self, id: &ForwardId) -> Result<bool, ClusterError> {
+        forwards::accept(&self.inner.pool, id).await
+    }
+
     /// Owner: the answer to forward `id` (JSON text), for its forwarder. `false` when the
     /// forward was neither pending nor accepted.
     pub async fn answer_forward(&self, id: &ForwardId, answer: &str) -> Result<bool, ClusterError> {

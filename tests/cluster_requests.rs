@@ -1,0 +1,228 @@
+//! Requests that change a session, sent through a node that only follows
+//! it (issue 19: they run on the owner; the follower forwards them through
+//! PostgreSQL and relays the answer), black-box on real nodes
+//! (`cluster/mod.rs`). And what a follower's peers count for on the owner:
+//! `close_on_disconnect` closes a session only when the last peer of every
+//! node has left.
+//!
+//! Without `TETHER_TEST_POSTGRES` these tests skip with one loud line; with
+//! `TETHER_REQUIRE_POSTGRES=1` they fail instead.
+
+mod common;
+#[path = "cluster/mod.rs"]
+mod harness;
+
+use common::{seqs, submit, Client};
+use harness::clients::{
+    all_events, completes_of_turn, durable_through, fences, owner_and_follower,
+};
+use harness::TestCluster;
+use serde_json::{json, Value};
+
+/// A lease short enough for a quick failover, long enough for heartbeats
+/// of a node on a loaded 2-core machine to keep within it.
+const LEASE_MS: u64 = 1000;
+
+/// `session.interrupt` and `session.close` through a follower run on the
+/// owner: the running turn ends `interrupted` once, the session closes, and
+/// every node's clients see the same frames.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interrupt_and_close_through_a_follower_run_on_the_owner() {
+    let Some(cluster) = TestCluster::start(2, LEASE_MS) else {
+        return;
+    };
+    let (mut a, mut b, id) = owner_and_follower(&cluster).await;
+    let running = submit(&mut b, &id, "/sleep 60000\nnever").await;
+    // Interrupt once the turn runs on the owner's host.
+    let mut on_b = Vec::new();
+    loop {
+        let e = b.next_event().await;
+        let started = e["type"] == "message.start" && e["turn_id"] == running;
+        if e.get("seq").is_some() {
+            on_b.push(e);
+        }
+        if started {
+            break;
+        }
+    }
+    let r = b.ok("session.interrupt", json!({"session_id": id})).await;
+    assert_eq!(r["status"], "interrupted", "{r}");
+    let on_a = durable_through(&mut a, &running).await;
+    on_b.extend(durable_through(&mut b, &running).await);
+    assert_eq!(on_a, on_b);
+    assert_eq!(common::complete(&on_a)["status"], "interrupted");
+    assert_eq!(completes_of_turn(&on_a, &running).len(), 1);
+
+    b.ok("session.close", json!({"session_id": id})).await;
+    for c in [&mut a, &mut b] {
+        loop {
+            let e = c.next_event().await;
+            if e["type"] == "session.closed" {
+                break;
+            }
+        }
+    }
+    let all = all_events(&mut a, &id).await;
+    let closed = all.iter().filter(|e| e["type"] == "session.closed").count();
+    assert_eq!(closed, 1, "{all:?}");
+    let all = seqs(&all);
+    assert_eq!(all, (1..=all.len() as u64).collect::<Vec<_>>());
+}
+
+/// Durable events of `c`'s stream until one of type `kind` (inclusive).
+async fn durable_until(c: &mut Client, kind: &str) -> Vec<Value> {
+    let mut out = Vec::new();
+    loop {
+        let e = c.next_event().await;
+        if e.get("seq").and_then(Value::as_u64).is_none() {
+            continue;
+        }
+        let done = e["type"] == kind;
+        out.push(e);
+        if done {
+            return out;
+        }
+    }
+}
+
+/// `session.compress`, a handoff's transitions and `session.branch`
+/// through a follower: the compression and the handoff's announcements are
+/// written once, by the owner (one fence along the whole session), and
+/// every node's clients see the same frames; the branch is a new session
+/// the follower's node creates from what is committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compress_handoff_and_branch_through_a_follower() {
+    let Some(cluster) = TestCluster::start(2, LEASE_MS) else {
+        return;
+    };
+    let (mut a, mut b, id) = owner_and_follower(&cluster).await;
+    let turn = submit(&mut b, &id, "one two three").await;
+    let mut on_a = durable_through(&mut a, &turn).await;
+    let mut on_b = durable_through(&mut b, &turn).await;
+
+    let r = b.ok("session.compress", json!({"session_id": id})).await;
+    assert_eq!(r["status"], "compressed", "{r}");
+    on_a.extend(durable_until(&mut a, "session.compacted").await);
+    on_b.extend(durable_until(&mut b, "session.compacted").await);
+
+    let r = b
+        .ok(
+            "handoff.request",
+            json!({"session_id": id, "target": "phone"}),
+        )
+        .await;
+    assert_eq!(r["state"], "pending", "{r}");
+    for (c, seen) in [(&mut a, &mut on_a), (&mut b, &mut on_b)] {
+        let got = durable_until(c, "status.update").await;
+        let last = got.last().expect("an announcement").clone();
+        assert_eq!(
+            last["payload"],
+            json!({"kind": "handoff", "text": "pending"})
+        );
+        seen.extend(got);
+    }
+    assert_eq!(on_a, on_b, "every node's clients see the same frames");
+
+    let stored = all_events(&mut a, &id).await;
+    let all = seqs(&stored);
+    assert_eq!(all, (1..=all.len() as u64).collect::<Vec<_>>(), "{all:?}");
+    let compactions = stored
+        .iter()
+        .filter(|e| e["type"] == "session.compacted")
+        .count();
+    assert_eq!(compactions, 1, "{stored:?}");
+    let announced = stored
+        .iter()
+        .filter(|e| e["type"] == "status.update" && e["payload"]["kind"] == "handoff")
+        .count();
+    assert_eq!(announced, 1, "{stored:?}");
+    let f = fences(cluster.database_url(), &id).await;
+    assert!(
+        f.windows(2).all(|w| w[0].1 == w[1].1),
+        "only the owner writes the session: {f:?}"
+    );
+
+    let branched = b.ok("session.branch", json!({"session_id": id})).await;
+    assert_eq!(
+        branched["upto_seq"].as_u64(),
+        all.last().copied(),
+        "{branched}"
+    );
+    let child = branched["session"]["session_id"]
+        .as_str()
+        .expect("the branch's id")
+        .to_string();
+    let resumed = a
+        .ok(
+            "session.resume",
+            json!({"session_id": child, "last_seen": 0}),
+        )
+        .await;
+    let messages = resumed["messages"].as_array().expect("messages");
+    assert!(
+        messages
+            .first()
+            .and_then(|m| m["text"].as_str())
+            .is_some_and(|t| t.starts_with("Summary of")),
+        "the branch starts from the owner's compaction: {resumed}"
+    );
+}
+
+/// `close_on_disconnect` counts the peers of every node: the owner's last
+/// client leaving does not close a session that has a client through
+/// another node (whose prompts still run), and that client leaving too
+/// closes it, once, on the owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_on_disconnect_waits_for_the_last_peer_of_every_node() {
+    let Some(cluster) = TestCluster::start(2, LEASE_MS) else {
+        return;
+    };
+    let mut a = cluster.nodes[0].client().await;
+    let id = common::session_with(&mut a, json!({"close_on_disconnect": true})).await;
+    let mut b = cluster.nodes[1].client().await;
+    b.ok(
+        "session.resume",
+        json!({"session_id": id, "last_seen": 1, "omit_messages": true}),
+    )
+    .await;
+    // The owner has heard of b's peer once a count is stored and polled;
+    // well past that, a leaves.
+    tokio::time::sleep(cluster.lease() * 2).await;
+    a.close().await;
+    tokio::time::sleep(cluster.lease() * 2).await;
+    let turn = submit(&mut b, &id, "still open").await;
+    let done = durable_through(&mut b, &turn).await;
+    assert_eq!(common::complete(&done)["text"], "still open", "{done:?}");
+
+    b.close().await;
+    let mut c = cluster.nodes[0].client().await;
+    let started = std::time::Instant::now();
+    loop {
+        let r = c
+            .call("session.resume", json!({"session_id": id, "attach": false}))
+            .await;
+        if r["error"]["code"] == 4002 {
+            break;
+        }
+        assert!(
+            started.elapsed() < cluster.failover_bound() * 3,
+            "not closed after the last peer of every node left: {r}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let started = std::time::Instant::now();
+    let events = loop {
+        let events = all_events(&mut c, &id).await;
+        if events.iter().any(|e| e["type"] == "session.closed") {
+            break events;
+        }
+        assert!(started.elapsed() < cluster.failover_bound(), "{events:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    let closed: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "session.closed")
+        .collect();
+    assert_eq!(closed.len(), 1, "{events:?}");
+    assert_eq!(closed[0]["payload"]["reason"], "disconnect");
+}
