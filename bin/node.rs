@@ -1,19 +1,29 @@
 //! `tether serve --cluster`: this gateway as a node of a cluster on one
 //! PostgreSQL (DESIGN.md "Several gateways on one PostgreSQL"): it joins
 //! under a fresh node id, heartbeats on a task of its own, hands the actors
-//! a fenced store, and on a clean stop leaves, so other nodes take its
-//! sessions over at once instead of after a lease.
+//! a fenced store, sweeps what dead nodes and old forwards leave behind,
+//! and on a clean stop leaves, so other nodes take its sessions over at
+//! once instead of after a lease.
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tether_store::cluster::{Cluster, ClusterConfig, ClusterError};
 use tether_store::{HandoffStore, PostgresConfig, StoreRead, WriterFactory};
 use tracing::{debug, info, warn};
 
-/// A running node: the cluster handle and its heartbeat task.
+/// How often a node sweeps (every node does; the deletes are idempotent).
+const SWEEP_EVERY: Duration = Duration::from_secs(60);
+/// What a sweep keeps: nodes dead and forwards past their deadline for
+/// less than this (a forwarder reads its forward's answer until shortly
+/// after the deadline; an operator may want to see a recent dead node).
+const SWEEP_KEEP: Duration = Duration::from_secs(600);
+
+/// A running node: the cluster handle, its heartbeat and sweep tasks.
 pub struct Node {
     cluster: Cluster,
     heartbeat: tokio::task::JoinHandle<()>,
+    sweep: tokio::task::JoinHandle<()>,
 }
 
 /// What the actors need of the store, whichever way it was opened.
@@ -30,7 +40,12 @@ impl Node {
     pub async fn start(cfg: &PostgresConfig, config: ClusterConfig) -> Result<Node, ClusterError> {
         let cluster = Cluster::start(cfg, config).await?;
         let heartbeat = tokio::spawn(heartbeat(cluster.clone()));
-        Ok(Node { cluster, heartbeat })
+        let sweep = tokio::spawn(sweep(cluster.clone()));
+        Ok(Node {
+            cluster,
+            heartbeat,
+            sweep,
+        })
     }
 
     /// The cluster handle, for the actors.
@@ -76,13 +91,33 @@ impl Node {
             }
         }
         self.heartbeat.abort();
+        self.sweep.abort();
+    }
+}
+
+/// Forgets, now and then, nodes long dead (their rows and peer counts) and
+/// forwards long past their deadline: without it both tables only grow.
+async fn sweep(cluster: Cluster) {
+    let mut tick = tokio::time::interval(SWEEP_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The first tick is immediate: a node that starts cleans up too.
+    loop {
+        tick.tick().await;
+        match cluster.sweep(SWEEP_KEEP).await {
+            Ok((0, 0)) => {}
+            Ok((nodes, forwards)) => {
+                info!(node_id = %cluster.node_id(), nodes, forwards, "swept dead nodes and old forwards")
+            }
+            Err(e) => debug!(node_id = %cluster.node_id(), error = %e, "sweep failed; next time"),
+        }
     }
 }
 
 /// Heartbeats for as long as the node runs. A heartbeat that starts a new
 /// run (this node may have looked dead) re-checks every ownership: the
 /// sessions lost meanwhile are forgotten by the writer's fences, so their
-/// next write is refused (`NotOwner`) and the session drops itself.
+/// next write is refused (`NotOwner`), and the registry's poll tells them
+/// within a second: they follow the new owner (or stop, with no peers).
 async fn heartbeat(cluster: Cluster) {
     let every = cluster.config().heartbeat_every;
     let mut tick = tokio::time::interval(every);

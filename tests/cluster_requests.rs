@@ -226,3 +226,59 @@ async fn close_on_disconnect_waits_for_the_last_peer_of_every_node() {
     assert_eq!(closed.len(), 1, "{events:?}");
     assert_eq!(closed[0]["payload"]["reason"], "disconnect");
 }
+
+/// Which node owns a session is visible everywhere: `session.list` and
+/// `tether sessions` through any node, a follower's `session.resume`, and
+/// `session.events.stats` of the owner (whose running turns they are).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_owner_node_is_named_in_listings_resume_and_stats() {
+    let Some(cluster) = TestCluster::start(2, LEASE_MS) else {
+        return;
+    };
+    let (mut a, mut b, id) = owner_and_follower(&cluster).await;
+    let turn = submit(&mut a, &id, "/sleep 3000\nslow").await;
+    let stats = a.ok("session.events.stats", json!({})).await;
+    let owner = stats["node_id"]
+        .as_str()
+        .expect("a node's stats name it")
+        .to_string();
+    assert!(
+        stats["active_turns"]
+            .as_array()
+            .is_some_and(|t| t.iter().any(|t| t["turn_id"] == turn.as_str())),
+        "{stats}"
+    );
+    let other = b.ok("session.events.stats", json!({})).await;
+    assert_ne!(other["node_id"].as_str(), Some(owner.as_str()), "{other}");
+    assert_eq!(other["active_turns"], json!([]), "{other}");
+
+    for c in [&mut a, &mut b] {
+        let list = c.ok("session.list", json!({})).await;
+        assert_eq!(list["sessions"][0]["session_id"], id.as_str(), "{list}");
+        assert_eq!(list["sessions"][0]["owner_node"], owner.as_str(), "{list}");
+    }
+    let resumed = b
+        .ok(
+            "session.resume",
+            json!({"session_id": id, "last_seen": 0, "attach": false, "omit_messages": true}),
+        )
+        .await;
+    assert_eq!(
+        resumed["session"]["owner_node"],
+        owner.as_str(),
+        "{resumed}"
+    );
+
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(["sessions", "--url", &cluster.nodes[1].url()])
+        .output()
+        .expect("run tether sessions");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with(id.as_str()) && l.contains(owner.as_str())),
+        "{text}"
+    );
+    durable_through(&mut a, &turn).await;
+}

@@ -33,5 +33,7 @@ pub fn info_from_row(row: &SessionRow, live: Option<u32>) -> SessionInfo {
         // The registry knows how many peers a live session has, not who:
         // that only the session answers (`SessionState::info`).
         attached: None,
+        // Only a cluster knows, and only after a read (`session.list`).
+        owner_node: None,
     }
 }

@@ -218,6 +218,9 @@ pub struct RegistryState {
     ctx: Ctx,
     live: HashMap<SessionKey, Live>,
     by_actor: HashMap<ActorId, SessionKey>,
+    /// The key of each live session by its id alone: a cluster's
+    /// notifications name no profile (`follow.rs`).
+    by_id: HashMap<SessionId, SessionKey>,
     /// Loads in flight and the requests waiting for them, in order.
     loading: HashMap<SessionKey, Vec<Routed>>,
     peers_by_profile: HashMap<String, u64>,
@@ -254,6 +257,7 @@ impl Actor for Registry {
         Ok(RegistryState {
             ctx,
             live: HashMap::new(),
+            by_id: HashMap::new(),
             by_actor: HashMap::new(),
             loading: HashMap::new(),
             peers_by_profile: HashMap::new(),
@@ -479,6 +483,7 @@ impl RegistryState {
         if follows {
             self.followers.insert(key.1.clone(), key.clone());
         }
+        self.by_id.insert(key.1.clone(), key.clone());
         self.live.insert(
             key,
             Live {

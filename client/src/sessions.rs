@@ -34,6 +34,7 @@ pub async fn run(args: SessionsArgs) -> Result<u8, ClientError> {
     let mut out = stdout.lock();
     let mut cursor: Option<String> = None;
     let mut first = true;
+    let mut nodes = false;
     loop {
         let mut params = json!({"limit": PAGE, "include_closed": args.all});
         if let Some(c) = &cursor {
@@ -43,10 +44,20 @@ pub async fn run(args: SessionsArgs) -> Result<u8, ClientError> {
         let sessions = page["sessions"]
             .as_array()
             .ok_or_else(|| ClientError::Protocol("session.list without sessions".into()))?;
+        if first {
+            // A cluster names each session's owner node; a single gateway
+            // does not, and keeps the narrower table.
+            nodes = sessions.iter().any(|s| s.get("owner_node").is_some());
+        }
         if first && header {
+            let node = if nodes {
+                format!("{:<26}  ", "NODE")
+            } else {
+                String::new()
+            };
             writeln!(
                 out,
-                "{:<28}  {:<7}  {:<24}  TITLE",
+                "{:<28}  {:<7}  {:<24}  {node}TITLE",
                 "ID", "STATUS", "UPDATED"
             )
             .map_err(ClientError::io("stdout"))?;
@@ -57,8 +68,15 @@ pub async fn run(args: SessionsArgs) -> Result<u8, ClientError> {
                 s.to_string()
             } else {
                 let field = |k: &str| s[k].as_str().unwrap_or_default().to_string();
+                let node = if nodes {
+                    // `-`: no live node owns it (parked, or its owner died).
+                    let owner = s["owner_node"].as_str().unwrap_or("-");
+                    format!("{owner:<26}  ")
+                } else {
+                    String::new()
+                };
                 format!(
-                    "{:<28}  {:<7}  {:<24}  {}",
+                    "{:<28}  {:<7}  {:<24}  {node}{}",
                     field("session_id"),
                     field("status"),
                     field("updated_at"),

@@ -1,5 +1,6 @@
 //! Request dispatch: each method goes to the actor that owns its state.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use ractor::rpc::CallResult;
@@ -347,6 +348,26 @@ impl PeerState {
         ok(&DetachResult { detached })
     }
 
+    /// On a cluster, the live owner of each of `rows` that has one, in one
+    /// read. A listing is still answered when the read fails, without them.
+    async fn owners_of(&self, rows: &[SessionRow]) -> HashMap<SessionId, String> {
+        let Some(cluster) = &self.ctx.cluster else {
+            return HashMap::new();
+        };
+        let ids: Vec<SessionId> = rows.iter().map(|r| r.id.clone()).collect();
+        match cluster.owners(&ids).await {
+            Ok(owners) => owners
+                .into_iter()
+                .filter(|o| o.owner_live)
+                .filter_map(|o| Some((o.session_id, o.owner?.to_string())))
+                .collect(),
+            Err(e) => {
+                tracing::debug!(error = %e, "could not read the owners of listed sessions");
+                HashMap::new()
+            }
+        }
+    }
+
     async fn list(&mut self, p: ListParams) -> Result<Box<RawValue>, RpcError> {
         let Some(profile) = self.scope(p.profile.as_deref()) else {
             return ok(&ListResult {
@@ -384,9 +405,14 @@ impl PeerState {
             self.timeout(),
         )
         .await?;
+        let owners = self.owners_of(&rows).await;
         let sessions: Vec<Box<RawValue>> = rows
             .iter()
-            .map(|row| to_raw(&info_from_row(row, counts.get(&row.id).copied())))
+            .map(|row| {
+                let mut info = info_from_row(row, counts.get(&row.id).copied());
+                info.owner_node = owners.get(&row.id).cloned();
+                to_raw(&info)
+            })
             .collect();
         let sizes: Vec<usize> = sessions.iter().map(|s| s.get().len()).collect();
         let cursor_bytes = |k: usize| {

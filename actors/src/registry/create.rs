@@ -201,6 +201,8 @@ impl RegistryState {
                     result: CreateResult {
                         session: SessionInfo {
                             attached: Some(attached.clone()),
+                            // Created here: claimed by this node first.
+                            owner_node: self.ctx.cluster.as_ref().map(|c| c.node_id().to_string()),
                             ..info_from_row(&info_row, Some(attached.len() as u32))
                         },
                         epoch: self.ctx.epoch.to_string(),

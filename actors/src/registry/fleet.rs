@@ -89,6 +89,7 @@ impl RegistryState {
             hosts: Vec::new(),
             // Process-wide, unlike the rest: outboxes belong to no profile.
             outbox: self.ctx.outbox_metrics.snapshot(),
+            node_id: self.ctx.cluster.as_ref().map(|c| c.node_id().to_string()),
         };
         let hosts = self.ctx.hosts();
         tokio::spawn(async move {

@@ -105,15 +105,17 @@ impl RegistryState {
         myself: &ActorRef<RegistryMsg>,
         session_id: Option<SessionId>,
     ) {
-        let mut found = false;
-        for (key, live) in &self.live {
-            if session_id.as_ref().is_none_or(|id| *id == key.1) {
-                found = true;
+        let Some(id) = session_id else {
+            for live in self.live.values() {
                 let _ = live.actor.cast(SessionMsg::ForwardsWake);
             }
-        }
-        if let (Some(id), false) = (session_id, found) {
-            self.load_to_answer(myself, id);
+            return;
+        };
+        match self.by_id.get(&id).and_then(|key| self.live.get(key)) {
+            Some(live) => {
+                let _ = live.actor.cast(SessionMsg::ForwardsWake);
+            }
+            None => self.load_to_answer(myself, id),
         }
     }
 

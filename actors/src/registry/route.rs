@@ -265,6 +265,9 @@ impl RegistryState {
         }
         let held = match self.live.get(&key) {
             Some(live) if live.actor.get_id() == cell.get_id() => {
+                if self.by_id.get(&key.1) == Some(&key) {
+                    self.by_id.remove(&key.1);
+                }
                 self.live.remove(&key).and_then(|live| live.held)
             }
             _ => None,

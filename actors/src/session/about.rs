@@ -26,6 +26,16 @@ impl SessionState {
             peers: (self.peers.len() as u32).saturating_add(self.gauges.other_peers()),
             close_on_disconnect: self.close_on_disconnect,
             attached: Some(self.attached()),
+            owner_node: self.owner_node(),
+        }
+    }
+
+    /// On a cluster: this node, or the one it follows (if it knows yet).
+    fn owner_node(&self) -> Option<String> {
+        let cluster = self.ctx.cluster.as_ref()?;
+        match &self.following {
+            Some(f) => f.owner().map(ToString::to_string),
+            None => Some(cluster.node_id().to_string()),
         }
     }
 

@@ -43,6 +43,11 @@ pub(crate) struct Following {
 }
 
 impl Following {
+    /// The owner followed, once known.
+    pub fn owner(&self) -> Option<&NodeId> {
+        self.owner.as_ref()
+    }
+
     pub fn new(owner: Option<NodeId>) -> Self {
         Following {
             owner,

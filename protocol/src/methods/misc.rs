@@ -63,6 +63,11 @@ pub struct StatsResult {
     /// Absent from older gateways' replies, hence the default.
     #[serde(default)]
     pub outbox: OutboxStats,
+    /// On a cluster, the node that answered: `active_turns` and `hosts`
+    /// are its own (the turns of the sessions it owns). Omitted on a single
+    /// gateway.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_id: Option<String>,
 }
 
 #[cfg(test)]
@@ -118,6 +123,7 @@ mod tests {
                 dropped: 1,
                 slow_consumer_closes: 2,
             },
+            node_id: None,
         };
         let v = serde_json::to_value(&s).unwrap();
         assert_eq!(

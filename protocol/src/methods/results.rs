@@ -49,6 +49,11 @@ pub struct SessionInfo {
     /// where only the count is known (`session.list`, `session.branch`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attached: Option<Vec<AttachedPeer>>,
+    /// On a cluster, the node that owns the session now (omitted on a
+    /// single gateway, and for a session no live node owns: parked, or its
+    /// owner died and nobody has needed it since).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_node: Option<String>,
 }
 
 wire_enum! {

@@ -29,6 +29,7 @@ fn info() -> SessionInfo {
         peers: 1,
         close_on_disconnect: false,
         attached: None,
+        owner_node: None,
     }
 }
 
