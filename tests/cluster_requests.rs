@@ -282,3 +282,64 @@ async fn the_owner_node_is_named_in_listings_resume_and_stats() {
     );
     durable_through(&mut a, &turn).await;
 }
+
+/// Deltas cross nodes: a client attached through a follower receives the
+/// owner's streaming text (after the stored events it followed), and a
+/// resume through the follower mid-turn reports the running turn with its
+/// text so far.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_streams_the_owners_deltas_and_knows_the_running_turn() {
+    let Some(cluster) = TestCluster::start(2, LEASE_MS) else {
+        return;
+    };
+    let (mut a, mut b, id) = owner_and_follower(&cluster).await;
+    // The owner sends deltas across once it has counted b's peer (the
+    // registry's poll, every second).
+    tokio::time::sleep(cluster.lease() * 2).await;
+    let turn = submit(&mut a, &id, "/hang").await;
+    let mut seen_user = false;
+    let delta = loop {
+        let e = b.next_event().await;
+        if e["type"] == "message.user" && e["turn_id"] == turn.as_str() {
+            seen_user = true;
+        }
+        if e["type"] == "message.delta" && e["turn_id"] == turn.as_str() {
+            break e;
+        }
+    };
+    assert!(
+        seen_user,
+        "the delta came before the stored events it follows"
+    );
+    assert_eq!(
+        delta["payload"],
+        json!({"text": "…", "offset": 0}),
+        "{delta}"
+    );
+    assert!(delta.get("seq").is_none(), "{delta}");
+
+    let mut c = cluster.nodes[1].client().await;
+    let resumed = c
+        .ok(
+            "session.resume",
+            json!({"session_id": id, "last_seen": 0, "omit_messages": true}),
+        )
+        .await;
+    assert_eq!(
+        resumed["active_turn"]["turn_id"],
+        turn.as_str(),
+        "{resumed}"
+    );
+    assert_eq!(resumed["active_turn"]["text"], "…", "{resumed}");
+
+    b.ok("session.interrupt", json!({"session_id": id})).await;
+    let done = durable_through(&mut b, &turn).await;
+    assert_eq!(common::complete(&done)["status"], "interrupted", "{done:?}");
+    let resumed = c
+        .ok(
+            "session.resume",
+            json!({"session_id": id, "last_seen": 0, "omit_messages": true}),
+        )
+        .await;
+    assert!(resumed["active_turn"].is_null(), "{resumed}");
+}

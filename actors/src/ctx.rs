@@ -44,6 +44,8 @@ pub struct Ctx {
     pub lifecycle: Arc<Lifecycle>,
     /// The node this gateway is, on a cluster (`node.rs`).
     pub(crate) cluster: Option<tether_store::cluster::Cluster>,
+    /// On a cluster: deltas of owned sessions to the other nodes.
+    pub(crate) deltas: Option<crate::delta_relay::DeltaRelay>,
 }
 
 impl Ctx {

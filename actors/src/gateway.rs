@@ -382,6 +382,10 @@ impl GatewayHandle {
             outbox_metrics: metrics.outbox.clone(),
             metrics,
             lifecycle: Default::default(),
+            deltas: args
+                .cluster
+                .clone()
+                .map(crate::delta_relay::DeltaRelay::start),
             cluster: args.cluster,
         };
         let root = RootArgs {

@@ -25,6 +25,7 @@
 mod branch;
 pub mod config;
 mod ctx;
+mod delta_relay;
 mod event;
 mod gateway;
 #[cfg(feature = "hooks")]

@@ -162,6 +162,12 @@ pub enum RegistryMsg {
     ForwardWake {
         session_id: Option<SessionId>,
     },
+    /// From the node's event listener: transient events of a session owned
+    /// by another node.
+    FollowDeltas {
+        session_id: SessionId,
+        body: String,
+    },
     /// Internal: time to read the owners of the followed sessions.
     PollOwners,
     /// Internal: peers other nodes have on these live sessions.
@@ -303,6 +309,9 @@ impl Actor for Registry {
             RegistryMsg::Loaded { key, result } => state.loaded(&myself, key, result).await,
             RegistryMsg::FollowWake { session_id } => state.follow_wake(session_id),
             RegistryMsg::ForwardWake { session_id } => state.forward_wake(&myself, session_id),
+            RegistryMsg::FollowDeltas { session_id, body } => {
+                state.follow_deltas(&session_id, body)
+            }
             RegistryMsg::PollOwners => state.poll_owners(&myself),
             RegistryMsg::Owners { owners } => state.owners(owners),
             RegistryMsg::Demoted { key } => state.demoted(key),

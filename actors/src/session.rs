@@ -21,6 +21,7 @@ mod commit;
 mod compress;
 mod encoded_history;
 mod follow;
+mod follow_deltas;
 mod forward;
 mod forwarded;
 mod handoff;
@@ -160,6 +161,8 @@ pub enum SessionMsg {
     /// On a follower: committed events may be waiting after the watermark
     /// (a notification, or a resync after the listener reconnected).
     FollowWake,
+    /// On a follower: transient events the owner sent across nodes.
+    FollowDeltas { body: String },
     /// Internal: what a follower's read found.
     FollowRead {
         rows: Result<Vec<tether_store::EventRow>, tether_store::StoreError>,
@@ -281,6 +284,9 @@ pub struct SessionState {
     /// On a cluster, while a live other node owns the session: this one
     /// only relays its committed events (`follow.rs`).
     following: Option<follow::Following>,
+    /// On a follower: the owner's deltas held for a seq, and the turn they
+    /// build (`follow_deltas.rs`).
+    followed_deltas: follow_deltas::FollowedDeltas,
     /// Requests forwarded to this owner, while they run (`forwarded.rs`).
     forwarded: forwarded::Forwarded,
     /// On a cluster: this node's peer count in the store (`peer_count.rs`).
@@ -361,6 +367,7 @@ impl Actor for Session {
             marker_at_start: row.turn_marker,
             marker_reason,
             following,
+            followed_deltas: Default::default(),
             forwarded: forwarded::Forwarded::default(),
             peer_count,
             reported: None,
@@ -408,6 +415,7 @@ impl Actor for Session {
         };
         match msg {
             SessionMsg::FollowWake => state.follow_wake(me),
+            SessionMsg::FollowDeltas { body } => state.follow_deltas(&body),
             SessionMsg::FollowRead { rows } => state.follow_read(me, rows),
             SessionMsg::OwnerGone => state.owner_gone(me),
             // `close_if_left` below looks at the new count.

@@ -56,11 +56,12 @@ pub use sqlite::{open_sqlite, open_sqlite_writer};
 pub mod testing;
 
 /// Several gateways (nodes) on one PostgreSQL: nodes, leases, claims with fences, fenced
-/// writers, event notifications (issue 19, in progress; `postgres/cluster/`).
+/// writers, event notifications, forwarded requests and transient events across nodes
+/// (`postgres/cluster/`).
 pub mod cluster {
     pub use crate::postgres::cluster::{
-        parse_notification, Claim, Cluster, ClusterConfig, ClusterError, EventListener, Fences,
-        ForwardId, ForwardRow, ForwardState, Heartbeat, NodeId, Ownership, PreviousOwner, Wake,
-        CHANNEL, FORWARD_CHANNEL,
+        parse_notification, Claim, Cluster, ClusterConfig, ClusterError, Deltas, EventListener,
+        Fences, ForwardId, ForwardRow, ForwardState, Heartbeat, NodeId, Ownership, PreviousOwner,
+        Wake, CHANNEL, DELTA_CHANNEL, FORWARD_CHANNEL, MAX_DELTA_BODY,
     };
 }

@@ -45,6 +45,7 @@ pub(super) fn start(ctx: &Ctx, myself: &ActorRef<RegistryMsg>) -> Option<Tasks> 
         }
     };
     let registry = myself.clone();
+    let me = cluster.node_id().clone();
     let listener = tokio::spawn(async move {
         loop {
             let msg = match listener.recv().await {
@@ -54,6 +55,12 @@ pub(super) fn start(ctx: &Ctx, myself: &ActorRef<RegistryMsg>) -> Option<Tasks> 
                 Ok(Wake::Forward { session_id, .. }) => RegistryMsg::ForwardWake {
                     session_id: Some(session_id),
                 },
+                Ok(Wake::Deltas(d)) if d.from_node != me => RegistryMsg::FollowDeltas {
+                    session_id: d.session_id,
+                    body: d.body,
+                },
+                // Its own: this node owns those sessions.
+                Ok(Wake::Deltas(_)) => continue,
                 Ok(Wake::Resync) => {
                     if registry
                         .cast(RegistryMsg::ForwardWake { session_id: None })
@@ -79,6 +86,17 @@ pub(super) fn start(ctx: &Ctx, myself: &ActorRef<RegistryMsg>) -> Option<Tasks> 
 }
 
 impl RegistryState {
+    /// Deltas of a followed session, from its owner.
+    pub(super) fn follow_deltas(&self, session_id: &SessionId, body: String) {
+        if let Some(live) = self
+            .followers
+            .get(session_id)
+            .and_then(|key| self.live.get(key))
+        {
+            let _ = live.actor.cast(SessionMsg::FollowDeltas { body });
+        }
+    }
+
     /// A notification for `session_id` (or, `None`, a resync for all).
     pub(super) fn follow_wake(&self, session_id: Option<SessionId>) {
         let wake = |key| {

@@ -245,6 +245,7 @@ impl SessionState {
                 },
                 count,
             );
+            self.followed_deltas.relayed(&rec);
             match rec.kind {
                 EventType::MessageUser => self.set_status(SessionStatus::Running),
                 EventType::MessageComplete => self.set_status(SessionStatus::Idle),
@@ -256,6 +257,7 @@ impl SessionState {
                 params,
             });
             self.fan_out(&frame, FrameClass::Durable);
+            self.release_held_deltas();
         }
         self.publish_gauges();
     }
@@ -349,6 +351,7 @@ impl SessionState {
         // What the peers have not seen first, then the endings.
         self.relay(&p.missed);
         self.following = None;
+        self.followed_deltas = Default::default();
         self.commit = Commit::new(p.barrier, p.row.message_count);
         self.status = p.row.status;
         if self.status == SessionStatus::Parked {

@@ -94,6 +94,13 @@ impl SessionState {
             let frame = frame_of(&rec.params_of(&self.id));
             // Deltas carry what an outbox needs to merge them.
             let delta = rec.delta_meta(&self.id, &frame).map(Arc::new);
+            // Followers elsewhere get it too, after the durable event
+            // emitted before it (`crate::delta_relay`).
+            if let Some(relay) = &self.ctx.deltas {
+                if self.gauges.other_peers() > 0 && !self.following() {
+                    relay.offer(&self.id, self.commit.last_seq(), &rec);
+                }
+            }
             let frame = TransientFrame { frame, delta };
             if let Some(t) = self.commit.emit_transient(frame) {
                 self.fan_out(&t.frame, transient_class(t.delta));
@@ -401,7 +408,7 @@ pub(crate) fn storage_message(code: i64) -> &'static str {
     }
 }
 
-fn transient_class(delta: Option<Arc<DeltaMeta>>) -> FrameClass {
+pub(super) fn transient_class(delta: Option<Arc<DeltaMeta>>) -> FrameClass {
     delta.map_or(FrameClass::Transient, FrameClass::Delta)
 }
 

@@ -263,6 +263,10 @@ impl SessionState {
 
     /// `active_turn` of a resume.
     pub(super) fn active_turn(&self) -> Option<ActiveTurn> {
+        if self.following() {
+            // The owner runs it; what crossed nodes tells it here.
+            return self.followed_deltas.active_turn();
+        }
         self.turns.running.as_ref().map(|t| ActiveTurn {
             turn_id: t.tag.turn_id.clone(),
             trace_id: t.tag.trace_id.clone(),

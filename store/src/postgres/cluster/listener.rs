@@ -14,6 +14,7 @@ use tether_protocol::SessionId;
 
 use crate::postgres::errors::map_sqlx;
 
+use super::deltas::{self, Deltas, DELTA_CHANNEL};
 use super::forwards::{ForwardId, FORWARD_CHANNEL};
 use super::ClusterError;
 
@@ -39,6 +40,9 @@ pub enum Wake {
         /// The forward.
         forward_id: ForwardId,
     },
+    /// Transient events of a session, sent by its owner (`deltas.rs`): not stored, and not
+    /// sent again if lost.
+    Deltas(Deltas),
     /// Listening (again) after a connect or a reconnect, or a notification that could not be
     /// read: something may have been missed, so read every followed session once.
     Resync,
@@ -80,7 +84,7 @@ impl EventListener {
                 .connect_lazy_with(self.options.clone());
             let mut listener = PgListener::connect_with(&pool).await.map_err(map_sqlx)?;
             listener
-                .listen_all([CHANNEL, FORWARD_CHANNEL])
+                .listen_all([CHANNEL, FORWARD_CHANNEL, DELTA_CHANNEL])
                 .await
                 .map_err(map_sqlx)?;
             self.inner = Some(listener);
@@ -100,6 +104,14 @@ impl EventListener {
                     }
                 })
             }
+            Ok(Some(n)) if n.channel() == DELTA_CHANNEL => Ok(match deltas::parse(n.payload()) {
+                Some(d) => Wake::Deltas(d),
+                None => {
+                    // Nothing to resync for: deltas are never read back.
+                    tracing::debug!(payload = n.payload(), "unreadable delta notification");
+                    return Box::pin(self.recv()).await;
+                }
+            }),
             Ok(Some(n)) => Ok(match parse(n.payload()) {
                 Some((session_id, seq)) => Wake::Events { session_id, seq },
                 None => {

@@ -21,6 +21,7 @@
 
 mod claim;
 mod config;
+mod deltas;
 mod error;
 pub(crate) mod fenced;
 mod fences;
@@ -44,6 +45,7 @@ use super::{check_pool, connect_retrying, ensure_epoch, migrate, writer, HANDOFF
 
 pub use claim::{Claim, Ownership, PreviousOwner};
 pub use config::ClusterConfig;
+pub use deltas::{Deltas, DELTA_CHANNEL, MAX_BODY as MAX_DELTA_BODY};
 pub use error::ClusterError;
 pub(crate) use fenced::{Fencing, Guard};
 pub use fences::Fences;
@@ -373,6 +375,14 @@ impl Cluster {
     /// written, so the request does not run. Register before sending the op.
     pub fn accept_with(&self, session_id: &SessionId, seq: u64, id: &ForwardId) {
         self.inner.accepts.register(session_id, seq, id);
+    }
+
+    /// Owner: sends transient events of sessions with peers on other nodes, each body
+    /// (at most [`MAX_DELTA_BODY`] bytes; larger ones are left out) as one notification, all
+    /// in one statement. Best effort: nothing is stored or sent again. Returns how many were
+    /// sent.
+    pub async fn send_deltas(&self, batch: &[(SessionId, String)]) -> Result<usize, ClusterError> {
+        deltas::send(&self.inner.pool, &self.inner.node, batch).await
     }
 
     /// Owner: accepts forward `id` now, before running it, for a request whose first write
