@@ -8,12 +8,10 @@
 //!
 //! Found by `tests/cluster_chaos.rs` (seed 19, 90 s: clients that had seen
 //! seq n through one node resumed through a follower with `last_seen` n and
-//! got n again, live). Ignored until the session's attach is fixed
-//! (`actors/src/session/attach.rs`); `tests/cluster/load.rs`'s
-//! `TOLERATE_LAGGING_RESUME` counts those repeats meanwhile.
+//! got n again, live). A follower now holds such a resume until it has read
+//! up to `last_seen` (`actors/src/session/follow_resume.rs`).
 
 mod common;
-#[allow(dead_code)]
 #[path = "cluster/mod.rs"]
 mod harness;
 
@@ -29,8 +27,6 @@ const LEASE_MS: u64 = 1000;
 const TRIES: usize = 60;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "issue 19: a resume through a follower that lags behind the client's last_seen \
-            attaches at the follower's latest_seq and delivers the seqs up to last_seen again, live"]
 async fn a_resume_through_a_lagging_follower_delivers_nothing_twice() {
     let Some(cluster) = TestCluster::start(2, LEASE_MS) else {
         return;

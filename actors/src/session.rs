@@ -22,6 +22,7 @@ mod compress;
 mod encoded_history;
 mod follow;
 mod follow_deltas;
+mod follow_resume;
 mod forward;
 mod forwarded;
 mod handoff;
@@ -287,6 +288,9 @@ pub struct SessionState {
     /// On a follower: the owner's deltas held for a seq, and the turn they
     /// build (`follow_deltas.rs`).
     followed_deltas: follow_deltas::FollowedDeltas,
+    /// On a follower: resumes waiting for it to read up to their watermark
+    /// (`follow_resume.rs`).
+    waiting_resumes: Vec<follow_resume::WaitingResume>,
     /// Requests forwarded to this owner, while they run (`forwarded.rs`).
     forwarded: forwarded::Forwarded,
     /// On a cluster: this node's peer count in the store (`peer_count.rs`).
@@ -368,6 +372,7 @@ impl Actor for Session {
             marker_reason,
             following,
             followed_deltas: Default::default(),
+            waiting_resumes: Vec::new(),
             forwarded: forwarded::Forwarded::default(),
             peer_count,
             reported: None,
@@ -430,7 +435,7 @@ impl Actor for Session {
                 params,
                 peer,
                 reply,
-            } => state.resume(params, peer, reply),
+            } => state.resume_when_caught_up(me, params, peer, reply),
             SessionMsg::AttachFromStart { peer } => state.attach_from_start(me, peer),
             SessionMsg::Joined { peer_id } => state.joined(&peer_id, Vec::new()),
             SessionMsg::Backfill { peer_id, frames } => state.backfilled(&peer_id, frames),

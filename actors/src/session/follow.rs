@@ -199,19 +199,22 @@ impl SessionState {
             return;
         };
         f.reading = false;
-        let more = match rows {
+        let (read, more) = match rows {
             Ok(rows) => {
                 let full = rows.len() as u32 >= READ_PAGE;
                 self.relay(&rows);
-                full
+                (true, full)
             }
             Err(e) => {
                 // The next notification, resync or poll reads again.
                 warn!(session_id = %self.id, error = %e, "follower read failed");
-                false
+                (false, false)
             }
         };
         let again = self.following.as_ref().is_some_and(|f| f.again);
+        // Nothing more in the store (as of this read): a resume waiting for
+        // a watermark beyond it is answered now.
+        self.release_waiting_resumes(read && !(more || again));
         if more || again {
             self.follow_wake(myself);
         }
@@ -352,6 +355,7 @@ impl SessionState {
         self.relay(&p.missed);
         self.following = None;
         self.followed_deltas = Default::default();
+        self.release_waiting_resumes(true);
         self.commit = Commit::new(p.barrier, p.row.message_count);
         self.status = p.row.status;
         if self.status == SessionStatus::Parked {
