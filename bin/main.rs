@@ -6,6 +6,7 @@ mod fdlimit;
 mod logging;
 mod node;
 mod serve;
+mod thp;
 
 use std::process::ExitCode;
 
@@ -87,6 +88,7 @@ fn usage_error(e: clap::Error) -> ! {
 }
 
 fn main() -> ExitCode {
+    thp::disable();
     let matches = match ignore_empty_env(Cli::command()).try_get_matches() {
         Ok(m) => m,
         Err(e) => usage_error(e),
