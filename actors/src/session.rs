@@ -36,6 +36,7 @@ mod pipeline;
 mod reap;
 pub(crate) mod replay;
 mod row;
+mod start;
 mod turns;
 
 use std::collections::HashMap;
@@ -55,9 +56,8 @@ pub use peers::PeerLink;
 
 use crate::ctx::{Ctx, SessionGauges};
 use crate::event::EventRecord;
-use crate::node::Claimed;
 use crate::reaper::ParkReason;
-use crate::ring::{Ring, RingEntry};
+use crate::ring::Ring;
 use crate::store_writer::Barrier;
 use crate::turn::{ControlOutcome, TurnUpdate};
 use compress::{Compacting, CompressReply};
@@ -315,71 +315,7 @@ impl Actor for Session {
         _myself: ActorRef<Self::Msg>,
         args: SessionArgs,
     ) -> Result<Self::State, ActorProcessingErr> {
-        let SessionArgs {
-            row,
-            todos,
-            barrier,
-            initial,
-            ctx,
-            gauges,
-            claimed,
-        } = args;
-        let (marker_reason, following) = match claimed {
-            Some(Claimed::Owner { lost_from: Some(_) }) => (crate::turn::reasons::NODE_LOST, None),
-            Some(Claimed::Follower { owner }) => (
-                crate::turn::reasons::GATEWAY_RESTART,
-                Some(follow::Following::new(Some(owner))),
-            ),
-            _ => (crate::turn::reasons::GATEWAY_RESTART, None),
-        };
-        let mut ring = Ring::new(ctx.config.ring_events, ctx.config.ring_bytes);
-        for rec in &initial {
-            if let Some(seq) = rec.seq {
-                ring.push(RingEntry {
-                    seq,
-                    params: rec.params_of(&row.id),
-                });
-            }
-        }
-        let peer_count = peer_count::PeerCount::start(ctx.cluster.as_ref(), &row.id);
-        let state = SessionState {
-            id: row.id,
-            profile: row.profile,
-            title: row.title,
-            status: row.status,
-            parent_session_id: row.parent_session_id,
-            history_version: row.history_version,
-            close_on_disconnect: row.close_on_disconnect,
-            created_at_ms: row.created_at_ms,
-            updated_at_ms: row.updated_at_ms,
-            retained_from_seq: row.retained_from_seq,
-            commit: Commit::new(barrier, row.message_count),
-            row_written: row::Written::default(),
-            ring,
-            peers: HashMap::new(),
-            ever_attached: false,
-            checking_left: false,
-            engine_pin: row.engine_pin,
-            follow_profile_config: row.follow_profile_config,
-            turns: Turns {
-                todos,
-                ..Turns::default()
-            },
-            transcript: Transcript::default(),
-            compacting: None,
-            pending_compress: None,
-            marker_at_start: row.turn_marker,
-            marker_reason,
-            following,
-            followed_deltas: Default::default(),
-            waiting_resumes: Vec::new(),
-            forwarded: forwarded::Forwarded::default(),
-            peer_count,
-            reported: None,
-            owed: owed::Owed::default(),
-            ctx,
-            gauges,
-        };
+        let state = SessionState::new(args);
         state.publish_gauges();
         // Being brought live counts as activity for the idle TTL.
         state

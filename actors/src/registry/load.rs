@@ -9,9 +9,16 @@ use tether_protocol::{SessionStatus, Todos};
 use tether_store::StoreError;
 use tracing::{debug, info, warn};
 
-use super::{Loaded, RegistryMsg, Resolved, SessionKey};
-use crate::ctx::Ctx;
+use std::sync::Arc;
+
+use ractor::Actor;
+use tether_protocol::RpcError;
+
+use super::{Live, Loaded, RegistryMsg, RegistryState, Resolved, SessionKey};
+use crate::ctx::{Ctx, SessionGauges};
+use crate::event::EventRecord;
 use crate::session::SessionMsg;
+use crate::session::{Session, SessionArgs};
 use crate::store_writer::{Barrier, StoreWriterMsg};
 
 /// Reads a session row and, through the writer, its committed latest seq.
@@ -177,5 +184,118 @@ async fn recover_one(registry: &ActorRef<RegistryMsg>, key: SessionKey) -> bool 
             warn!(session_id = %session_id, "ending the turns a stop cut short is taking long; serving meanwhile");
             false
         }
+    }
+}
+
+impl RegistryState {
+    pub(super) async fn loaded(
+        &mut self,
+        myself: &ActorRef<RegistryMsg>,
+        key: SessionKey,
+        result: Result<Option<Loaded>, StoreError>,
+    ) {
+        let waiting = self.loading.remove(&key).unwrap_or_default();
+        let answer = match result {
+            Err(e) => Err(e.into()),
+            Ok(None) => Ok(Resolved::NotFound),
+            Ok(Some(loaded)) if loaded.row.status == SessionStatus::Closed => {
+                Ok(Resolved::Closed(Box::new(loaded.row)))
+            }
+            Ok(Some(Loaded {
+                mut row,
+                barrier,
+                todos,
+                claimed,
+            })) => {
+                let following = matches!(claimed, Some(crate::node::Claimed::Follower { .. }));
+                if row.status == SessionStatus::Parked && !following {
+                    // Live again: say so in the store too (listings read it).
+                    row.status = SessionStatus::Idle;
+                    if let Some(writer) = self.ctx.writer() {
+                        let _ = writer.cast(crate::store_writer::StoreWriterMsg::Patch {
+                            session_id: row.id.clone(),
+                            patch: tether_store::SessionPatch {
+                                status: Some(SessionStatus::Idle),
+                                ..Default::default()
+                            },
+                            reply: None,
+                        });
+                    }
+                }
+                let spawned = self
+                    .spawn_session(
+                        myself,
+                        key.clone(),
+                        Loaded {
+                            row,
+                            barrier,
+                            todos,
+                            claimed,
+                        },
+                        Vec::new(),
+                    )
+                    .await;
+                match (spawned, self.live.get_mut(&key)) {
+                    (Ok(_), Some(live)) => {
+                        // In the order they came, ahead of anything the
+                        // reaper may ask of the new session.
+                        for routed in waiting {
+                            live.take(routed);
+                        }
+                        return;
+                    }
+                    (Ok(_), None) => Err(RpcError::internal("the session stopped as it started")),
+                    (Err(e), _) => Err(e),
+                }
+            }
+        };
+        for routed in waiting {
+            let _ = routed.reply.send(answer.clone());
+        }
+    }
+
+    pub(super) async fn spawn_session(
+        &mut self,
+        myself: &ActorRef<RegistryMsg>,
+        key: SessionKey,
+        loaded: Loaded,
+        initial: Vec<EventRecord>,
+    ) -> Result<ActorRef<SessionMsg>, RpcError> {
+        let Loaded {
+            row,
+            barrier,
+            todos,
+            claimed,
+        } = loaded;
+        let gauges = Arc::new(SessionGauges::default());
+        let follows = matches!(claimed, Some(crate::node::Claimed::Follower { .. }));
+        let args = SessionArgs {
+            row,
+            todos,
+            barrier,
+            initial,
+            ctx: self.ctx.clone(),
+            gauges: gauges.clone(),
+            claimed,
+        };
+        let (actor, _) = Actor::spawn_linked(None, Session, args, myself.get_cell())
+            .await
+            .map_err(|e| RpcError::internal(format!("session failed to start: {e}")))?;
+        debug!(session_id = %key.1, profile = %key.0, "session brought live");
+        self.by_actor.insert(actor.get_id(), key.clone());
+        if follows {
+            self.followers.insert(key.1.clone(), key.clone());
+        }
+        self.by_id.insert(key.1.clone(), key.clone());
+        self.live.insert(
+            key,
+            Live {
+                actor: actor.clone(),
+                gauges,
+                held: None,
+            },
+        );
+        self.report_live_count();
+        Ok(actor)
     }
 }

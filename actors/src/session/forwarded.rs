@@ -95,25 +95,12 @@ impl SessionState {
         debug!(session_id = %self.id, forward_id = %row.id, method = %row.method, from = %row.from_node, "running a forwarded request");
         let params: Value = serde_json::from_str(&row.params).unwrap_or(Value::Null);
         let id = row.id;
-        let field = |k: &str| params.get(k).and_then(Value::as_str).map(str::to_owned);
+        let text = |k: &str| params.get(k).and_then(Value::as_str).map(str::to_owned);
         match row.method.as_str() {
-            "prompt.submit" => {
-                let Some(text) = field("text") else {
-                    return self.answer_now(
-                        myself,
-                        id,
-                        Err(RpcError::invalid_params("text", "a string is required")),
-                    );
-                };
-                if let Err(e) = self.check_submit() {
-                    return self.answer_now(myself, id, Err(e));
-                }
-                // Its first write is its `message.user`, the next seq.
-                cluster.accept_with(&self.id, self.commit.next_seq(), &id);
-                let (tx, rx) = tokio::sync::oneshot::channel();
-                self.submit(myself, text, tx.into());
-                answer_after(cluster, myself, id, rx);
-            }
+            "prompt.submit" => match text("text") {
+                Some(prompt) => self.forwarded_submit(myself, cluster, id, prompt),
+                None => self.answer_now(myself, id, Err(required("text"))),
+            },
             "session.interrupt" => {
                 if self.turns.running.is_some() {
                     // Its first write ends the running turn.
@@ -124,7 +111,7 @@ impl SessionState {
                 answer_after(cluster, myself, id, rx);
             }
             "session.close" => {
-                let reason = field("reason").unwrap_or_else(|| "closed".into());
+                let reason = text("reason").unwrap_or_else(|| "closed".into());
                 if self.status != SessionStatus::Closed {
                     // Its first write is `session.closed`.
                     cluster.accept_with(&self.id, self.commit.next_seq(), &id);
@@ -133,69 +120,81 @@ impl SessionState {
                 self.close(myself, &reason, Some(tx.into()));
                 answer_after(cluster, myself, id, rx);
             }
+            // Its first write comes when the host answers, if ever.
             "session.compress" => {
-                // Its first write comes when the host answers, if ever.
-                let focus = field("focus");
+                let focus = text("focus");
                 self.accept_then(myself, id, |reply| SessionMsg::Compress { focus, reply });
             }
-            "handoff.request" => {
-                // Its write is the handoff row, not an event.
-                let Some(target) = field("target") else {
-                    return self.answer_now(
-                        myself,
-                        id,
-                        Err(RpcError::invalid_params("target", "a string is required")),
-                    );
-                };
-                self.accept_then(myself, id, |reply| SessionMsg::HandoffRequest {
+            // Its write is the handoff row, not an event.
+            "handoff.request" => match text("target") {
+                Some(target) => self.accept_then(myself, id, |reply| SessionMsg::HandoffRequest {
                     target,
                     reply,
-                });
-            }
+                }),
+                None => self.answer_now(myself, id, Err(required("target"))),
+            },
+            // Its write is the new session's, not one of this session's events.
             "session.branch" => {
-                // Its write is the new session's, not one of this session's events.
                 let ask = crate::branch::BranchAsk {
                     profile: self.profile.clone(),
                     upto_seq: params.get("upto_seq").and_then(Value::as_u64),
-                    title: field("title"),
+                    title: text("title"),
                 };
                 self.accept_then(myself, id, |reply| SessionMsg::Branch { ask, reply });
             }
-            "session.emit" => {
-                let events: Option<Vec<EventRecord>> = params
-                    .get("events")
-                    .and_then(Value::as_array)
-                    .and_then(|a| a.iter().map(EventRecord::from_forward).collect());
-                let Some(events) = events.filter(|e| !e.is_empty()) else {
-                    return self.answer_now(
-                        myself,
-                        id,
-                        Err(RpcError::invalid_params(
-                            "events",
-                            "forwarded events are unreadable",
-                        )),
-                    );
-                };
-                if self.status != SessionStatus::Closed {
-                    // Its first write is the first of these events.
-                    cluster.accept_with(&self.id, self.commit.next_seq(), &id);
-                }
-                let (tx, rx) = tokio::sync::oneshot::channel::<bool>();
-                self.emit_if_open(events, Some(tx.into()));
-                let (answered, answer) = tokio::sync::oneshot::channel();
-                tokio::spawn(async move {
-                    let emitted = rx
-                        .await
-                        .map_err(|_| RpcError::internal("the session stopped"));
-                    let _ = answered.send(emitted);
-                });
-                answer_after(cluster, myself, id, answer);
-            }
-            other => {
-                let e = RpcError::method_not_found(other);
-                self.answer_now(myself, id, Err(e));
-            }
+            "session.emit" => self.forwarded_emit(myself, cluster, id, &params),
+            other => self.answer_now(myself, id, Err(RpcError::method_not_found(other))),
         }
+    }
+
+    /// `prompt.submit`: checked first (a refused submit writes nothing and
+    /// is answered at once); its first write is its `message.user`.
+    fn forwarded_submit(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        cluster: Cluster,
+        id: ForwardId,
+        prompt: String,
+    ) {
+        if let Err(e) = self.check_submit() {
+            return self.answer_now(myself, id, Err(e));
+        }
+        cluster.accept_with(&self.id, self.commit.next_seq(), &id);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.submit(myself, prompt, tx.into());
+        answer_after(cluster, myself, id, rx);
+    }
+
+    /// `session.emit`: events from outside (a handoff's announcement); its
+    /// first write is the first of them. Answers whether they were emitted.
+    fn forwarded_emit(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        cluster: Cluster,
+        id: ForwardId,
+        params: &Value,
+    ) {
+        let events: Option<Vec<EventRecord>> = params
+            .get("events")
+            .and_then(Value::as_array)
+            .and_then(|a| a.iter().map(EventRecord::from_forward).collect());
+        let Some(events) = events.filter(|e| !e.is_empty()) else {
+            let e = RpcError::invalid_params("events", "forwarded events are unreadable");
+            return self.answer_now(myself, id, Err(e));
+        };
+        if self.status != SessionStatus::Closed {
+            cluster.accept_with(&self.id, self.commit.next_seq(), &id);
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel::<bool>();
+        self.emit_if_open(events, Some(tx.into()));
+        let (answered, answer) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let emitted = rx
+                .await
+                .map_err(|_| RpcError::internal("the session stopped"));
+            let _ = answered.send(emitted);
+        });
+        answer_after(cluster, myself, id, answer);
     }
 
     /// Runs a forward whose first write is not an event known in advance:
@@ -275,4 +274,9 @@ fn answer_after<T: Serialize + Send + 'static>(
         }
         let _ = me.cast(SessionMsg::ForwardDone { id });
     });
+}
+
+/// A forwarded request without a field it needs.
+fn required(field: &str) -> RpcError {
+    RpcError::invalid_params(field, "a string is required")
 }
