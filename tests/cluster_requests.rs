@@ -343,3 +343,61 @@ async fn a_follower_streams_the_owners_deltas_and_knows_the_running_turn() {
         .await;
     assert!(resumed["active_turn"].is_null(), "{resumed}");
 }
+
+/// SSE through a node that does not own the session: the stream carries
+/// the owner's durable events by seq (and its deltas), and a stream opened
+/// again on a third node with `Last-Event-ID` gets exactly what followed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sse_through_followers_streams_and_resumes_by_last_event_id() {
+    let Some(cluster) = TestCluster::start(3, LEASE_MS) else {
+        return;
+    };
+    let mut a = cluster.nodes[0].client().await;
+    let id = common::session(&mut a).await;
+    let path = format!("/v1/sessions/{id}/events?last_seen=0");
+    let mut first = common::http::sse(&cluster.nodes[1].addr, &path, &[]).await;
+    let turn = submit(&mut a, &id, "over sse").await;
+    let on_a = durable_through(&mut a, &turn).await;
+    let mut ids = Vec::new();
+    loop {
+        let e = first.event().await;
+        let Some(seq) = e.id.as_deref() else {
+            continue;
+        };
+        ids.push(seq.parse::<u64>().expect("a seq"));
+        if e.event.as_deref() == Some("message.complete") {
+            assert_eq!(e.params()["payload"]["text"], "over sse", "{e:?}");
+            break;
+        }
+    }
+    assert_eq!(ids, (1..=ids.len() as u64).collect::<Vec<_>>(), "{ids:?}");
+    assert_eq!(
+        ids.last().copied(),
+        on_a.last().and_then(|e| e["seq"].as_u64())
+    );
+
+    // The stream drops; events come meanwhile; it resumes on node 2.
+    drop(first);
+    let seen = *ids.last().expect("events");
+    let next = submit(&mut a, &id, "while away").await;
+    let missed = durable_through(&mut a, &next).await;
+    let mut again = common::http::sse(
+        &cluster.nodes[2].addr,
+        &format!("/v1/sessions/{id}/events"),
+        &[("Last-Event-ID", &seen.to_string())],
+    )
+    .await;
+    let want: Vec<u64> = missed
+        .iter()
+        .filter_map(|e| e["seq"].as_u64())
+        .filter(|s| *s > seen)
+        .collect();
+    let mut got = Vec::new();
+    while got.len() < want.len() {
+        let e = again.event().await;
+        if let Some(seq) = e.id.as_deref() {
+            got.push(seq.parse::<u64>().expect("a seq"));
+        }
+    }
+    assert_eq!(got, want, "exactly what followed {seen}");
+}

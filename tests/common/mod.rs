@@ -9,6 +9,7 @@
 //! are skipped, loudly, unless `TETHER_REQUIRE_POSTGRES=1` (CI).
 #![allow(dead_code)]
 
+pub mod http;
 pub mod terminal;
 
 use std::io::{BufRead, BufReader};
