@@ -15,7 +15,8 @@ use std::time::Duration;
 use sqlx::{Connection, PgConnection};
 use tether_protocol::SessionId;
 use tether_store::cluster::{
-    Cluster, ClusterConfig, ClusterError, EventListener, ForwardState, PreviousOwner, Wake,
+    Cluster, ClusterConfig, ClusterError, EventListener, ForwardId, ForwardState, PreviousOwner,
+    Wake,
 };
 use tether_store::testing::{postgres_server, PgServer, TestDatabase};
 use tether_store::{open_postgres, OpenError, PostgresConfig, StoreError, StoreWrite};
@@ -815,6 +816,24 @@ async fn a_forwarded_request_is_accepted_with_its_first_write_and_answered() {
     );
 }
 
+/// A forward of `method` from `from` whose deadline has passed by the server's clock.
+async fn expired_forward(from: &Cluster, s: &SessionId, method: &str) -> ForwardId {
+    let id = from
+        .forward(s, method, "{}", Duration::from_millis(100))
+        .await
+        .expect("forward");
+    let id_ref = &id;
+    until(
+        "the deadline to pass by the server's clock",
+        || async move {
+            let row = from.forward_state(id_ref).await.ok()??;
+            row.expired.then_some(())
+        },
+    )
+    .await;
+    id
+}
+
 /// A request whose first write is not known in advance (`session.compress`) is accepted on
 /// its own, before it runs: then the forwarder can no longer withdraw it; one withdrawn or
 /// past its deadline cannot be accepted.
@@ -843,20 +862,7 @@ async fn a_forward_accepted_without_a_write_cannot_be_withdrawn() {
     assert!(b.withdraw_forward(&withdrawn).await.expect("withdraw"));
     assert!(!a.accept_forward(&withdrawn).await.expect("accept"));
 
-    let late = b
-        .forward(&s, "session.compress", "{}", Duration::from_millis(100))
-        .await
-        .expect("forward");
-    let b_ref = &b;
-    let late_ref = &late;
-    until(
-        "the deadline to pass by the server's clock",
-        || async move {
-            let row = b_ref.forward_state(late_ref).await.ok()??;
-            row.expired.then_some(())
-        },
-    )
-    .await;
+    let late = expired_forward(&b, &s, "session.compress").await;
     assert!(!a.accept_forward(&late).await.expect("accept"));
 }
 
@@ -868,20 +874,7 @@ async fn a_forward_past_its_deadline_or_withdrawn_never_runs() {
     let _hb = heartbeats(&b);
     let s = sid("s_late");
 
-    let late = b
-        .forward(&s, "prompt.submit", "{}", Duration::from_millis(200))
-        .await
-        .expect("forward");
-    let b_ref = &b;
-    let late_ref = &late;
-    until(
-        "the deadline to pass by the server's clock",
-        || async move {
-            let row = b_ref.forward_state(late_ref).await.ok()??;
-            row.expired.then_some(())
-        },
-    )
-    .await;
+    let late = expired_forward(&b, &s, "prompt.submit").await;
     assert!(a.pending_forwards(&s).await.expect("pending").is_empty());
     // The owner tries anyway: that op fails and writes nothing; the other op of the batch
     // commits.
