@@ -10,8 +10,10 @@
 //! `message.complete {"failure_reason":"node_lost"}`: the new owner's first
 //! write, and the figure. The first event with a new seq at Y's client is
 //! timed too (it is the same one unless something X had committed was
-//! still on its way). X is then started again, and the next round kills
-//! the other node, so each node is owner and follower in turn.
+//! still on its way). The kill comes at a random moment within a second
+//! of the turn's start (see [`jitter`]). X is then started again, and the
+//! next round kills the other node, so each node is owner and follower in
+//! turn.
 //!
 //! Events are read with a full JSON parse: a few per round.
 
@@ -59,6 +61,7 @@ pub async fn run(
         tokio::time::sleep(nodes[y].settled_in(lease)).await;
         let (owner, mut follower, turn) = set_up(&nodes[x].url, &nodes[y].url).await?;
         let watermark = started(&mut follower, &turn).await?;
+        tokio::time::sleep(jitter()).await;
         let killed_at = nodes[x].kill_9();
         // Its node is gone; nothing to close.
         drop(owner);
@@ -79,6 +82,18 @@ pub async fn run(
         nodes[x] = Node::start(spec, cpu)?;
     }
     Ok(rounds)
+}
+
+/// A delay in [0, 1 s), different each round. Without it every kill
+/// would come at the same phase of the follower's once-a-second owner
+/// poll (rounds start a fixed time after a node's start, and so does its
+/// poll), and the figure would be that one phase's, not the spread a kill
+/// at any moment sees. The nanoseconds of the clock are random enough.
+fn jitter() -> Duration {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    Duration::from_nanos(u64::from(nanos.wrapping_mul(2_654_435_761) % 1_000_000_000))
 }
 
 /// A session owned by the node at `owner_url` with a client attached
