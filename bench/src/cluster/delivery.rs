@@ -203,16 +203,26 @@ impl Cpu {
 
 /// The per-event differences and the cost, from every client's reads.
 fn harvest(reads: &[Reads], sched: &Schedule, before: &Cpu, after: &Cpu) -> Value {
-    // The first owner client's receive time of each (session, seq).
-    let mut at_owner: HashMap<(usize, u64), u64> = HashMap::new();
+    // The first and last owner clients' receive times of each (session,
+    // seq), and how many read it.
+    let mut at_owner: HashMap<(usize, u64), (u64, u64, u32)> = HashMap::new();
     let (mut owner_deliveries, mut follower_deliveries) = (0u64, 0u64);
     for r in reads.iter().filter(|r| r.on_owner) {
         owner_deliveries += r.got.len() as u64;
         for &(seq, t) in &r.got {
-            let e = at_owner.entry((r.session, seq)).or_insert(t);
-            *e = (*e).min(t);
+            let e = at_owner.entry((r.session, seq)).or_insert((t, t, 0));
+            *e = (e.0.min(t), e.1.max(t), e.2 + 1);
         }
     }
+    // The control: how far apart two clients of the same node read the
+    // same event. The generator's scheduling and the owner's fan-out are
+    // in it, the follower path is not; a follower tail well above it is
+    // the follower's.
+    let spread: Vec<i64> = at_owner
+        .values()
+        .filter(|e| e.2 > 1)
+        .map(|e| e.1 as i64 - e.0 as i64)
+        .collect();
     let (mut deltas, mut unmatched, mut last_us) = (Vec::new(), 0u64, 0u64);
     for r in reads {
         last_us = last_us.max(r.got.last().map_or(0, |g| g.1));
@@ -222,7 +232,7 @@ fn harvest(reads: &[Reads], sched: &Schedule, before: &Cpu, after: &Cpu) -> Valu
         follower_deliveries += r.got.len() as u64;
         for &(seq, t) in &r.got {
             match at_owner.get(&(r.session, seq)) {
-                Some(&o) => deltas.push(t as i64 - o as i64),
+                Some(&(o, _, _)) => deltas.push(t as i64 - o as i64),
                 None => unmatched += 1,
             }
         }
@@ -249,6 +259,7 @@ fn harvest(reads: &[Reads], sched: &Schedule, before: &Cpu, after: &Cpu) -> Valu
         "durable_deliveries_per_s": if span_s > 0.0 { (deliveries as f64 / span_s).round() } else { 0.0 },
         "follower_minus_owner_ms": signed_summary_ms(deltas),
         "follower_events_unseen_at_owner": unmatched,
+        "owner_clients_spread_ms": signed_summary_ms(spread),
         "cpu_window_s": round3(window_s),
         "cpu_s_per_1000_deliveries": {
             "owner_node": per_k(after.owner.0 - before.owner.0),

@@ -41,16 +41,26 @@ pub fn table(r: &Value) -> String {
             n(&d["expected"]),
             if d["complete"] == true { "" } else { ", INCOMPLETE" },
         );
-        let _ = writeln!(out, "| follower − owner, ms | p50 | p99 | p99.9 | max |");
+        let _ = writeln!(out, "| ms | p50 | p99 | p99.9 | max |");
         let _ = writeln!(out, "|---|---|---|---|---|");
         let _ = writeln!(
             out,
-            "| {} events | {} | {} | {} | {} |",
+            "| follower − owner, {} events | {} | {} | {} | {} |",
             n(&lat["count"]),
             n(&lat["p50"]),
             n(&lat["p99"]),
             n(&lat["p999"]),
             n(&lat["max"]),
+        );
+        let spread = &d["owner_clients_spread_ms"];
+        let _ = writeln!(
+            out,
+            "| owner's clients apart, {} events | {} | {} | {} | {} |",
+            n(&spread["count"]),
+            n(&spread["p50"]),
+            n(&spread["p99"]),
+            n(&spread["p999"]),
+            n(&spread["max"]),
         );
         let c = &d["cpu_s_per_1000_deliveries"];
         let _ = writeln!(
