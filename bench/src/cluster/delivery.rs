@@ -66,7 +66,15 @@ struct Reads {
     got: Vec<(u64, u64)>,
 }
 
-pub async fn run(nodes: &[Node], db: &RunDatabase, shape: Shape) -> anyhow::Result<Value> {
+/// Runs the phase; with `samples`, also writes every follower client's
+/// read there, one line each: `session seq owner_us follower_us` (unix µs,
+/// the owner's the first owner client's), to look at the tail's shape.
+pub async fn run(
+    nodes: &[Node],
+    db: &RunDatabase,
+    shape: Shape,
+    samples: Option<&std::path::Path>,
+) -> anyhow::Result<Value> {
     let (owner, follower) = (&nodes[0], &nodes[1]);
     let mut ctl = tether::connect(&owner.url).await?;
     let ids = tether::create_sessions(&mut ctl, shape.sessions).await?;
@@ -137,6 +145,9 @@ pub async fn run(nodes: &[Node], db: &RunDatabase, shape: Shape) -> anyhow::Resu
             got,
         });
     }
+    if let Some(path) = samples {
+        write_samples(path, &reads).with_context(|| format!("write {}", path.display()))?;
+    }
     let mut out = harvest(&reads, &sched, &before, &after);
     out["expected"] = json!(expected);
     out["complete"] = json!(complete);
@@ -199,6 +210,26 @@ impl Cpu {
             postgres: db.cpu_s(),
         }
     }
+}
+
+fn write_samples(path: &std::path::Path, reads: &[Reads]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut first: HashMap<(usize, u64), u64> = HashMap::new();
+    for r in reads.iter().filter(|r| r.on_owner) {
+        for &(seq, t) in &r.got {
+            let e = first.entry((r.session, seq)).or_insert(t);
+            *e = (*e).min(t);
+        }
+    }
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+    for r in reads.iter().filter(|r| !r.on_owner) {
+        for &(seq, t) in &r.got {
+            if let Some(o) = first.get(&(r.session, seq)) {
+                writeln!(out, "{} {seq} {o} {t}", r.session)?;
+            }
+        }
+    }
+    out.flush()
 }
 
 /// The per-event differences and the cost, from every client's reads.

@@ -77,6 +77,10 @@ pub struct ClusterBench {
     /// The CPU of this process (the clients); default: unpinned.
     #[arg(long)]
     generator_cpu: Option<usize>,
+    /// Write every follower client's read of the delivery phase to this
+    /// file, one line each: `session seq owner_us follower_us`.
+    #[arg(long)]
+    samples: Option<PathBuf>,
     /// Print the report as one JSON line instead of a table.
     #[arg(long)]
     json: bool,
@@ -145,7 +149,7 @@ async fn measure(b: &ClusterBench) -> anyhow::Result<Value> {
             secs: b.secs,
             drain: Duration::from_secs_f64(b.drain_secs),
         };
-        delivery::run(&nodes, &db, shape).await?
+        delivery::run(&nodes, &db, shape, b.samples.as_deref()).await?
     } else {
         Value::Null
     };
