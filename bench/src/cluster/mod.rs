@@ -71,7 +71,8 @@ pub struct ClusterBench {
     #[arg(long, default_value_t = 2)]
     hosts: usize,
     /// The CPU of each node (node 0 = the delivery phase's owner), pinned
-    /// with taskset with its hosts; an empty list leaves them unpinned.
+    /// with taskset with its hosts; a node past the end of the list runs
+    /// unpinned (`--node-cpus 0`: node 1 free on every core).
     #[arg(long, value_delimiter = ',', default_value = "0,1")]
     node_cpus: Vec<usize>,
     /// The CPU of this process (the clients); default: unpinned.
