@@ -69,3 +69,51 @@ fn idle_generator_reports_memory_per_item() {
     }
     assert_eq!(r["newest_session_status"], "parked", "{r}");
 }
+
+/// `tether bench cluster`, tiny: two nodes on a database of its own on
+/// the test server, a few turns through the owner with a client on each
+/// node, and two kill -9 rounds with a short lease. Skipped (loudly)
+/// without `TETHER_TEST_POSTGRES`; a failure under
+/// `TETHER_REQUIRE_POSTGRES=1`.
+#[test]
+fn cluster_generator_reports_cross_node_delivery_and_failovers() {
+    let Some(server) = tether_store::testing::postgres_server() else {
+        return;
+    };
+    let r = bench(&[
+        "cluster",
+        "--database-url",
+        &server,
+        "--kills",
+        "2",
+        "--lease-s",
+        "1",
+        "--rate",
+        "400",
+        "--secs",
+        "2",
+        "--sessions",
+        "4",
+        "--owner-peers",
+        "1",
+        "--follower-peers",
+        "1",
+        "--hosts",
+        "1",
+        "--json",
+    ]);
+    assert_eq!(r["scenario"], "cluster");
+    let d = &r["delivery"];
+    assert_eq!(d["complete"], true, "{r}");
+    assert_eq!(d["submits_refused_or_late"], 0, "{r}");
+    // Every event a follower's client read, an owner's client read too.
+    assert_eq!(d["follower_events_unseen_at_owner"], 0, "{r}");
+    assert!(d["follower_minus_owner_ms"]["p99"].is_number(), "{r}");
+    assert_eq!(
+        d["follower_client_deliveries"], d["owner_client_deliveries"],
+        "one client on each node, so both read every event: {r}"
+    );
+    let f = &r["failover"];
+    assert_eq!(f["kills"], 2, "{r}");
+    assert!(f["node_lost_s"]["max"].is_number(), "{r}");
+}

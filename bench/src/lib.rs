@@ -17,6 +17,7 @@
 //! errors are only ever printed.
 #![forbid(unsafe_code)]
 
+mod cluster;
 mod fanout;
 mod harness;
 mod idle;
@@ -53,6 +54,9 @@ enum Scenario {
     /// A server in its own process (tether or a baseline) under fanout,
     /// storm or idle load, for side-by-side comparisons.
     Load(load::LoadBench),
+    /// Two nodes on one PostgreSQL: failover after kill -9, cross-node
+    /// delivery latency and its CPU cost (issue 19).
+    Cluster(cluster::ClusterBench),
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
@@ -65,5 +69,6 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         Scenario::Storm(b) => storm::run(b),
         Scenario::Idle(b) => idle::run(b),
         Scenario::Load(b) => load::run(b),
+        Scenario::Cluster(b) => cluster::run(b),
     }
 }

@@ -19,19 +19,19 @@
 //! persistence) and `socketio` (bench/socketio: Socket.IO 4.8 with
 //! connection state recovery, rooms as sessions, nothing persisted).
 
-mod conn;
+pub(crate) mod conn;
 mod fanout;
 mod idle;
 mod limit;
-mod proc;
-mod publish;
+pub(crate) mod proc;
+pub(crate) mod publish;
 mod server;
 mod socketio;
 mod storm;
-mod tally;
+pub(crate) mod tally;
 mod target;
-mod tether;
-mod turns;
+pub(crate) mod tether;
+pub(crate) mod turns;
 
 use std::path::PathBuf;
 

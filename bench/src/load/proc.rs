@@ -74,7 +74,7 @@ fn stat_fields(pid: u32) -> Option<Vec<String>> {
 }
 
 /// Every live process below `pid` in the process tree.
-fn descendants(pid: u32) -> Vec<u32> {
+pub fn descendants(pid: u32) -> Vec<u32> {
     let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Some(p) = entry

@@ -218,7 +218,7 @@ fn harvest(tallies: &[Shared], sched: &Schedule, aim: u64, w: &Window) -> Value 
 /// Session (room) `k`'s driver: submits (tether) or publishes (the
 /// baselines) each of its turns at its intended time, answering the
 /// server meanwhile; the number of submits the server refused.
-async fn drive(
+pub async fn drive(
     kind: TargetKind,
     url: &str,
     room: &str,
