@@ -10,7 +10,8 @@
 //! 4. every accepted turn, and every turn with a stored `message.user`, has
 //!    exactly one `message.complete`;
 //! 5. a submit refused with an answer that says it did not run left no
-//!    `message.user` behind.
+//!    `message.user` behind; an accepted one left exactly one (every
+//!    prompt's text is unique, so a prompt run twice shows).
 
 #![allow(dead_code)]
 
@@ -172,6 +173,23 @@ pub fn check(
         }
     }
     let accepted = shared.accepted.lock().expect("accepted").clone();
+    for a in &accepted {
+        let users = prompts(stored, &a.session, &a.text);
+        if users.len() != 1 || users[0]["turn_id"] != a.turn.as_str() {
+            problems.push(format!(
+                "turn {} accepted through node {} has {} message.user in the store: {users:?}",
+                a.turn,
+                a.node,
+                users.len()
+            ));
+        }
+    }
+    for (session, text) in shared.unanswered.lock().expect("unanswered").iter() {
+        let users = prompts(stored, session, text);
+        if users.len() > 1 {
+            problems.push(format!("an unanswered submit ran twice: {users:?}"));
+        }
+    }
     turns.extend(accepted.iter().map(|a| a.turn.clone()));
     turns.sort();
     turns.dedup();
@@ -187,12 +205,7 @@ pub fn check(
         if !r.says_not_run() {
             continue;
         }
-        let ran = stored.get(&r.session).is_some_and(|s| {
-            s.events
-                .iter()
-                .any(|e| e["type"] == "message.user" && e["payload"]["text"] == r.text.as_str())
-        });
-        if ran {
+        if !prompts(stored, &r.session, &r.text).is_empty() {
             problems.push(format!(
                 "a submit refused with {} ({}) through node {} is in the store: {:?}",
                 r.code, r.message, r.node, r.text
@@ -202,4 +215,14 @@ pub fn check(
     problems.sort();
     problems.dedup();
     (problems, tally)
+}
+
+/// The stored `message.user`s of `session` with this text.
+fn prompts<'a>(stored: &'a BTreeMap<String, Stored>, session: &str, text: &str) -> Vec<&'a Value> {
+    stored.get(session).map_or_else(Vec::new, |s| {
+        s.events
+            .iter()
+            .filter(|e| e["type"] == "message.user" && e["payload"]["text"] == text)
+            .collect()
+    })
 }

@@ -65,6 +65,9 @@ pub struct Shared {
     pub stop: AtomicBool,
     pub accepted: Mutex<Vec<Accepted>>,
     pub refused: Mutex<Vec<Refusal>>,
+    /// `(session, text)` of submits whose answer never came (the connection
+    /// closed first): run once or not at all.
+    pub unanswered: Mutex<Vec<(String, String)>>,
     /// Seen by a client as it happened: a gap, a repeat that differed.
     pub violations: Mutex<Vec<String>>,
     /// Each client's turn still waiting for its `message.complete`, for the
@@ -229,7 +232,14 @@ async fn client(
                     }
                     // No answer: it may or may not have run; the store's
                     // `message.user` rows are checked either way.
-                    Err(None) => break,
+                    Err(None) => {
+                        shared
+                            .unanswered
+                            .lock()
+                            .expect("unanswered")
+                            .push((session.clone(), text));
+                        break;
+                    }
                 }
             }
             match ws.event(Duration::from_millis(200)).await {
