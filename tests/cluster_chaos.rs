@@ -145,14 +145,15 @@ async fn kill_9_of_nodes_and_hosts_loses_nothing() {
     let (problems, tally) = check::check(&stored, &shared, &seen);
     println!(
         "cluster chaos seed {seed}: {rounds} rounds, kills {kills:?}; {} submits, {} turns, \
-         {} stored events, {} events seen, {} reconnects, endings {:?}, refusals {:?}",
+         {} stored events, {} events seen, {} reconnects, endings {:?}, refusals {:?}, repeats of the known lagging-resume bug {}",
         shared.submits.load(Ordering::Relaxed),
         tally.turns,
         tally.stored_events,
         shared.events.load(Ordering::Relaxed),
         shared.reconnects.load(Ordering::Relaxed),
         tally.endings,
-        tally.refusals
+        tally.refusals,
+        shared.lagging_repeats.load(Ordering::Relaxed)
     );
     assert!(problems.is_empty(), "seed {seed}: {problems:#?}");
 

@@ -98,14 +98,15 @@ async fn finish(
     let (problems, tally) = check::check(&stored, &shared, &seen);
     println!(
         "seed {seed}: {} submits, {} turns, {} stored events, {} events seen, {} reconnects, \
-         endings {:?}, refusals {:?}",
+         endings {:?}, refusals {:?}, repeats of the known lagging-resume bug {}",
         shared.submits.load(Ordering::Relaxed),
         tally.turns,
         tally.stored_events,
         shared.events.load(Ordering::Relaxed),
         shared.reconnects.load(Ordering::Relaxed),
         tally.endings,
-        tally.refusals
+        tally.refusals,
+        shared.lagging_repeats.load(Ordering::Relaxed)
     );
     assert!(problems.is_empty(), "seed {seed}: {problems:#?}");
     tally

@@ -122,14 +122,15 @@ async fn restarting_postgres_under_load_loses_nothing_and_kills_no_node() {
     }
     println!(
         "seed {seed}: {} submits, {} turns, {} stored events, {} events seen, {} reconnects, \
-         endings {:?}, refusals {:?}",
+         endings {:?}, refusals {:?}, repeats of the known lagging-resume bug {}",
         shared.submits.load(Ordering::Relaxed),
         tally.turns,
         tally.stored_events,
         shared.events.load(Ordering::Relaxed),
         shared.reconnects.load(Ordering::Relaxed),
         tally.endings,
-        tally.refusals
+        tally.refusals,
+        shared.lagging_repeats.load(Ordering::Relaxed)
     );
     assert!(problems.is_empty(), "seed {seed}: {problems:#?}");
 }
