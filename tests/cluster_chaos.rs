@@ -127,7 +127,7 @@ async fn kill_9_of_nodes_and_hosts_loses_nothing() {
         }
     }
     // Clients wait for their last turn; one that never ends fails here.
-    let seen = load.finish(bound * 20, seed).await;
+    let seen = load.finish(bound * 20, seed, &cluster.nodes[0].url()).await;
 
     for (i, node) in cluster.nodes.iter().enumerate() {
         pids_seen.extend(host_pids(&node.url()).await);

@@ -82,7 +82,7 @@ async fn finish(
 ) -> check::Tally {
     let bound = cluster.failover_bound();
     let shared = load.shared.clone();
-    let seen = load.finish(bound * 10, seed).await;
+    let seen = load.finish(bound * 10, seed, &cluster.nodes[0].url()).await;
     for (i, node) in cluster.nodes.iter().enumerate() {
         let text = format!("after the faults, through node {i}");
         let done = load::one_turn(&node.url(), &ids[i % ids.len()], &text, bound * 3)

@@ -90,7 +90,7 @@ async fn restarting_postgres_under_load_loses_nothing_and_kills_no_node() {
         // Steady load for a couple of leases before the next fault.
         tokio::time::sleep(lease * 2).await;
     }
-    let seen = load.finish(bound * 10, seed).await;
+    let seen = load.finish(bound * 10, seed, &cluster.nodes[0].url()).await;
 
     // Every node serves a new turn (through a follower it is forwarded).
     for (i, node) in cluster.nodes.iter().enumerate() {

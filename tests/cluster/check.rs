@@ -15,7 +15,7 @@
 
 #![allow(dead_code)]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -172,9 +172,13 @@ pub fn check(
             }
         }
     }
+    let index = prompt_index(stored);
+    let prompts = |session: &str, text: &str| -> Vec<&Value> {
+        index.get(&(session, text)).cloned().unwrap_or_default()
+    };
     let accepted = shared.accepted.lock().expect("accepted").clone();
     for a in &accepted {
-        let users = prompts(stored, &a.session, &a.text);
+        let users = prompts(&a.session, &a.text);
         if users.len() != 1 || users[0]["turn_id"] != a.turn.as_str() {
             problems.push(format!(
                 "turn {} accepted through node {} has {} message.user in the store: {users:?}",
@@ -185,7 +189,7 @@ pub fn check(
         }
     }
     for (session, text) in shared.unanswered.lock().expect("unanswered").iter() {
-        let users = prompts(stored, session, text);
+        let users = prompts(session, text);
         if users.len() > 1 {
             problems.push(format!("an unanswered submit ran twice: {users:?}"));
         }
@@ -205,7 +209,7 @@ pub fn check(
         if !r.says_not_run() {
             continue;
         }
-        if !prompts(stored, &r.session, &r.text).is_empty() {
+        if !prompts(&r.session, &r.text).is_empty() {
             problems.push(format!(
                 "a submit refused with {} ({}) through node {} is in the store: {:?}",
                 r.code, r.message, r.node, r.text
@@ -217,12 +221,17 @@ pub fn check(
     (problems, tally)
 }
 
-/// The stored `message.user`s of `session` with this text.
-fn prompts<'a>(stored: &'a BTreeMap<String, Stored>, session: &str, text: &str) -> Vec<&'a Value> {
-    stored.get(session).map_or_else(Vec::new, |s| {
-        s.events
-            .iter()
-            .filter(|e| e["type"] == "message.user" && e["payload"]["text"] == text)
-            .collect()
-    })
+/// The stored `message.user`s by session and text (an index: a long run
+/// checks tens of thousands of prompts against as many events).
+fn prompt_index(stored: &BTreeMap<String, Stored>) -> HashMap<(&str, &str), Vec<&Value>> {
+    let mut index: HashMap<(&str, &str), Vec<&Value>> = HashMap::new();
+    for (id, s) in stored {
+        for e in &s.events {
+            if e["type"] == "message.user" {
+                let text = e["payload"]["text"].as_str().unwrap_or_default();
+                index.entry((id.as_str(), text)).or_default().push(e);
+            }
+        }
+    }
+    index
 }

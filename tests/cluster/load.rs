@@ -76,6 +76,8 @@ pub struct Shared {
     pub reconnects: AtomicU64,
     pub submits: AtomicU64,
     pub events: AtomicU64,
+    /// What each client is doing (for the message of a stuck run).
+    pub phase: Mutex<BTreeMap<String, String>>,
     /// Repeats of the known lagging-resume bug ([`TOLERATE_LAGGING_RESUME`]).
     pub lagging_repeats: AtomicU64,
 }
@@ -125,8 +127,9 @@ impl Load {
 
     /// Stops submitting, lets every client's last turn end, and returns
     /// what each saw. A client that does not finish within `bound` fails
-    /// the test, naming the turns still waiting (a stuck turn).
-    pub async fn finish(self, bound: Duration, seed: u64) -> Vec<Seen> {
+    /// the test, naming the turns still waiting (a stuck turn) with what
+    /// the node at `url` holds of them.
+    pub async fn finish(self, bound: Duration, seed: u64, url: &str) -> Vec<Seen> {
         self.shared.stop.store(true, Ordering::Relaxed);
         let deadline = tokio::time::Instant::now() + bound;
         let mut seen = Vec::new();
@@ -135,15 +138,60 @@ impl Load {
             match tokio::time::timeout(left, task).await {
                 Ok(Ok(s)) => seen.push(s),
                 Ok(Err(e)) => panic!("seed {seed}: client {name} panicked: {e}"),
-                Err(_) => panic!(
-                    "seed {seed}: clients did not finish within {bound:?}; turns still without \
-                     their message.complete: {:?}",
-                    self.shared.in_flight.lock().expect("in_flight")
-                ),
+                Err(_) => {
+                    let stuck = self.shared.in_flight.lock().expect("in_flight").clone();
+                    let mut why = String::new();
+                    for (client, turn) in &stuck {
+                        why += &explain(&self.shared, url, client, turn).await;
+                    }
+                    panic!(
+                        "seed {seed}: clients did not finish within {bound:?}; turns still \
+                         without their message.complete: {stuck:?}\n{why}"
+                    )
+                }
             }
         }
         seen
     }
+}
+
+/// What the client was doing and what the store holds of a stuck turn.
+async fn explain(shared: &Shared, url: &str, client: &str, turn: &str) -> String {
+    let phase = shared.phase.lock().expect("phase").get(client).cloned();
+    let accepted = shared
+        .accepted
+        .lock()
+        .expect("accepted")
+        .iter()
+        .find(|a| a.turn == turn)
+        .cloned();
+    let mut out = format!("{client} ({phase:?}): turn {turn} accepted as {accepted:?}\n");
+    let Some(a) = accepted else {
+        return out;
+    };
+    let Some(mut ws) = Ws::connect(url).await else {
+        return out + "  (no node to read from)\n";
+    };
+    let r = ws
+        .call(
+            "session.resume",
+            json!({"session_id": a.session, "attach": false, "omit_messages": true}),
+        )
+        .await;
+    out += &format!("  the session now: {r:?}\n");
+    let latest = r
+        .as_ref()
+        .ok()
+        .and_then(|r| r["latest_seq"].as_u64())
+        .unwrap_or(0);
+    let tail = ws
+        .call(
+            "session.events.since",
+            json!({"session_id": a.session, "last_seen": latest.saturating_sub(12)}),
+        )
+        .await;
+    out += &format!("  its last events: {tail:?}\n");
+    out
 }
 
 /// One client: see the module doc.
@@ -168,12 +216,21 @@ async fn client(
             let node = (home + detour) % urls.len();
             (node, urls[node].clone())
         };
+        let phase = |what: String| {
+            shared
+                .phase
+                .lock()
+                .expect("phase")
+                .insert(name.clone(), what);
+        };
+        phase(format!("connecting to node {node}"));
         let Some(mut ws) = Ws::connect(&url).await else {
             detour += 1;
             tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         };
         let watermark = events.last().map_or(0, seq_of);
+        phase(format!("resuming through node {node} from {watermark}"));
         let resumed = ws
             .call(
                 "session.resume",
@@ -188,6 +245,13 @@ async fn client(
             continue;
         };
         detour = 0;
+        phase(format!(
+            "attached through node {node} from {watermark}: latest_seq {}, {} replayed, \
+             session {}",
+            r["latest_seq"],
+            r["events"].as_array().map_or(0, Vec::len),
+            r["session"]["status"]
+        ));
         let replay = Via {
             how: format!("in a resume's replay through node {node}"),
             behind: None,
