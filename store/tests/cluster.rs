@@ -797,6 +797,14 @@ async fn a_forwarded_request_is_accepted_with_its_first_write_and_answered() {
     // Too late to withdraw: it runs.
     assert!(!b.withdraw_forward(&id).await.expect("withdraw"));
     assert!(a.pending_forwards(&s).await.expect("pending").is_empty());
+    // Only the owner answers what it accepted: a node that owned the session before (here
+    // one that never did) must not replace it with an answer of its own.
+    assert!(!b
+        .answer_forward(&id, r#"{"error":{"code":5072,"message":"stale"}}"#)
+        .await
+        .expect("answer"));
+    let row = b.forward_state(&id).await.expect("state").expect("row");
+    assert_eq!(row.state, ForwardState::Accepted);
 
     assert!(a
         .answer_forward(&id, r#"{"accepted":true}"#)

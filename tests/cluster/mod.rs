@@ -47,10 +47,17 @@ impl TestCluster {
         let Some(Backend::Postgres(server)) = Backend::postgres() else {
             return None;
         };
+        Some(TestCluster::start_on(&server, n, lease_ms, extra))
+    }
+
+    /// As [`TestCluster::start_with`], on a fresh database of the server at
+    /// `server` (a test's own `PgServer`, which it may stop and restart;
+    /// it must outlive the cluster).
+    pub fn start_on(server: &str, n: usize, lease_ms: u64, extra: &[&str]) -> TestCluster {
         // A test that failed while holding it leaves the lock poisoned; the
         // next cluster is as good.
         let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-        let db = TestDatabase::create_blocking(&server);
+        let db = TestDatabase::create_blocking(server);
         let mut cluster = TestCluster {
             nodes: Vec::with_capacity(n),
             dirs: Vec::with_capacity(n),
@@ -70,7 +77,7 @@ impl TestCluster {
             cluster.dirs.push(dir);
             cluster.nodes.push(node);
         }
-        Some(cluster)
+        cluster
     }
 
     /// The flags every node of this cluster runs with.

@@ -257,9 +257,14 @@ fn answer_after<T: Serialize + Send + 'static>(
 ) {
     let me = myself.clone();
     tokio::spawn(async move {
-        let result = reply
-            .await
-            .unwrap_or_else(|_| Err(RpcError::internal("the session stopped")));
+        // Its reply dropped: the session stopped before answering. Retryable,
+        // and said so truthfully (it may have written its first write).
+        let result = reply.await.unwrap_or_else(|_| {
+            Err(RpcError::new(
+                tether_protocol::codes::STORAGE_UNAVAILABLE,
+                "the session's owner stopped before answering; read the session to see whether the request ran",
+            ))
+        });
         let _ = me
             .call(|reply| SessionMsg::Flush { reply }, Some(SETTLE_WAIT))
             .await;

@@ -221,21 +221,48 @@ pub(crate) async fn accept(pool: &PgPool, id: &ForwardId) -> Result<bool, Cluste
 }
 
 /// The owner's answer: `accepted → answered`, or `pending → answered` for a request the owner
-/// answered without writing anything (refused by its checks). `false` if it was neither.
+/// answered without writing anything (refused by its checks). `false` if it was neither, or if
+/// it was accepted and `me` no longer owns the session.
+///
+/// Why the ownership check: a request accepted by one node may be answered by another that
+/// owned the session before. An owner paused while its write of the request was in flight (its
+/// transaction ended by the server) loses the session; the new owner finds the forward still
+/// pending, accepts and runs it; the old owner, resumed, sees its own write fail and answers the
+/// forward with that error (5072). Without the check that answer replaced the state the new
+/// owner had accepted, and the client was told "storage unavailable" for a prompt that ran
+/// (found by `tests/cluster_load.rs`). A `pending` forward is answered truthfully by anyone
+/// (nobody ran it, and once answered nobody can), so only `accepted` needs the owner.
+///
+/// One transaction, the ownership row share-locked first: a claim (which locks it for update)
+/// cannot move it between the check and the answer, and the writer's acceptance (which locks it
+/// too) is ordered before or after the whole answer, never inside it.
 pub(crate) async fn answer(
     pool: &PgPool,
+    me: &NodeId,
     id: &ForwardId,
     answer: &str,
 ) -> Result<bool, ClusterError> {
+    let mut tx = pool.begin().await.map_err(map_sqlx)?;
+    let owner: Option<Option<String>> = sqlx::query_scalar(
+        "SELECT o.node_id FROM forwards f JOIN session_owners o ON o.session_id = f.session_id \
+         WHERE f.id = $1 FOR SHARE OF o",
+    )
+    .bind(id.as_str())
+    .fetch_optional(&mut *tx)
+    .await
+    .map_err(map_sqlx)?;
+    let owns = owner.flatten().as_deref() == Some(me.as_str());
     let done = sqlx::query(
         "UPDATE forwards SET state = 'answered', answer = $2 \
-         WHERE id = $1 AND state IN ('pending', 'accepted')",
+         WHERE id = $1 AND (state = 'pending' OR (state = 'accepted' AND $3))",
     )
     .bind(id.as_str())
     .bind(answer)
-    .execute(pool)
+    .bind(owns)
+    .execute(&mut *tx)
     .await
     .map_err(map_sqlx)?;
+    tx.commit().await.map_err(map_sqlx)?;
     Ok(done.rows_affected() == 1)
 }
 

@@ -393,9 +393,10 @@ impl Cluster {
     }
 
     /// Owner: the answer to forward `id` (JSON text), for its forwarder. `false` when the
-    /// forward was neither pending nor accepted.
+    /// forward was neither pending nor accepted, or was accepted while this node no longer owns
+    /// the session (the node that accepted it answers).
     pub async fn answer_forward(&self, id: &ForwardId, answer: &str) -> Result<bool, ClusterError> {
-        forwards::answer(&self.inner.pool, id, answer).await
+        forwards::answer(&self.inner.pool, &self.inner.node, id, answer).await
     }
 
     /// Forwarder: gives up on forward `id` if nobody accepted it yet. `true`: it never runs.

@@ -1,0 +1,170 @@
+//! Issue 19, test 6: process chaos across a cluster, in the style of
+//! `tests/chaos_process.rs`. Three nodes on one PostgreSQL under the steady
+//! load of `cluster/load.rs` (a client per session on every node, prompts
+//! through every node) while the test `kill -9`s, at random, a whole node
+//! (started again on its data dir a moment later, under a new node id) or
+//! one compute host of a node. Then `cluster/check.rs`'s invariants: per
+//! session seqs gap-free and never given twice, every accepted turn one
+//! `message.complete`, every event a client saw stored identically, the
+//! fence never decreasing along seq; a new turn works through every node;
+//! no host outlives its node.
+//!
+//! `TETHER_CHAOS_SEED` (printed) replays a schedule; the run lasts
+//! `TETHER_CHAOS_SECS` (default 20), or `TETHER_CHAOS_ROUNDS` faults when
+//! that is set. The long run is recorded in docs/RELIABILITY.md.
+
+mod chaos;
+#[path = "cluster/check.rs"]
+mod check;
+mod common;
+#[allow(dead_code)]
+#[path = "cluster/mod.rs"]
+mod harness;
+#[path = "cluster/load.rs"]
+mod load;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use chaos::ws::Ws;
+use chaos::Rng;
+use harness::TestCluster;
+use serde_json::{json, Value};
+
+const LEASE_MS: u64 = 1000;
+const NODES: usize = 3;
+const SESSIONS: usize = 4;
+
+fn host_command() -> String {
+    format!(
+        "{} host --engine echo --delay-ms 3",
+        env!("CARGO_BIN_EXE_tether")
+    )
+}
+
+/// When the monkey stops: after so many faults, or at a time.
+enum Until {
+    Rounds(u64),
+    Time(tokio::time::Instant),
+}
+
+fn until() -> Until {
+    match std::env::var("TETHER_CHAOS_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+    {
+        Some(rounds) => Until::Rounds(rounds),
+        None => Until::Time(tokio::time::Instant::now() + chaos::duration(20)),
+    }
+}
+
+/// The host pids node `url` reports (none if it cannot answer now).
+async fn host_pids(url: &str) -> Vec<u32> {
+    let Some(mut ws) = Ws::connect(url).await else {
+        return Vec::new();
+    };
+    let Ok(stats) = ws.call("session.events.stats", json!({})).await else {
+        return Vec::new();
+    };
+    stats["hosts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|h: &Value| h["pid"].as_u64().map(|p| p as u32))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_of_nodes_and_hosts_loses_nothing() {
+    let Some(server) = tether_store::testing::postgres_server() else {
+        return;
+    };
+    let host = host_command();
+    let mut cluster = TestCluster::start_on(
+        &server,
+        NODES,
+        LEASE_MS,
+        &["--host-command", &host, "--host-restarts", "1000"],
+    );
+    let bound = cluster.failover_bound();
+    let seed = chaos::seed();
+    println!("cluster chaos seed {seed}");
+    let mut rng = Rng::new(seed);
+    let urls = load::urls(&cluster.nodes);
+    let ids = load::sessions(&urls, SESSIONS).await;
+    let load = load::Load::start(&urls, &ids, &mut rng);
+    let shared = load.shared.clone();
+
+    let stop = until();
+    let mut kills: BTreeMap<&str, u32> = BTreeMap::new();
+    let mut pids_seen = BTreeSet::new();
+    let mut rounds = 0u64;
+    loop {
+        match stop {
+            Until::Rounds(n) if rounds >= n => break,
+            Until::Time(t) if tokio::time::Instant::now() >= t => break,
+            _ => {}
+        }
+        rounds += 1;
+        tokio::time::sleep(Duration::from_millis(500 + rng.below(1000))).await;
+        let victim = rng.below(NODES as u64) as usize;
+        let pids = host_pids(&cluster.nodes[victim].url()).await;
+        pids_seen.extend(pids.iter().copied());
+        if rng.below(3) == 0 {
+            // The whole node: its sessions move after the lease; it comes
+            // back (a new node id) after up to two leases.
+            cluster.nodes[victim].kill();
+            tokio::time::sleep(Duration::from_millis(rng.below(2 * LEASE_MS))).await;
+            cluster.nodes[victim].restart();
+            urls.lock().expect("urls")[victim] = cluster.nodes[victim].url();
+            *kills.entry("node").or_default() += 1;
+        } else if let Some(pid) = pids.get(rng.below(pids.len() as u64 + 1) as usize) {
+            let _ = std::process::Command::new("kill")
+                .args(["-9", &pid.to_string()])
+                .status();
+            *kills.entry("host").or_default() += 1;
+        }
+    }
+    // Clients wait for their last turn; one that never ends fails here.
+    let seen = load.finish(bound * 20, seed, &cluster.nodes[0].url()).await;
+
+    for (i, node) in cluster.nodes.iter().enumerate() {
+        pids_seen.extend(host_pids(&node.url()).await);
+        let text = format!("after the chaos, through node {i}");
+        let done = load::one_turn(&node.url(), &ids[i % ids.len()], &text, bound * 3)
+            .await
+            .unwrap_or_else(|e| panic!("seed {seed}: node {i} serves no turn: {e}"));
+        assert_eq!(done["text"], text.as_str(), "seed {seed}: {done}");
+    }
+    let mut stored = BTreeMap::new();
+    for id in &ids {
+        let s = check::stored(&cluster.nodes[0].url(), cluster.database_url(), id, bound).await;
+        stored.insert(id.clone(), s);
+    }
+    let (problems, tally) = check::check(&stored, &shared, &seen);
+    println!(
+        "cluster chaos seed {seed}: {rounds} rounds, kills {kills:?}; {} submits, {} turns, \
+         {} stored events, {} events seen, {} reconnects, endings {:?}, refusals {:?}",
+        shared.submits.load(Ordering::Relaxed),
+        tally.turns,
+        tally.stored_events,
+        shared.events.load(Ordering::Relaxed),
+        shared.reconnects.load(Ordering::Relaxed),
+        tally.endings,
+        tally.refusals
+    );
+    assert!(problems.is_empty(), "seed {seed}: {problems:#?}");
+
+    // No compute host outlives its node (a killed node's hosts exit on
+    // their stdin's end, or are killed by its successor).
+    for node in &mut cluster.nodes {
+        assert_eq!(
+            node.terminate(),
+            Some(0),
+            "seed {seed}: a node's clean stop"
+        );
+    }
+    let pids: Vec<u32> = pids_seen.into_iter().collect();
+    chaos::wait_gone(&pids, &format!("seed {seed}: hosts left running")).await;
+}

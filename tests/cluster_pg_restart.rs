@@ -1,0 +1,135 @@
+//! Issue 19, test 4: the PostgreSQL server restarted under load, with
+//! three nodes on it. A PostgreSQL outage is not a node death (DESIGN.md
+//! "Several gateways on one PostgreSQL"): once the server is back every
+//! node reconnects by itself and keeps its sessions, no turn ends
+//! `node_lost`, nothing acknowledged is lost, and a submit refused during
+//! the outage was refused with a retryable error and left nothing behind.
+//!
+//! The server is one of the test's own (`PgServer`), so it can be stopped:
+//! once for a little less than the lease, once for longer than it (every
+//! node's heartbeat is then older than the lease when the server returns,
+//! and none may take another's sessions for that).
+//!
+//! Without PostgreSQL's binaries this skips with one loud line; with
+//! `TETHER_REQUIRE_POSTGRES=1` it fails instead.
+
+mod chaos;
+#[path = "cluster/check.rs"]
+mod check;
+mod common;
+#[allow(dead_code)]
+#[path = "cluster/mod.rs"]
+mod harness;
+#[path = "cluster/load.rs"]
+mod load;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use harness::TestCluster;
+use tether_store::testing::PgServer;
+
+/// Longer than `tests/cluster.rs`'s: no node may look dead to another while
+/// the server is up, on a loaded 2-core machine.
+const LEASE_MS: u64 = 1500;
+const SESSIONS: usize = 3;
+
+fn host_command() -> String {
+    format!(
+        "{} host --engine echo --delay-ms 3",
+        env!("CARGO_BIN_EXE_tether")
+    )
+}
+
+/// Waits until `more` turns beyond `from` were accepted, within `bound`:
+/// the load makes progress (after the server came back: every node
+/// reconnected far enough to take prompts).
+async fn progress(shared: &load::Shared, from: usize, more: usize, bound: Duration, what: &str) {
+    let deadline = tokio::time::Instant::now() + bound;
+    loop {
+        let n = shared.accepted.lock().expect("accepted").len();
+        if n >= from + more {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: only {} turns accepted within {bound:?} (wanted {more})",
+            n - from
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restarting_postgres_under_load_loses_nothing_and_kills_no_node() {
+    let Some(pg) = PgServer::start() else {
+        return;
+    };
+    let host = host_command();
+    let cluster = TestCluster::start_on(&pg.url(), 3, LEASE_MS, &["--host-command", &host]);
+    let lease = cluster.lease();
+    let bound = cluster.failover_bound();
+    let seed = chaos::seed();
+    let mut rng = chaos::Rng::new(seed);
+    let urls = load::urls(&cluster.nodes);
+    let ids = load::sessions(&urls, SESSIONS).await;
+    let load = load::Load::start(&urls, &ids, &mut rng);
+    let shared = load.shared.clone();
+    progress(&shared, 0, 10, bound, "before any outage").await;
+
+    // A little less than the lease, then longer than it.
+    for down in [lease * 7 / 10, lease * 5 / 2] {
+        let before = shared.accepted.lock().expect("accepted").len();
+        pg.stop();
+        tokio::time::sleep(down).await;
+        pg.start_again();
+        println!("PostgreSQL was down for {down:?}");
+        let what = format!("after an outage of {down:?}");
+        progress(&shared, before, 10, bound * 3, &what).await;
+        // Steady load for a couple of leases before the next fault.
+        tokio::time::sleep(lease * 2).await;
+    }
+    let seen = load.finish(bound * 10, seed, &cluster.nodes[0].url()).await;
+
+    // Every node serves a new turn (through a follower it is forwarded).
+    for (i, node) in cluster.nodes.iter().enumerate() {
+        let text = format!("after the outages, through node {i}");
+        let done = load::one_turn(&node.url(), &ids[i % ids.len()], &text, bound * 3)
+            .await
+            .unwrap_or_else(|e| panic!("node {i} does not serve turns after the outages: {e}"));
+        assert_eq!(done["text"], text.as_str(), "{done}");
+    }
+
+    let mut stored = BTreeMap::new();
+    for id in &ids {
+        let s = check::stored(&cluster.nodes[0].url(), cluster.database_url(), id, bound).await;
+        stored.insert(id.clone(), s);
+    }
+    let (mut problems, tally) = check::check(&stored, &shared, &seen);
+    // No node died: no turn may end as if one had.
+    if let Some(n) = tally.endings.get("node_lost") {
+        problems.push(format!("{n} turns ended node_lost, but no node died"));
+    }
+    // Refused during the outage: clear and retryable (PROTOCOL.md 1.6).
+    for r in shared.refused.lock().expect("refused").iter() {
+        if r.code != 5072 {
+            problems.push(format!(
+                "a submit through node {} was refused with {} ({}), not 5072",
+                r.node, r.code, r.message
+            ));
+        }
+    }
+    println!(
+        "seed {seed}: {} submits, {} turns, {} stored events, {} events seen, {} reconnects, \
+         endings {:?}, refusals {:?}",
+        shared.submits.load(Ordering::Relaxed),
+        tally.turns,
+        tally.stored_events,
+        shared.events.load(Ordering::Relaxed),
+        shared.reconnects.load(Ordering::Relaxed),
+        tally.endings,
+        tally.refusals
+    );
+    assert!(problems.is_empty(), "seed {seed}: {problems:#?}");
+}
