@@ -17,7 +17,6 @@ mod chaos;
 #[path = "cluster/check.rs"]
 mod check;
 mod common;
-#[allow(dead_code)]
 #[path = "cluster/mod.rs"]
 mod harness;
 #[path = "cluster/load.rs"]
