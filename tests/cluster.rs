@@ -194,7 +194,10 @@ async fn a_parked_session_is_released_for_any_node() {
     assert_eq!(common::complete(&done)["text"], "parked soon");
     a.close().await;
 
-    // Refused (5072, owned by a live node) until node 0 parks it.
+    // Through node 1 as soon as it is asked: as a follower while node 0
+    // still owns it (its park's patch may be committed already, its release
+    // not yet: idle all the same, since a client is attached now), then as
+    // its owner once node 0 released it.
     let bound = std::time::Duration::from_secs(10);
     let mut b = cluster.nodes[1].client().await;
     let resumed = resume_from(&mut b, &id, 0, bound).await;

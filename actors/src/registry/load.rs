@@ -208,9 +208,17 @@ impl RegistryState {
                 claimed,
             })) => {
                 let following = matches!(claimed, Some(crate::node::Claimed::Follower { .. }));
-                if row.status == SessionStatus::Parked && !following {
-                    // Live again: say so in the store too (listings read it).
+                let was_parked = row.status == SessionStatus::Parked;
+                if was_parked {
+                    // Live again. A follower found its owner parking it (the
+                    // release follows the park's patch): live here all the
+                    // same.
                     row.status = SessionStatus::Idle;
+                }
+                // Say so in the store too (listings read it); only an owner
+                // writes (a follower that takes a parked session over
+                // patches it then, `follow.rs`).
+                if was_parked && !following {
                     if let Some(writer) = self.ctx.writer() {
                         let _ = writer.cast(crate::store_writer::StoreWriterMsg::Patch {
                             session_id: row.id.clone(),
