@@ -23,7 +23,6 @@ mod harness;
 mod load;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use chaos::ws::Ws;
@@ -128,30 +127,14 @@ async fn kill_9_of_nodes_and_hosts_loses_nothing() {
     // Clients wait for their last turn; one that never ends fails here.
     let seen = load.finish(bound * 20, seed, &cluster.nodes[0].url()).await;
 
-    for (i, node) in cluster.nodes.iter().enumerate() {
+    for node in &cluster.nodes {
         pids_seen.extend(host_pids(&node.url()).await);
-        let text = format!("after the chaos, through node {i}");
-        let done = load::one_turn(&node.url(), &ids[i % ids.len()], &text, bound * 3)
-            .await
-            .unwrap_or_else(|e| panic!("seed {seed}: node {i} serves no turn: {e}"));
-        assert_eq!(done["text"], text.as_str(), "seed {seed}: {done}");
     }
-    let mut stored = BTreeMap::new();
-    for id in &ids {
-        let s = check::stored(&cluster.nodes[0].url(), cluster.database_url(), id, bound).await;
-        stored.insert(id.clone(), s);
-    }
-    let (problems, tally) = check::check(&stored, &shared, &seen);
+    load::a_turn_through_each(&cluster, &ids, "the chaos", seed).await;
+    let (problems, tally) = check::check_sessions(&cluster, &ids, &shared, &seen).await;
     println!(
-        "cluster chaos seed {seed}: {rounds} rounds, kills {kills:?}; {} submits, {} turns, \
-         {} stored events, {} events seen, {} reconnects, endings {:?}, refusals {:?}",
-        shared.submits.load(Ordering::Relaxed),
-        tally.turns,
-        tally.stored_events,
-        shared.events.load(Ordering::Relaxed),
-        shared.reconnects.load(Ordering::Relaxed),
-        tally.endings,
-        tally.refusals
+        "cluster chaos seed {seed}: {rounds} rounds, kills {kills:?}; {}",
+        check::summary(&shared, &tally)
     );
     assert!(problems.is_empty(), "seed {seed}: {problems:#?}");
 

@@ -25,8 +25,6 @@ mod harness;
 #[path = "cluster/load.rs"]
 mod load;
 
-use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use harness::TestCluster;
@@ -82,30 +80,9 @@ async fn finish(
     let bound = cluster.failover_bound();
     let shared = load.shared.clone();
     let seen = load.finish(bound * 10, seed, &cluster.nodes[0].url()).await;
-    for (i, node) in cluster.nodes.iter().enumerate() {
-        let text = format!("after the faults, through node {i}");
-        let done = load::one_turn(&node.url(), &ids[i % ids.len()], &text, bound * 3)
-            .await
-            .unwrap_or_else(|e| panic!("seed {seed}: node {i} serves no turn: {e}"));
-        assert_eq!(done["text"], text.as_str(), "{done}");
-    }
-    let mut stored = BTreeMap::new();
-    for id in ids {
-        let s = check::stored(&cluster.nodes[0].url(), cluster.database_url(), id, bound).await;
-        stored.insert(id.clone(), s);
-    }
-    let (problems, tally) = check::check(&stored, &shared, &seen);
-    println!(
-        "seed {seed}: {} submits, {} turns, {} stored events, {} events seen, {} reconnects, \
-         endings {:?}, refusals {:?}",
-        shared.submits.load(Ordering::Relaxed),
-        tally.turns,
-        tally.stored_events,
-        shared.events.load(Ordering::Relaxed),
-        shared.reconnects.load(Ordering::Relaxed),
-        tally.endings,
-        tally.refusals
-    );
+    load::a_turn_through_each(cluster, ids, "the faults", seed).await;
+    let (problems, tally) = check::check_sessions(cluster, ids, &shared, &seen).await;
+    println!("seed {seed}: {}", check::summary(&shared, &tally));
     assert!(problems.is_empty(), "seed {seed}: {problems:#?}");
     tally
 }

@@ -22,8 +22,6 @@ mod harness;
 #[path = "cluster/load.rs"]
 mod load;
 
-use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use harness::TestCluster;
@@ -92,20 +90,8 @@ async fn restarting_postgres_under_load_loses_nothing_and_kills_no_node() {
     let seen = load.finish(bound * 10, seed, &cluster.nodes[0].url()).await;
 
     // Every node serves a new turn (through a follower it is forwarded).
-    for (i, node) in cluster.nodes.iter().enumerate() {
-        let text = format!("after the outages, through node {i}");
-        let done = load::one_turn(&node.url(), &ids[i % ids.len()], &text, bound * 3)
-            .await
-            .unwrap_or_else(|e| panic!("node {i} does not serve turns after the outages: {e}"));
-        assert_eq!(done["text"], text.as_str(), "{done}");
-    }
-
-    let mut stored = BTreeMap::new();
-    for id in &ids {
-        let s = check::stored(&cluster.nodes[0].url(), cluster.database_url(), id, bound).await;
-        stored.insert(id.clone(), s);
-    }
-    let (mut problems, tally) = check::check(&stored, &shared, &seen);
+    load::a_turn_through_each(&cluster, &ids, "the outages", seed).await;
+    let (mut problems, tally) = check::check_sessions(&cluster, &ids, &shared, &seen).await;
     // No node died: no turn may end as if one had.
     if let Some(n) = tally.endings.get("node_lost") {
         problems.push(format!("{n} turns ended node_lost, but no node died"));
@@ -119,16 +105,6 @@ async fn restarting_postgres_under_load_loses_nothing_and_kills_no_node() {
             ));
         }
     }
-    println!(
-        "seed {seed}: {} submits, {} turns, {} stored events, {} events seen, {} reconnects, \
-         endings {:?}, refusals {:?}",
-        shared.submits.load(Ordering::Relaxed),
-        tally.turns,
-        tally.stored_events,
-        shared.events.load(Ordering::Relaxed),
-        shared.reconnects.load(Ordering::Relaxed),
-        tally.endings,
-        tally.refusals
-    );
+    println!("seed {seed}: {}", check::summary(&shared, &tally));
     assert!(problems.is_empty(), "seed {seed}: {problems:#?}");
 }

@@ -21,6 +21,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::chaos::ws::Ws;
+use crate::harness::TestCluster;
 use crate::load::{Seen, Shared};
 
 /// What the store holds of one session.
@@ -234,4 +235,37 @@ fn prompt_index(stored: &BTreeMap<String, Stored>) -> HashMap<(&str, &str), Vec<
         }
     }
     index
+}
+
+/// Every session of the run as the store holds it (read through node 0),
+/// judged by [`check`]: the problems found and the tally.
+pub async fn check_sessions(
+    cluster: &TestCluster,
+    ids: &[String],
+    shared: &Shared,
+    seen: &[Seen],
+) -> (Vec<String>, Tally) {
+    let bound = cluster.failover_bound();
+    let mut stored = BTreeMap::new();
+    for id in ids {
+        let s = self::stored(&cluster.nodes[0].url(), cluster.database_url(), id, bound).await;
+        stored.insert(id.clone(), s);
+    }
+    check(&stored, shared, seen)
+}
+
+/// What a run did, on one line.
+pub fn summary(shared: &Shared, tally: &Tally) -> String {
+    use std::sync::atomic::Ordering;
+    format!(
+        "{} submits, {} turns, {} stored events, {} events seen, {} reconnects, \
+         endings {:?}, refusals {:?}",
+        shared.submits.load(Ordering::Relaxed),
+        tally.turns,
+        tally.stored_events,
+        shared.events.load(Ordering::Relaxed),
+        shared.reconnects.load(Ordering::Relaxed),
+        tally.endings,
+        tally.refusals
+    )
 }
