@@ -34,13 +34,6 @@ const LEASE_MS: u64 = 1000;
 const NODES: usize = 3;
 const SESSIONS: usize = 4;
 
-fn host_command() -> String {
-    format!(
-        "{} host --engine echo --delay-ms 3",
-        env!("CARGO_BIN_EXE_tether")
-    )
-}
-
 /// When the monkey stops: after so many faults, or at a time.
 enum Until {
     Rounds(u64),
@@ -78,7 +71,7 @@ async fn kill_9_of_nodes_and_hosts_loses_nothing() {
     let Some(server) = tether_store::testing::postgres_server() else {
         return;
     };
-    let host = host_command();
+    let host = load::host_command();
     let mut cluster = TestCluster::start_on(
         &server,
         NODES,

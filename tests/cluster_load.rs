@@ -32,16 +32,9 @@ use harness::TestCluster;
 const LEASE_MS: u64 = 1000;
 const SESSIONS: usize = 3;
 
-fn host_command() -> String {
-    format!(
-        "{} host --engine echo --delay-ms 3",
-        env!("CARGO_BIN_EXE_tether")
-    )
-}
-
 fn start() -> Option<TestCluster> {
     let server = tether_store::testing::postgres_server()?;
-    let host = host_command();
+    let host = load::host_command();
     Some(TestCluster::start_on(
         &server,
         3,
@@ -162,11 +155,7 @@ async fn a_paused_owner_under_load_writes_nothing_after_the_takeover() {
     };
     let lease = cluster.lease();
     let bound = cluster.failover_bound();
-    let seed = chaos::seed();
-    let mut rng = chaos::Rng::new(seed);
-    let urls = load::urls(&cluster.nodes);
-    let ids = load::sessions(&urls, SESSIONS).await;
-    let load = load::Load::start(&urls, &ids, &mut rng);
+    let (seed, _, ids, load) = load::start_on(&cluster, SESSIONS).await;
     let shared = load.shared.clone();
     progress(&shared, 10, bound, "before the pauses").await;
 
@@ -213,11 +202,7 @@ async fn a_rolling_restart_under_load_loses_and_duplicates_nothing() {
     };
     let lease = cluster.lease();
     let bound = cluster.failover_bound();
-    let seed = chaos::seed();
-    let mut rng = chaos::Rng::new(seed);
-    let urls = load::urls(&cluster.nodes);
-    let ids = load::sessions(&urls, SESSIONS).await;
-    let load = load::Load::start(&urls, &ids, &mut rng);
+    let (seed, urls, ids, load) = load::start_on(&cluster, SESSIONS).await;
     let shared = load.shared.clone();
     progress(&shared, 10, bound, "before the restarts").await;
 

@@ -32,13 +32,6 @@ use tether_store::testing::PgServer;
 const LEASE_MS: u64 = 1500;
 const SESSIONS: usize = 3;
 
-fn host_command() -> String {
-    format!(
-        "{} host --engine echo --delay-ms 3",
-        env!("CARGO_BIN_EXE_tether")
-    )
-}
-
 /// Waits until `more` turns beyond `from` were accepted, within `bound`:
 /// the load makes progress (after the server came back: every node
 /// reconnected far enough to take prompts).
@@ -63,7 +56,7 @@ async fn restarting_postgres_under_load_loses_nothing_and_kills_no_node() {
     let Some(pg) = PgServer::start() else {
         return;
     };
-    let host = host_command();
+    let host = load::host_command();
     let cluster = TestCluster::start_on(&pg.url(), 3, LEASE_MS, &["--host-command", &host]);
     let lease = cluster.lease();
     let bound = cluster.failover_bound();

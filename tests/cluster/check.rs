@@ -89,21 +89,7 @@ async fn read_all(node_url: &str, session: &str) -> Result<Vec<Value>, String> {
     }
 }
 
-/// `(seq, fence)` of every stored event of `session`, in seq order.
-pub async fn fences(db_url: &str, session: &str) -> Vec<(i64, i64)> {
-    use sqlx::Connection;
-    let mut db = sqlx::PgConnection::connect(db_url)
-        .await
-        .expect("connect to the cluster's database");
-    let rows: Vec<(i64, i64)> =
-        sqlx::query_as("SELECT seq, fence FROM events WHERE session_id = $1 ORDER BY seq")
-            .bind(session)
-            .fetch_all(&mut db)
-            .await
-            .expect("read fences");
-    let _ = db.close().await;
-    rows
-}
+pub use crate::harness::clients::fences;
 
 /// Invariants 1–5 over every session of the run; the problems found (empty
 /// when all hold) and the tally.

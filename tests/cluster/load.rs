@@ -402,6 +402,30 @@ pub async fn sessions(urls: &Urls, n: usize) -> Vec<String> {
     ids
 }
 
+/// The compute host of every node of a loaded cluster: echo, with a few
+/// milliseconds between deltas so that turns overlap the faults.
+pub fn host_command() -> String {
+    format!(
+        "{} host --engine echo --delay-ms 3",
+        env!("CARGO_BIN_EXE_tether")
+    )
+}
+
+/// A steady load on `n` new sessions of `cluster`, seeded from the
+/// environment (`chaos::seed`): the seed, the nodes' URLs (kept current by
+/// a test that restarts a node), the sessions and the running load.
+pub async fn start_on(
+    cluster: &crate::harness::TestCluster,
+    n: usize,
+) -> (u64, Urls, Vec<String>, Load) {
+    let seed = crate::chaos::seed();
+    let mut rng = Rng::new(seed);
+    let urls = urls(&cluster.nodes);
+    let ids = sessions(&urls, n).await;
+    let load = Load::start(&urls, &ids, &mut rng);
+    (seed, urls, ids, load)
+}
+
 /// After the faults: a turn through every node of `cluster` (forwarded
 /// where that node only follows the session), each of which must serve.
 pub async fn a_turn_through_each(
