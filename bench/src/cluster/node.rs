@@ -4,12 +4,11 @@
 //! a fresh data directory of its own, and killed with SIGKILL the way a
 //! lost machine dies.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 
 use crate::harness::pinned_command;
 use crate::load::proc;
@@ -66,7 +65,7 @@ impl Node {
         let mut child = cmd
             .spawn()
             .with_context(|| format!("start {}", spec.tether.display()))?;
-        let addr = match listening_address(&mut child) {
+        let addr = match crate::load::server::read_address(&mut child) {
             Ok(a) => a,
             Err(e) => {
                 let _ = child.kill();
@@ -148,25 +147,6 @@ fn args(spec: &NodeSpec, dir: &Path) -> Vec<String> {
     ]
     .map(str::to_owned)
     .to_vec()
-}
-
-/// Reads stdout up to `listening on http://ADDR`; the rest is drained on a
-/// thread so the node never blocks writing it.
-fn listening_address(child: &mut Child) -> anyhow::Result<String> {
-    let stdout = child.stdout.take().context("node stdout")?;
-    let mut lines = BufReader::new(stdout).lines();
-    let addr = loop {
-        match lines.next() {
-            Some(Ok(line)) => {
-                if let Some((_, a)) = line.split_once("listening on http://") {
-                    break a.trim().trim_end_matches('/').to_owned();
-                }
-            }
-            _ => bail!("the node exited before listening (its stderr is above)"),
-        }
-    };
-    std::thread::spawn(move || lines.for_each(drop));
-    Ok(addr)
 }
 
 /// `Cpus_allowed_list` of a process (how it is pinned), or `?`.

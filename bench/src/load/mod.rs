@@ -25,7 +25,7 @@ mod idle;
 mod limit;
 pub(crate) mod proc;
 pub(crate) mod publish;
-mod server;
+pub(crate) mod server;
 mod socketio;
 mod storm;
 pub(crate) mod tally;

@@ -133,7 +133,7 @@ impl Drop for Server {
 
 /// Reads stdout up to the `listening on http://ADDR` line; the rest of
 /// stdout is drained on a thread so the server never blocks on it.
-fn read_address(child: &mut Child) -> anyhow::Result<String> {
+pub(crate) fn read_address(child: &mut Child) -> anyhow::Result<String> {
     let stdout = child.stdout.take().context("child stdout")?;
     let mut lines = BufReader::new(stdout).lines();
     let addr = loop {
@@ -143,7 +143,7 @@ fn read_address(child: &mut Child) -> anyhow::Result<String> {
                     break a.trim().trim_end_matches('/').to_owned();
                 }
             }
-            _ => bail!("the server exited before listening"),
+            _ => bail!("the server exited before listening (its stderr is above)"),
         }
     };
     std::thread::spawn(move || lines.for_each(drop));
