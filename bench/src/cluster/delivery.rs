@@ -84,20 +84,8 @@ pub async fn run(
     let count = (per_room * shape.secs).ceil().max(1.0) as u64;
     let received = Arc::new(AtomicU64::new(0));
     let (stop_tx, stop_rx) = watch::channel(false);
-    let mut clients = Vec::with_capacity(shape.sessions * per_session);
-    for (k, id) in ids.iter().enumerate() {
-        for p in 0..per_session {
-            let on_owner = p < shape.owner_peers;
-            let url = if on_owner { &owner.url } else { &follower.url };
-            let conn = attached(url, id).await?;
-            let task = tokio::spawn(read(conn, received.clone(), stop_rx.clone()));
-            clients.push(Client {
-                session: k,
-                on_owner,
-                task,
-            });
-        }
-    }
+    let urls = (owner.url.as_str(), follower.url.as_str());
+    let clients = attach_all(&ids, &shape, urls, &received, &stop_rx).await?;
     let sched = Schedule {
         rooms: shape.sessions,
         per_room,
@@ -158,6 +146,33 @@ pub async fn run(
     out["target_durable_deliveries_per_s"] = json!(shape.rate);
     out["turns_per_s"] = json!(round3(turns_per_s));
     Ok(out)
+}
+
+/// Every session's clients, `shape.owner_peers` through the owner and
+/// `shape.follower_peers` through the follower (`urls`), each reading on a
+/// task of its own until `stop`.
+async fn attach_all(
+    ids: &[String],
+    shape: &Shape,
+    (owner, follower): (&str, &str),
+    received: &Arc<AtomicU64>,
+    stop: &watch::Receiver<bool>,
+) -> anyhow::Result<Vec<Client>> {
+    let per_session = shape.owner_peers + shape.follower_peers;
+    let mut clients = Vec::with_capacity(ids.len() * per_session);
+    for (k, id) in ids.iter().enumerate() {
+        for p in 0..per_session {
+            let on_owner = p < shape.owner_peers;
+            let conn = attached(if on_owner { owner } else { follower }, id).await?;
+            let task = tokio::spawn(read(conn, received.clone(), stop.clone()));
+            clients.push(Client {
+                session: k,
+                on_owner,
+                task,
+            });
+        }
+    }
+    Ok(clients)
 }
 
 /// A client attached to session `id` through the node at `url`.
