@@ -123,7 +123,7 @@ async fn kill_9_of_nodes_and_hosts_loses_nothing() {
     for node in &cluster.nodes {
         pids_seen.extend(host_pids(&node.url()).await);
     }
-    load::a_turn_through_each(&cluster, &ids, "the chaos", seed).await;
+    check::a_turn_through_each(&cluster, &ids, "the chaos", seed).await;
     let (problems, tally) = check::check_sessions(&cluster, &ids, &shared, &seen).await;
     println!(
         "cluster chaos seed {seed}: {rounds} rounds, kills {kills:?}; {}",

@@ -73,7 +73,7 @@ async fn finish(
     let bound = cluster.failover_bound();
     let shared = load.shared.clone();
     let seen = load.finish(bound * 10, seed, &cluster.nodes[0].url()).await;
-    load::a_turn_through_each(cluster, ids, "the faults", seed).await;
+    check::a_turn_through_each(cluster, ids, "the faults", seed).await;
     let (problems, tally) = check::check_sessions(cluster, ids, &shared, &seen).await;
     println!("seed {seed}: {}", check::summary(&shared, &tally));
     assert!(problems.is_empty(), "seed {seed}: {problems:#?}");

@@ -83,7 +83,7 @@ async fn restarting_postgres_under_load_loses_nothing_and_kills_no_node() {
     let seen = load.finish(bound * 10, seed, &cluster.nodes[0].url()).await;
 
     // Every node serves a new turn (through a follower it is forwarded).
-    load::a_turn_through_each(&cluster, &ids, "the outages", seed).await;
+    check::a_turn_through_each(&cluster, &ids, "the outages", seed).await;
     let (mut problems, tally) = check::check_sessions(&cluster, &ids, &shared, &seen).await;
     // No node died: no turn may end as if one had.
     if let Some(n) = tally.endings.get("node_lost") {

@@ -255,3 +255,21 @@ pub fn summary(shared: &Shared, tally: &Tally) -> String {
         tally.refusals
     )
 }
+
+/// After the faults: a turn through every node of `cluster` (forwarded
+/// where that node only follows the session), each of which must serve.
+pub async fn a_turn_through_each(
+    cluster: &crate::harness::TestCluster,
+    ids: &[String],
+    after: &str,
+    seed: u64,
+) {
+    let bound = cluster.failover_bound() * 3;
+    for (i, node) in cluster.nodes.iter().enumerate() {
+        let text = format!("after {after}, through node {i}");
+        let done = crate::load::one_turn(&node.url(), &ids[i % ids.len()], &text, bound)
+            .await
+            .unwrap_or_else(|e| panic!("seed {seed}: node {i} serves no turn after {after}: {e}"));
+        assert_eq!(done["text"], text.as_str(), "seed {seed}: {done}");
+    }
+}

@@ -426,24 +426,6 @@ pub async fn start_on(
     (seed, urls, ids, load)
 }
 
-/// After the faults: a turn through every node of `cluster` (forwarded
-/// where that node only follows the session), each of which must serve.
-pub async fn a_turn_through_each(
-    cluster: &crate::harness::TestCluster,
-    ids: &[String],
-    after: &str,
-    seed: u64,
-) {
-    let bound = cluster.failover_bound() * 3;
-    for (i, node) in cluster.nodes.iter().enumerate() {
-        let text = format!("after {after}, through node {i}");
-        let done = one_turn(&node.url(), &ids[i % ids.len()], &text, bound)
-            .await
-            .unwrap_or_else(|e| panic!("seed {seed}: node {i} serves no turn after {after}: {e}"));
-        assert_eq!(done["text"], text.as_str(), "seed {seed}: {done}");
-    }
-}
-
 /// One turn on `session` through the node at `url`, start to end: its
 /// `message.complete` payload. Refusals and closes are retried (the node
 /// may still be reconnecting, the session moving) within `bound`; the last
