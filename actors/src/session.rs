@@ -182,6 +182,8 @@ pub enum SessionMsg {
     /// Internal: a fresh read of the other nodes' peers, for a
     /// `close_on_disconnect` session whose last peer here left.
     LeftEverywhere { others: Result<u64, String> },
+    /// Internal: a second after that read failed, it may be tried again.
+    RecheckLeft,
     /// From the registry's poll: this node no longer holds the session's
     /// fence (another node claimed it).
     Lost,
@@ -362,6 +364,7 @@ impl Actor for Session {
             // `close_if_left` below looks at the new count.
             SessionMsg::OtherPeersChanged => {}
             SessionMsg::LeftEverywhere { others } => state.left_everywhere(me, others),
+            SessionMsg::RecheckLeft => state.recheck_left(),
             SessionMsg::Lost => state.lost(me),
             SessionMsg::Promoted { promoted } => state.promoted(me, promoted),
             SessionMsg::ForwardsWake => state.forwards_wake(me),

@@ -1,14 +1,18 @@
 //! `session.close`, and the close of a `close_on_disconnect` session its
 //! last peer left: emit `session.closed`, answer once it is on disk, stop.
 
-use ractor::{ActorRef, RpcReplyPort};
 use std::sync::atomic::Ordering;
-use tether_protocol::{now_ms, EventType, RpcError, SessionClosedPayload, SessionStatus};
+use std::time::Duration;
 
+use ractor::{ActorRef, RpcReplyPort};
+use tether_protocol::{now_ms, EventType, RpcError, SessionClosedPayload, SessionStatus};
 use tracing::{info, warn};
 
 use super::{SessionMsg, SessionState, Waiter};
 use crate::event::EventRecord;
+
+/// How long after a failed read of the other nodes' peers the next one waits.
+const RECHECK_LEFT: Duration = Duration::from_secs(1);
 
 impl SessionState {
     /// PROTOCOL 1.7: a `close_on_disconnect` session whose last peer left is
@@ -51,14 +55,16 @@ impl SessionState {
     }
 
     /// The fresh read of the other nodes' peers: none, and none here either,
-    /// closes the session. A failed read closes nothing (the next change of
-    /// the counts asks again).
+    /// closes the session. A failed read closes nothing; the next read waits
+    /// [`RECHECK_LEFT`] (the store may be down: no read per message).
     pub(super) fn left_everywhere(
         &mut self,
         myself: &ActorRef<SessionMsg>,
         others: Result<u64, String>,
     ) {
-        self.checking_left = false;
+        if others.is_ok() {
+            self.checking_left = false;
+        }
         match others {
             Ok(0) if self.peers.is_empty() && !self.following() => {
                 self.close_on_disconnect_now(myself)
@@ -71,9 +77,16 @@ impl SessionState {
                 }
             }
             Err(e) => {
-                warn!(session_id = %self.id, error = %e, "could not read other nodes' peers; not closing")
+                warn!(session_id = %self.id, error = %e, "could not read other nodes' peers; not closing yet");
+                // `checking_left` stays set until then.
+                myself.send_after(RECHECK_LEFT, || SessionMsg::RecheckLeft);
             }
         }
+    }
+
+    /// [`RECHECK_LEFT`] after a failed read: `close_if_left` may read again.
+    pub(super) fn recheck_left(&mut self) {
+        self.checking_left = false;
     }
 
     fn close_on_disconnect_now(&mut self, myself: &ActorRef<SessionMsg>) {
