@@ -28,11 +28,12 @@ const QUEUE: usize = 4096;
 const BATCH: usize = 1024;
 
 /// One offered event: its session, the durable seq it follows, and the
-/// event in its forwarded form (`EventRecord::to_forward`).
+/// event, encoded (`EventRecord::to_forward`) only on the relay's task so
+/// that the session's handler pays for a clone, not an encoding.
 struct Offered {
     session_id: SessionId,
     after: u64,
-    event: serde_json::Value,
+    event: EventRecord,
 }
 
 /// The sending side, cloned into every session's context.
@@ -61,7 +62,7 @@ impl DeltaRelay {
         let offered = Offered {
             session_id: session_id.clone(),
             after,
-            event: rec.to_forward(),
+            event: rec.clone(),
         };
         if let Err(mpsc::error::TrySendError::Full(o)) = self.tx.try_send(offered) {
             debug!(session_id = %o.session_id, "delta relay full; a delta does not cross nodes");
@@ -92,7 +93,7 @@ fn bodies(offered: Vec<Offered>) -> Vec<(SessionId, String)> {
             order.push(o.session_id.clone());
             Vec::new()
         });
-        entry.push((o.after, o.event.to_string()));
+        entry.push((o.after, o.event.to_forward().to_string()));
     }
     let mut out = Vec::new();
     for session in order {
@@ -163,7 +164,7 @@ mod tests {
         Offered {
             session_id: SessionId::from(session),
             after,
-            event: rec.to_forward(),
+            event: rec.clone(),
         }
     }
 
