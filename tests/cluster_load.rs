@@ -43,25 +43,6 @@ fn start() -> Option<TestCluster> {
     ))
 }
 
-/// Waits until `more` turns beyond those accepted so far were accepted,
-/// within `bound`: the cluster serves again.
-async fn progress(shared: &load::Shared, more: usize, bound: Duration, what: &str) {
-    let from = shared.accepted.lock().expect("accepted").len();
-    let deadline = tokio::time::Instant::now() + bound;
-    loop {
-        let n = shared.accepted.lock().expect("accepted").len();
-        if n >= from + more {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{what}: only {} turns accepted within {bound:?} (wanted {more})",
-            n - from
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// The end of a run: a turn through every node, then the invariants; the
 /// problems (with `extra` ones) fail the test.
 async fn finish(
@@ -157,7 +138,7 @@ async fn a_paused_owner_under_load_writes_nothing_after_the_takeover() {
     let bound = cluster.failover_bound();
     let (seed, _, ids, load) = load::start_on(&cluster, SESSIONS).await;
     let shared = load.shared.clone();
-    progress(&shared, 10, bound, "before the pauses").await;
+    load::progress(&shared, 10, bound, "before the pauses").await;
 
     // (paused node, the fence it held for ids[0])
     let mut paused = Vec::new();
@@ -167,10 +148,10 @@ async fn a_paused_owner_under_load_writes_nothing_after_the_takeover() {
         // Prompts keep arriving through the other nodes; one of them takes
         // the session over once the lease has run out.
         tokio::time::sleep(lease * 5 / 2).await;
-        progress(&shared, 5, bound * 3, "while the owner is paused").await;
+        load::progress(&shared, 5, bound * 3, "while the owner is paused").await;
         cluster.nodes[i].signal("CONT");
         paused.push((i, fence));
-        progress(&shared, 10, bound * 3, "after the owner came back").await;
+        load::progress(&shared, 10, bound * 3, "after the owner came back").await;
         tokio::time::sleep(lease * 2).await;
     }
     finish(&cluster, &ids, load, seed).await;
@@ -204,7 +185,7 @@ async fn a_rolling_restart_under_load_loses_and_duplicates_nothing() {
     let bound = cluster.failover_bound();
     let (seed, urls, ids, load) = load::start_on(&cluster, SESSIONS).await;
     let shared = load.shared.clone();
-    progress(&shared, 10, bound, "before the restarts").await;
+    load::progress(&shared, 10, bound, "before the restarts").await;
 
     for i in 0..cluster.nodes.len() {
         assert_eq!(
@@ -212,10 +193,10 @@ async fn a_rolling_restart_under_load_loses_and_duplicates_nothing() {
             Some(0),
             "node {i}'s clean stop"
         );
-        progress(&shared, 5, bound * 3, &format!("while node {i} is down")).await;
+        load::progress(&shared, 5, bound * 3, &format!("while node {i} is down")).await;
         cluster.nodes[i].restart();
         urls.lock().expect("urls")[i] = cluster.nodes[i].url();
-        progress(&shared, 10, bound * 3, &format!("after node {i} is back")).await;
+        load::progress(&shared, 10, bound * 3, &format!("after node {i} is back")).await;
         tokio::time::sleep(lease).await;
     }
     let tally = finish(&cluster, &ids, load, seed).await;

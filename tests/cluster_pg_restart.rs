@@ -22,8 +22,6 @@ mod harness;
 #[path = "cluster/load.rs"]
 mod load;
 
-use std::time::Duration;
-
 use harness::TestCluster;
 use tether_store::testing::PgServer;
 
@@ -31,25 +29,6 @@ use tether_store::testing::PgServer;
 /// the server is up, on a loaded 2-core machine.
 const LEASE_MS: u64 = 1500;
 const SESSIONS: usize = 3;
-
-/// Waits until `more` turns beyond `from` were accepted, within `bound`:
-/// the load makes progress (after the server came back: every node
-/// reconnected far enough to take prompts).
-async fn progress(shared: &load::Shared, from: usize, more: usize, bound: Duration, what: &str) {
-    let deadline = tokio::time::Instant::now() + bound;
-    loop {
-        let n = shared.accepted.lock().expect("accepted").len();
-        if n >= from + more {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{what}: only {} turns accepted within {bound:?} (wanted {more})",
-            n - from
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restarting_postgres_under_load_loses_nothing_and_kills_no_node() {
@@ -66,7 +45,7 @@ async fn restarting_postgres_under_load_loses_nothing_and_kills_no_node() {
     let ids = load::sessions(&urls, SESSIONS).await;
     let load = load::Load::start(&urls, &ids, &mut rng);
     let shared = load.shared.clone();
-    progress(&shared, 0, 10, bound, "before any outage").await;
+    load::progress_from(&shared, 0, 10, bound, "before any outage").await;
 
     // A little less than the lease, then longer than it.
     for down in [lease * 7 / 10, lease * 5 / 2] {
@@ -76,7 +55,7 @@ async fn restarting_postgres_under_load_loses_nothing_and_kills_no_node() {
         pg.start_again();
         println!("PostgreSQL was down for {down:?}");
         let what = format!("after an outage of {down:?}");
-        progress(&shared, before, 10, bound * 3, &what).await;
+        load::progress_from(&shared, before, 10, bound * 3, &what).await;
         // Steady load for a couple of leases before the next fault.
         tokio::time::sleep(lease * 2).await;
     }

@@ -12,9 +12,9 @@ mod common;
 #[path = "cluster/mod.rs"]
 mod harness;
 
-use common::{seqs, submit, Client};
+use common::{seqs, submit};
 use harness::clients::{
-    all_events, completes_of_turn, durable_through, fences, owner_and_follower,
+    all_events, completes_of_turn, durable_through, durable_until, fences, owner_and_follower,
 };
 use harness::TestCluster;
 use serde_json::{json, Value};
@@ -69,22 +69,6 @@ async fn interrupt_and_close_through_a_follower_run_on_the_owner() {
     assert_eq!(all, (1..=all.len() as u64).collect::<Vec<_>>());
 }
 
-/// Durable events of `c`'s stream until one of type `kind` (inclusive).
-async fn durable_until(c: &mut Client, kind: &str) -> Vec<Value> {
-    let mut out = Vec::new();
-    loop {
-        let e = c.next_event().await;
-        if e.get("seq").and_then(Value::as_u64).is_none() {
-            continue;
-        }
-        let done = e["type"] == kind;
-        out.push(e);
-        if done {
-            return out;
-        }
-    }
-}
-
 /// `session.compress`, a handoff's transitions and `session.branch`
 /// through a follower: the compression and the handoff's announcements are
 /// written once, by the owner (one fence along the whole session), and
@@ -102,8 +86,8 @@ async fn compress_handoff_and_branch_through_a_follower() {
 
     let r = b.ok("session.compress", json!({"session_id": id})).await;
     assert_eq!(r["status"], "compressed", "{r}");
-    on_a.extend(durable_until(&mut a, "session.compacted").await);
-    on_b.extend(durable_until(&mut b, "session.compacted").await);
+    on_a.extend(durable_until(&mut a, |e| e["type"] == "session.compacted").await);
+    on_b.extend(durable_until(&mut b, |e| e["type"] == "session.compacted").await);
 
     let r = b
         .ok(
@@ -113,7 +97,7 @@ async fn compress_handoff_and_branch_through_a_follower() {
         .await;
     assert_eq!(r["state"], "pending", "{r}");
     for (c, seen) in [(&mut a, &mut on_a), (&mut b, &mut on_b)] {
-        let got = durable_until(c, "status.update").await;
+        let got = durable_until(c, |e| e["type"] == "status.update").await;
         let last = got.last().expect("an announcement").clone();
         assert_eq!(
             last["payload"],

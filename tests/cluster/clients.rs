@@ -70,21 +70,30 @@ pub fn completes_of_turn<'a>(events: &'a [Value], turn_id: &str) -> Vec<&'a Valu
         .collect()
 }
 
-/// Durable events of `c`'s stream until the `message.complete` of `turn`
+/// Durable events of `c`'s stream until the first for which `last` holds
 /// (inclusive), skipping transient ones.
-pub async fn durable_through(c: &mut Client, turn: &str) -> Vec<Value> {
+pub async fn durable_until(c: &mut Client, last: impl Fn(&Value) -> bool) -> Vec<Value> {
     let mut out = Vec::new();
     loop {
         let e = c.next_event().await;
         if e.get("seq").and_then(Value::as_u64).is_none() {
             continue;
         }
-        let done = e["type"] == "message.complete" && e["turn_id"] == turn;
+        let done = last(&e);
         out.push(e);
         if done {
             return out;
         }
     }
+}
+
+/// Durable events of `c`'s stream until the `message.complete` of `turn`
+/// (inclusive), skipping transient ones.
+pub async fn durable_through(c: &mut Client, turn: &str) -> Vec<Value> {
+    durable_until(c, |e| {
+        e["type"] == "message.complete" && e["turn_id"] == turn
+    })
+    .await
 }
 
 /// The peers stored for `id`, over every node's row.

@@ -402,6 +402,30 @@ pub async fn sessions(urls: &Urls, n: usize) -> Vec<String> {
     ids
 }
 
+/// Waits until `more` turns beyond the first `from` were accepted, within
+/// `bound`: the load makes progress (the cluster serves again).
+pub async fn progress_from(shared: &Shared, from: usize, more: usize, bound: Duration, what: &str) {
+    let deadline = tokio::time::Instant::now() + bound;
+    loop {
+        let n = shared.accepted.lock().expect("accepted").len();
+        if n >= from + more {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: only {} turns accepted within {bound:?} (wanted {more})",
+            n - from
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// [`progress_from`] the turns accepted so far.
+pub async fn progress(shared: &Shared, more: usize, bound: Duration, what: &str) {
+    let from = shared.accepted.lock().expect("accepted").len();
+    progress_from(shared, from, more, bound, what).await;
+}
+
 /// The compute host of every node of a loaded cluster: echo, with a few
 /// milliseconds between deltas so that turns overlap the faults.
 pub fn host_command() -> String {
