@@ -152,6 +152,7 @@ fn serve_main(args: config::ServeArgs, sub: Option<&clap::ArgMatches>) -> ExitCo
         }
     };
     logging::init(args.log_format);
+    thp::report();
     if !args.stdio {
         fdlimit::raise(args.max_connections);
     }

@@ -10,13 +10,18 @@
 //! ("Memory") has the before and after. Without the flag (an old kernel, a
 //! seccomp profile) tether runs as before.
 
-use tracing::debug;
+use tracing::info;
 
 /// Sets `PR_SET_THP_DISABLE`, first thing in `main`: mimalloc has then
-/// made at most its first region resident.
+/// made at most its first region resident. Nothing is logged yet (logging
+/// is not set up); [`report`] says later whether it took.
 pub fn disable() {
-    if let Err(e) = nix::sys::prctl::set_thp_disable(true) {
-        // Before logging is set up: kept for a later look with RUST_LOG.
-        debug!(error = %e, "could not disable transparent huge pages");
+    let _ = nix::sys::prctl::set_thp_disable(true);
+}
+
+/// Once logging is up (`tether serve`): says so if the flag did not take.
+pub fn report() {
+    if !matches!(nix::sys::prctl::get_thp_disable(), Ok(true)) {
+        info!("transparent huge pages stay on for this process (PR_SET_THP_DISABLE refused)");
     }
 }
