@@ -10,7 +10,7 @@ use tether_actors::{Ctx, Identity, OutboxReceiver, PeerMsg};
 use tokio::sync::watch;
 use tracing::warn;
 
-use crate::ws::serve_socket;
+use crate::ws::{serve_socket, Start};
 
 mod free_space;
 
@@ -157,10 +157,11 @@ async fn readyz(State(app): State<AppState>) -> Response {
 /// messages; agent events are small and there may be tens of thousands of
 /// idle sockets, so start small and let the buffers grow on demand.
 /// tungstenite zero-fills its read chunk up front, so the read size is
-/// resident for every idle peer: 2 KiB holds any usual client request
-/// (they are a few hundred bytes) and a larger frame is just read in more
-/// chunks (a 64 KiB prompt in 32 reads).
-const READ_BUFFER: usize = 2 * 1024;
+/// resident for every idle peer. 512 bytes hold a usual client request
+/// (a few hundred bytes); once a frame's header is read tungstenite
+/// reserves the whole frame, so a large prompt still takes one or two
+/// reads, not one per 512 bytes.
+const READ_BUFFER: usize = 512;
 const WRITE_BUFFER: usize = 16 * 1024;
 
 async fn ws_upgrade(
@@ -172,13 +173,23 @@ async fn ws_upgrade(
     let caller = crate::auth::caller_of(caller);
     // The upgraded socket outlives the HTTP connection: it carries the
     // connection's place under --max-connections along.
-    let permit = permit.and_then(|p| p.take());
-    let max = app.ctx.config.max_frame_bytes;
+    let start = Box::new(Start {
+        app,
+        caller,
+        permit: permit.and_then(|p| p.take()),
+    });
+    let max = start.app.ctx.config.max_frame_bytes;
     // Frames up to 4× the limit are read and answered with 4013; anything
     // larger ends the connection with 1009 (PROTOCOL 1.10).
     ws.max_message_size(4 * max)
         .max_frame_size(4 * max)
         .read_buffer_size(READ_BUFFER)
         .write_buffer_size(WRITE_BUFFER)
-        .on_upgrade(move |socket| serve_socket(socket, app, caller, permit))
+        // The socket is served on a task of its own: axum's upgrade task
+        // is as large as its largest await (its own handshake future, about
+        // as large as a connection's), and would otherwise stay alive, and
+        // resident, for the connection's life.
+        .on_upgrade(move |socket| async move {
+            tokio::spawn(serve_socket(Box::new(socket), start));
+        })
 }

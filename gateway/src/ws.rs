@@ -16,14 +16,16 @@
 //! framing rules is answered with a Close 1002 (see [`close_code_for`]).
 
 use std::ops::ControlFlow;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket};
+use futures::stream::SplitStream;
 use futures::{SinkExt, StreamExt};
 use ractor::ActorRef;
-use tether_actors::metrics::Transport;
+use tether_actors::metrics::{OpenConnection, Transport};
 use tether_actors::{Outbound, OutboxReceiver, PeerMsg, CLOSE_GOING_AWAY};
-use tokio::sync::{mpsc, oneshot, watch, Semaphore};
+use tokio::sync::{watch, Notify, Semaphore};
 use tokio::task::JoinHandle;
 use tokio::time::{Duration, Instant};
 use tracing::debug;
@@ -37,63 +39,103 @@ const INBOUND_IN_FLIGHT: usize = 32;
 /// Time the writer gets to send what the peer queued before a close.
 const CLOSE_GRACE: Duration = Duration::from_secs(2);
 
-pub async fn serve_socket(
-    socket: WebSocket,
-    app: AppState,
-    caller: crate::auth::Caller,
-    _permit: Option<tokio::sync::OwnedSemaphorePermit>,
-) {
-    let _open = app.ctx.metrics.open_connection(Transport::WebSocket);
-    // Boxed: this task lives as long as the connection, and its future is as
-    // large as its largest await; starting a peer (spawning its actor) is
-    // the largest and happens once, so its state is on the heap only while
-    // it runs.
-    let Some((peer, rx)) =
-        Box::pin(app.start_peer(caller, true, tether_protocol::PeerTransport::WebSocket)).await
-    else {
+/// What a socket needs to start its peer. It travels boxed: an async fn
+/// keeps its arguments inline for as long as it runs, and both axum's
+/// upgrade task and this connection's future live as long as the
+/// connection, so inline they would cost every idle peer about 650 bytes
+/// each (measured with `size_of_val`).
+pub struct Start {
+    pub app: AppState,
+    pub caller: crate::auth::Caller,
+    /// The connection's place under `--max-connections`, held to its end.
+    pub permit: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+/// Serves one upgraded socket until it closes. The socket is boxed for the
+/// same reason as [`Start`]: it is split into its two halves at once.
+pub async fn serve_socket(socket: Box<WebSocket>, start: Box<Start>) {
+    // Starting a peer (spawning its actor) is the largest await and happens
+    // once, so its state is on the heap only while it runs.
+    let Some(conn) = Box::pin(Connection::open(*socket, *start)).await else {
         return;
     };
-    let (sink, mut stream) = socket.split();
-    let (ping_tx, ping_rx) = mpsc::channel(1);
-    let (closed_tx, closed_rx) = oneshot::channel();
-    let writer = tokio::spawn(write_loop(sink, rx, ping_rx, closed_rx));
-    let heartbeat = Duration::from_secs(app.ctx.config.heartbeat_s.max(1));
-    let mut conn = Reader {
-        // The peer actor logs its `peer_id` in this actor's span: the id links them.
-        peer_actor: peer.get_id(),
-        peer,
-        writer,
-        closed_tx: Some(closed_tx),
-        ping_tx,
-        permits: Arc::new(Semaphore::new(INBOUND_IN_FLIGHT)),
-        max: app.ctx.config.max_frame_bytes,
-        heartbeat,
-        idle_timeout: app.ctx.config.idle_timeout,
-        last_inbound: Instant::now(),
-    };
-    let mut ticks = tokio::time::interval_at(Instant::now() + heartbeat, heartbeat);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut shutdown = app.shutdown.clone();
-    loop {
-        let flow = tokio::select! {
-            msg = stream.next() => conn.on_read(msg).await,
-            _ = &mut conn.writer => ControlFlow::Break(()),
-            _ = ticks.tick() => conn.on_tick().await,
-            changed = shutdown.changed() => {
-                if changed.is_err() || *shutdown.borrow() {
-                    Box::pin(conn.close(CLOSE_GOING_AWAY, "gateway shutting down")).await;
-                    ControlFlow::Break(())
-                } else {
-                    ControlFlow::Continue(())
-                }
-            }
+    conn.run().await;
+}
+
+/// One open socket: everything its read loop holds for the connection's
+/// life, and nothing more.
+struct Connection {
+    stream: SplitStream<WebSocket>,
+    reader: Reader,
+    ticks: tokio::time::Interval,
+    shutdown: watch::Receiver<bool>,
+    _open: OpenConnection,
+    _permit: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+impl Connection {
+    async fn open(socket: WebSocket, start: Start) -> Option<Connection> {
+        let Start {
+            app,
+            caller,
+            permit,
+        } = start;
+        let open = app.ctx.metrics.open_connection(Transport::WebSocket);
+        let (peer, rx) = app
+            .start_peer(caller, true, tether_protocol::PeerTransport::WebSocket)
+            .await?;
+        let (sink, stream) = socket.split();
+        let signals = Arc::new(Signals::default());
+        let writer = tokio::spawn(write_loop(sink, rx, signals.clone()));
+        let heartbeat = Duration::from_secs(app.ctx.config.heartbeat_s.max(1));
+        let reader = Reader {
+            // The peer actor logs its `peer_id` in this actor's span: the id links them.
+            peer_actor: peer.get_id(),
+            peer,
+            writer,
+            signals,
+            permits: Arc::new(Semaphore::new(INBOUND_IN_FLIGHT)),
+            max: app.ctx.config.max_frame_bytes,
+            heartbeat,
+            idle_timeout: app.ctx.config.idle_timeout,
+            last_inbound: Instant::now(),
         };
-        if flow.is_break() {
-            break;
-        }
+        let mut ticks = tokio::time::interval_at(Instant::now() + heartbeat, heartbeat);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        Some(Connection {
+            stream,
+            reader,
+            ticks,
+            shutdown: app.shutdown.clone(),
+            _open: open,
+            _permit: permit,
+        })
     }
-    // Once, at the end: boxed for the same reason.
-    Box::pin(conn.finish()).await;
+
+    /// Reads until the client, the writer, the idle timeout or the drain
+    /// ends the connection.
+    async fn run(mut self) {
+        loop {
+            let flow = tokio::select! {
+                msg = self.stream.next() => self.reader.on_read(msg).await,
+                _ = &mut self.reader.writer => ControlFlow::Break(()),
+                _ = self.ticks.tick() => self.reader.on_tick().await,
+                changed = self.shutdown.changed() => {
+                    if changed.is_err() || *self.shutdown.borrow() {
+                        Box::pin(self.reader.close(CLOSE_GOING_AWAY, "gateway shutting down")).await;
+                        ControlFlow::Break(())
+                    } else {
+                        ControlFlow::Continue(())
+                    }
+                }
+            };
+            if flow.is_break() {
+                break;
+            }
+        }
+        // Once, at the end: boxed for the same reason.
+        Box::pin(self.reader.finish()).await;
+    }
 }
 
 /// The reading side of one socket: what it hands the peer, and the
@@ -102,9 +144,8 @@ struct Reader {
     peer: ActorRef<PeerMsg>,
     peer_actor: ractor::ActorId,
     writer: JoinHandle<()>,
-    /// Tells the writer the client closed; taken when it is sent.
-    closed_tx: Option<oneshot::Sender<()>>,
-    ping_tx: mpsc::Sender<()>,
+    /// What it tells the writer besides the outbox.
+    signals: Arc<Signals>,
     /// One for each frame the peer holds but has not handled yet.
     permits: Arc<Semaphore>,
     max: usize,
@@ -171,9 +212,7 @@ impl Reader {
         // tungstenite queued the echo of this Close when it
         // read it; the writer flushes it (nothing else can
         // be sent after it) and the socket is then dropped.
-        if let Some(tx) = self.closed_tx.take() {
-            let _ = tx.send(());
-        }
+        self.signals.client_closed();
         self.wait_writer().await;
     }
 
@@ -187,8 +226,7 @@ impl Reader {
             return ControlFlow::Break(());
         }
         if quiet >= self.heartbeat {
-            // Full means a ping is already waiting: one is enough.
-            let _ = self.ping_tx.try_send(());
+            self.signals.ping();
         }
         ControlFlow::Continue(())
     }
@@ -241,6 +279,31 @@ fn close_code_for(e: &axum::Error) -> Option<(u16, &'static str)> {
     }
 }
 
+/// What the reader tells the writer besides the outbox: a ping is due, or
+/// the client closed. A `Notify` and two flags rather than two channels: a
+/// tokio channel allocates its first block of slots when it is made, about
+/// 500 bytes for every idle socket (heaptrack), where this is one small
+/// allocation. A notification sent while the writer is busy is kept as a
+/// permit, so none is lost; several pings asked for meanwhile are one.
+#[derive(Default)]
+struct Signals {
+    wake: Notify,
+    ping: AtomicBool,
+    client_closed: AtomicBool,
+}
+
+impl Signals {
+    fn ping(&self) {
+        self.ping.store(true, Ordering::Release);
+        self.wake.notify_one();
+    }
+
+    fn client_closed(&self) {
+        self.client_closed.store(true, Ordering::Release);
+        self.wake.notify_one();
+    }
+}
+
 /// Drains the outbox into the socket until a close is written, the client
 /// closes, or the socket fails. Each batch the outbox hands over (whatever
 /// was ready, up to `WRITE_BATCH_BYTES`) is fed frame by frame into
@@ -255,26 +318,22 @@ fn close_code_for(e: &axum::Error) -> Option<(u16, &'static str)> {
 async fn write_loop(
     mut sink: futures::stream::SplitSink<WebSocket, Message>,
     mut rx: OutboxReceiver,
-    mut pings: mpsc::Receiver<()>,
-    mut client_closed: oneshot::Receiver<()>,
+    signals: Arc<Signals>,
 ) {
-    let mut closed_gone = false;
     let mut batch = Vec::new();
     loop {
         let more = tokio::select! {
             more = rx.recv_batch(&mut batch) => more,
-            Some(()) = pings.recv() => {
-                if sink.send(Message::Ping(bytes::Bytes::new())).await.is_err() {
-                    break;
-                }
-                continue;
-            }
-            closed = &mut client_closed, if !closed_gone => {
-                if closed.is_ok() {
+            () = signals.wake.notified() => {
+                if signals.client_closed.load(Ordering::Acquire) {
                     // What is still queued cannot follow the client's Close.
                     break;
                 }
-                closed_gone = true;
+                if signals.ping.swap(false, Ordering::AcqRel)
+                    && sink.send(Message::Ping(bytes::Bytes::new())).await.is_err()
+                {
+                    break;
+                }
                 continue;
             }
         };
