@@ -106,6 +106,11 @@ pub struct ServeArgs {
     /// only: survives a crash of the process, not of the machine).
     #[arg(long, env = "TETHER_SYNCHRONOUS", value_enum, default_value = "full")]
     pub synchronous: Synchronous,
+    /// Group commit: a commit starts at least this many microseconds after
+    /// the one before it, gathering what arrives meanwhile (0: at once).
+    /// Only a gateway committing more often than that waits at all.
+    #[arg(long, env = "TETHER_COMMIT_WINDOW_US", default_value_t = 1000)]
+    pub commit_window_us: u64,
     /// Log format on stderr.
     #[arg(long, env = "TETHER_LOG_FORMAT", value_enum, default_value = "text")]
     pub log_format: LogFormat,

@@ -205,6 +205,7 @@ fn gateway_config(args: &ServeArgs) -> GatewayConfig {
         max_list_bytes: args.max_list_bytes,
         request_read_timeout: Duration::from_secs(args.handshake_timeout_s),
         heartbeat_s: args.heartbeat_s,
+        commit_window: Duration::from_micros(args.commit_window_us),
         max_queued: args.max_queued,
         turn_deadline: Duration::from_secs(args.turn_deadline_s),
         compress_wait: args.compress_wait(),

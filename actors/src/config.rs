@@ -39,6 +39,8 @@ pub struct GatewayConfig {
     pub heartbeat_s: u64,
     /// Most events the store writer commits in one transaction.
     pub commit_batch_events: usize,
+    /// Least time from one commit's start to the next (`--commit-window-us`).
+    pub commit_window: Duration,
     /// Restart policy of the core actors under the root.
     pub core_policy: RestartPolicy,
     /// How long a peer waits on an actor before answering -32603.
@@ -111,6 +113,7 @@ impl Default for GatewayConfig {
             request_read_timeout: Duration::from_secs(10),
             heartbeat_s: 15,
             commit_batch_events: 4096,
+            commit_window: Duration::from_millis(1),
             core_policy: RestartPolicy::core(),
             call_timeout: Duration::from_secs(30),
             max_queued: 16,

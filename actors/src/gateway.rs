@@ -222,6 +222,7 @@ impl GatewayState {
                 let args = StoreWriterArgs {
                     factory: self.factory.clone(),
                     max_batch_events: self.ctx.config.commit_batch_events,
+                    commit_window: self.ctx.config.commit_window,
                     metrics: self.ctx.metrics.clone(),
                 };
                 let (actor, _) = Actor::spawn_linked(None, StoreWriter, args, supervisor).await?;
