@@ -1,9 +1,9 @@
 //! `StoreWriter`: the one actor that writes to the store.
 //!
 //! It owns the single write connection and group-commits: a job that
-//! finds the writer idle is committed at once unless a commit started less
-//! than `--commit-window-us` ago, in which case it waits for the rest of that
-//! window; jobs that arrive meanwhile, or while a commit is in flight, are
+//! finds the writer idle is committed at once unless the last commit held
+//! several sessions' appends and started less than `--commit-window-us`
+//! ago, in which case it waits for the rest of that window; jobs that arrive meanwhile, or while a commit is in flight, are
 //! gathered into the next one, a batch the store commits with each job
 //! atomic and independent of the others ([`StoreWrite::commit`]).
 //! The commit itself runs on a task that borrows the connection and hands
@@ -144,8 +144,10 @@ pub struct StoreWriterState {
     metrics: Arc<crate::metrics::Metrics>,
     /// A `Kick` is in the mailbox or on its way: the next commit waits for it.
     kicked: bool,
-    /// When the last commit started.
+    /// When the last commit started, and whether it held the appends of
+    /// more than one session.
     last_start: Option<Instant>,
+    last_shared: bool,
 }
 
 pub struct StoreWriter;
@@ -171,6 +173,7 @@ impl Actor for StoreWriter {
             metrics: args.metrics,
             kicked: false,
             last_start: None,
+            last_shared: false,
         })
     }
 
@@ -270,17 +273,24 @@ impl StoreWriterState {
     /// an fsync, and a busy gateway's appends arrive one or two events at a
     /// time: started at once, commits held 2.4 events each at 50,000 durable
     /// deliveries/s, and the writer thread was a third of the gateway's CPU.
-    /// So a commit starts no sooner than `commit_window` after the one
-    /// before it began; a gateway that commits less often than that never
-    /// waits. Otherwise the `Kick` is sent to itself, so it still comes after
-    /// every message already in the mailbox.
+    /// So while commits are shared by several sessions, the next one starts
+    /// no sooner than `commit_window` after the last one began; a gateway
+    /// that commits less often than that never waits. Neither does a lone
+    /// session: its next events come only after its last commit (the next
+    /// turn waits for the last one's end), so waiting would gather nothing
+    /// and only add the window to every step of its turns. The `Kick` is
+    /// sent to itself either way, so it comes after every message already in
+    /// the mailbox.
     fn kick(&mut self, myself: &ActorRef<StoreWriterMsg>) {
         if self.kicked || self.store.is_none() || self.queue.is_empty() {
             return;
         }
-        let wait = self.last_start.map_or(Duration::ZERO, |t| {
-            (t + self.commit_window).saturating_duration_since(Instant::now())
-        });
+        let wait = match self.last_start {
+            Some(t) if self.last_shared => {
+                (t + self.commit_window).saturating_duration_since(Instant::now())
+            }
+            _ => Duration::ZERO,
+        };
         if wait.is_zero() {
             if myself.cast(StoreWriterMsg::Kick).is_ok() {
                 self.kicked = true;
@@ -319,6 +329,12 @@ impl StoreWriterState {
                 break;
             }
         }
+        let mut sessions = replies.iter().filter_map(|r| match r {
+            Reply::Append { session_id, .. } => Some(session_id),
+            _ => None,
+        });
+        let first = sessions.next();
+        self.last_shared = first.is_some_and(|f| sessions.any(|s| s != f));
         let barrier_session = replies.iter().find_map(|r| match r {
             Reply::Barrier { session_id, .. } => Some(session_id.clone()),
             _ => None,

@@ -44,6 +44,10 @@ pub struct TurnsBench {
     /// The store's durability, as `tether serve --synchronous`.
     #[arg(long, value_enum, default_value = "full")]
     synchronous: Synchronous,
+    /// The store writer's group-commit window, as `tether serve
+    /// --commit-window-us` (0: every commit at once).
+    #[arg(long, default_value_t = 1000)]
+    commit_window_us: u64,
     /// Run on PostgreSQL: a database of the bench's own, created (and
     /// dropped) on the server this URL names; its user must be allowed to
     /// create databases. Without it, SQLite in a temporary directory.
@@ -84,10 +88,22 @@ fn host_config(slots: usize, delay_ms: u64) -> anyhow::Result<HostConfig> {
     })
 }
 
+/// The gateway's settings for a bench run. One closed-loop session submits
+/// hundreds of prompts a second, past the default per-peer rate limit; the
+/// bench measures turns, not it.
+fn bench_config(commit_window: Duration) -> GatewayConfig {
+    GatewayConfig {
+        rate_limit_rps: 0,
+        commit_window,
+        ..GatewayConfig::default()
+    }
+}
+
 /// Runs a gateway with hosts on `server_cpu` until `done` fires; sends its
 /// address back.
 fn serve(
     server_cpu: usize,
+    config: GatewayConfig,
     synchronous: Synchronous,
     postgres: Option<String>,
     hosts: HostConfig,
@@ -96,12 +112,6 @@ fn serve(
 ) -> anyhow::Result<()> {
     let rt = pinned_runtime("tether-gw", server_cpu, 1)?;
     rt.block_on(async move {
-        // One closed-loop session submits hundreds of prompts a second, past
-        // the default per-peer rate limit; the bench measures turns, not it.
-        let config = GatewayConfig {
-            rate_limit_rps: 0,
-            ..GatewayConfig::default()
-        };
         let gw = start_gateway_store(config, Some(hosts), synchronous, postgres.as_deref()).await?;
         // Wait for the hosts to say hello.
         for _ in 0..500 {
@@ -126,9 +136,10 @@ pub fn run_turns(b: TurnsBench) -> anyhow::Result<()> {
     let cpu = b.server_cpu;
     let synchronous = b.synchronous;
     let postgres = b.postgres.clone();
+    let config = bench_config(Duration::from_micros(b.commit_window_us));
     let server = std::thread::spawn(move || {
         on_pinned_thread(cpu, move || {
-            serve(cpu, synchronous, postgres, hosts, addr_tx, done_rx)
+            serve(cpu, config, synchronous, postgres, hosts, addr_tx, done_rx)
         })
     });
     let cb = b.clone();
@@ -173,6 +184,7 @@ pub fn run_turns(b: TurnsBench) -> anyhow::Result<()> {
         "hosts": b.hosts,
         "delay_ms": b.delay_ms,
         "synchronous": b.synchronous.as_str(),
+        "commit_window_us": b.commit_window_us,
         "server_cpu": cpu_label(b.server_cpu),
         "client_cpu": cpu_label(b.client_cpu),
         "seconds": secs,
@@ -236,7 +248,16 @@ pub fn run_crash(b: CrashBench) -> anyhow::Result<()> {
     let cpu = b.server_cpu;
     let server = std::thread::spawn(move || {
         on_pinned_thread(cpu, move || {
-            serve(cpu, Synchronous::default(), None, hosts, addr_tx, done_rx)
+            let config = bench_config(GatewayConfig::default().commit_window);
+            serve(
+                cpu,
+                config,
+                Synchronous::default(),
+                None,
+                hosts,
+                addr_tx,
+                done_rx,
+            )
         })
     });
     let cb = b.clone();
