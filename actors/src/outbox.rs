@@ -136,6 +136,9 @@ pub struct OutboxReceiver {
     scratch: Vec<Item>,
 }
 
+/// How long a drained outbox waits before it gives its buffers back.
+const IDLE_RELEASE: Duration = Duration::from_millis(250);
+
 /// Creates an outbox bounded by `max_frames` frames or `max_bytes` bytes
 /// waiting behind the one being written, counting what it coalesces,
 /// drops and closes into `metrics`.
@@ -317,6 +320,12 @@ impl OutboxReceiver {
                 Next::Ended => return false,
                 // `notify_one` stores a permit when nobody waits, so an
                 // item queued between `take` and here still wakes us.
+                Next::Empty if self.scratch.capacity() > 0 || out.capacity() > 0 => {
+                    tokio::select! {
+                        () = self.shared.ready.notified() => {}
+                        () = tokio::time::sleep(IDLE_RELEASE) => self.release_buffers(out),
+                    }
+                }
                 Next::Empty => self.shared.ready.notified().await,
                 Next::Held(until) => {
                     tokio::select! {
@@ -326,6 +335,20 @@ impl OutboxReceiver {
                 }
             }
         }
+    }
+
+    /// Gives back the memory of the busiest moment once the outbox has
+    /// been drained for [`IDLE_RELEASE`]: the queue, the scratch batch and
+    /// the caller's batch keep their capacity, and an idle peer would
+    /// otherwise hold, for the rest of its life, buffers the size of its
+    /// attach (the reply and the replay). A busy peer is never idle that
+    /// long, so it does not allocate them again for every batch.
+    fn release_buffers(&mut self, out: &mut Vec<Outbound>) {
+        self.scratch = Vec::new();
+        if out.is_empty() {
+            *out = Vec::new();
+        }
+        self.shared.lock().release();
     }
 
     /// Whether nothing is queued right now.

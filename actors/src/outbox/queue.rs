@@ -124,6 +124,13 @@ impl Queue {
         self.items.is_empty()
     }
 
+    /// Frees the queue's buffer if nothing is in it.
+    pub fn release(&mut self) {
+        if self.items.is_empty() {
+            self.items = VecDeque::new();
+        }
+    }
+
     /// What a push of a frame of `len` bytes may do.
     pub fn admit(&self, bounds: Bounds, kind: Kind, len: usize) -> Admit {
         // It would be the head: nothing waits, so nothing is over.

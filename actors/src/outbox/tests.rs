@@ -498,3 +498,41 @@ async fn slow_consumer_closes_are_counted_once() {
     tx.close(CLOSE_GOING_AWAY, "bye");
     assert_eq!(metrics.snapshot().slow_consumer_closes, 0);
 }
+
+/// A writer idle long enough gives its buffers back; what is pushed after
+/// that, while it waits, is still delivered whole and in order.
+#[tokio::test]
+async fn an_idle_writer_gives_its_buffers_back_and_loses_nothing() {
+    let (tx, mut rx) = plain(100, 1 << 20);
+    for i in 0..20u8 {
+        assert_eq!(
+            tx.push(Bytes::from(vec![i]), FrameClass::Durable),
+            Pushed::Queued
+        );
+    }
+    let mut batch = Vec::new();
+    assert!(rx.recv_batch(&mut batch).await);
+    assert_eq!(batch.len(), 20);
+    batch.clear();
+    assert!(batch.capacity() > 0);
+    let pusher = tokio::spawn(async move {
+        // Well past the release, so it has happened before these come.
+        tokio::time::sleep(IDLE_RELEASE * 4).await;
+        for i in 20..23u8 {
+            tx.push(Bytes::from(vec![i]), FrameClass::Durable);
+        }
+        tx
+    });
+    assert!(rx.recv_batch(&mut batch).await);
+    let got = std::mem::take(&mut batch);
+    let want: Vec<Outbound> = (20..23u8)
+        .map(|i| Outbound::Frame(Bytes::from(vec![i])))
+        .collect();
+    assert_eq!(got, want);
+    // It held 20 before; given back, it grew again only to fit 3.
+    assert!(
+        rx.scratch.capacity() < 20,
+        "the scratch batch was given back"
+    );
+    drop(pusher.await);
+}
