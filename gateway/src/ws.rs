@@ -40,10 +40,10 @@ const INBOUND_IN_FLIGHT: usize = 32;
 const CLOSE_GRACE: Duration = Duration::from_secs(2);
 
 /// What a socket needs to start its peer. It travels boxed: an async fn
-/// keeps its arguments inline for as long as it runs, and both axum's
-/// upgrade task and this connection's future live as long as the
-/// connection, so inline they would cost every idle peer about 650 bytes
-/// each (measured with `size_of_val`).
+/// keeps its arguments inline for as long as it runs, and this
+/// connection's future lives as long as the connection, so inline they
+/// would cost every idle peer about 650 bytes (measured with
+/// `size_of_val`).
 pub struct Start {
     pub app: AppState,
     pub caller: crate::auth::Caller,
