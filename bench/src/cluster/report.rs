@@ -43,24 +43,11 @@ pub fn table(r: &Value) -> String {
         );
         let _ = writeln!(out, "| ms | p50 | p99 | p99.9 | max |");
         let _ = writeln!(out, "|---|---|---|---|---|");
-        let _ = writeln!(
-            out,
-            "| follower − owner, {} events | {} | {} | {} | {} |",
-            n(&lat["count"]),
-            n(&lat["p50"]),
-            n(&lat["p99"]),
-            n(&lat["p999"]),
-            n(&lat["max"]),
-        );
-        let spread = &d["owner_clients_spread_ms"];
-        let _ = writeln!(
-            out,
-            "| owner's clients apart, {} events | {} | {} | {} | {} |",
-            n(&spread["count"]),
-            n(&spread["p50"]),
-            n(&spread["p99"]),
-            n(&spread["p999"]),
-            n(&spread["max"]),
+        latency_row(&mut out, "follower − owner", lat);
+        latency_row(
+            &mut out,
+            "owner's clients apart",
+            &d["owner_clients_spread_ms"],
         );
         let c = &d["cpu_s_per_1000_deliveries"];
         let _ = writeln!(
@@ -87,20 +74,61 @@ pub fn table(r: &Value) -> String {
             "\n| failover, kill -9 → follower's client, s | kills | p50 | max |"
         );
         let _ = writeln!(out, "|---|---|---|---|");
-        let _ = writeln!(
-            out,
-            "| node_lost ending | {} | {} | {} |",
-            n(&f["kills"]),
-            n(&lost["p50"]),
-            n(&lost["max"]),
-        );
-        let _ = writeln!(
-            out,
-            "| first new event | {} | {} | {} |",
-            n(&f["kills"]),
-            n(&first["p50"]),
-            n(&first["max"]),
-        );
+        failover_row(&mut out, "node_lost ending", &f["kills"], lost);
+        failover_row(&mut out, "first new event", &f["kills"], first);
     }
     out
+}
+
+/// One row of a latency table: its label, how many, then the quantiles.
+fn latency_row(out: &mut String, label: &str, v: &Value) {
+    let _ = writeln!(
+        out,
+        "| {label}, {} events | {} | {} | {} | {} |",
+        n(&v["count"]),
+        n(&v["p50"]),
+        n(&v["p99"]),
+        n(&v["p999"]),
+        n(&v["max"]),
+    );
+}
+
+/// One row of the failover table.
+fn failover_row(out: &mut String, label: &str, kills: &Value, v: &Value) {
+    let _ = writeln!(
+        out,
+        "| {label} | {} | {} | {} |",
+        n(kills),
+        n(&v["p50"]),
+        n(&v["max"]),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    #[test]
+    fn the_table_shows_each_latency_and_failover_row() {
+        let r = json!({
+            "delivery": {
+                "follower_minus_owner_ms": {"count": 10, "p50": 0.2, "p99": 1.5, "p999": 2, "max": 3},
+                "owner_clients_spread_ms": {"count": 20, "p50": 0.1, "p99": 0.4},
+            },
+            "failover": {
+                "kills": 4,
+                "node_lost_s": {"p50": 3.0, "max": 3.8},
+                "first_event_s": {"p50": 3.1, "max": 3.9},
+            },
+        });
+        let t = super::table(&r);
+        for row in [
+            "| follower − owner, 10 events | 0.2 | 1.5 | 2 | 3 |",
+            "| owner's clients apart, 20 events | 0.1 | 0.4 | - | - |",
+            "| node_lost ending | 4 | 3 | 3.8 |",
+            "| first new event | 4 | 3.1 | 3.9 |",
+        ] {
+            assert!(t.lines().any(|l| l == row), "{row} not in\n{t}");
+        }
+    }
 }
