@@ -14,10 +14,9 @@ mod harness;
 
 use std::time::Instant;
 
-use common::{seqs, session, submit, turn_events};
+use common::{all_events, seqs, session, submit, turn_events};
 use harness::clients::{
-    all_events, completes_of_turn, durable_through, fences, owner_and_follower, peer_rows,
-    resume_from,
+    completes_of_turn, durable_through, fences, owner_and_follower, peer_rows, resume_from,
 };
 use harness::TestCluster;
 use serde_json::{json, Value};

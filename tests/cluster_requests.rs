@@ -12,9 +12,9 @@ mod common;
 #[path = "cluster/mod.rs"]
 mod harness;
 
-use common::{seqs, submit};
+use common::{all_events, seqs, submit};
 use harness::clients::{
-    all_events, completes_of_turn, durable_through, durable_until, fences, owner_and_follower,
+    completes_of_turn, durable_through, durable_until, fences, owner_and_follower,
 };
 use harness::TestCluster;
 use serde_json::{json, Value};

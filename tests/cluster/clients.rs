@@ -9,17 +9,6 @@ use serde_json::{json, Value};
 use super::TestCluster;
 use crate::common::{session, Client};
 
-/// Every durable event of `id` as `c`'s node reads it, oldest first.
-pub async fn all_events(c: &mut Client, id: &str) -> Vec<Value> {
-    let r = c
-        .ok(
-            "session.events.since",
-            json!({"session_id": id, "last_seen": 0}),
-        )
-        .await;
-    r["events"].as_array().expect("events").clone()
-}
-
 /// Resumes (attaching) `id` on `c`'s node with watermark `last_seen`;
 /// the replayed events. A resume right after a node died may find the
 /// dead node's lease still running (5072): retried within `bound`.

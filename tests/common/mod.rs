@@ -549,20 +549,23 @@ pub async fn session_with(c: &mut Client, params: Value) -> String {
         .to_string()
 }
 
-/// Every `message.complete` session `id` has on disk, oldest first (from
-/// `session.events.since` 0).
-pub async fn completes_of(c: &mut Client, id: &str) -> Vec<Value> {
+/// Every durable event of `id` as `c`'s gateway reads it, oldest first
+/// (`session.events.since` 0).
+pub async fn all_events(c: &mut Client, id: &str) -> Vec<Value> {
     let r = c
         .ok(
             "session.events.since",
             json!({"session_id": id, "last_seen": 0}),
         )
         .await;
-    r["events"]
-        .as_array()
-        .expect("events")
-        .iter()
+    r["events"].as_array().expect("events").clone()
+}
+
+/// Every `message.complete` session `id` has on disk, oldest first.
+pub async fn completes_of(c: &mut Client, id: &str) -> Vec<Value> {
+    all_events(c, id)
+        .await
+        .into_iter()
         .filter(|e| e["type"] == "message.complete")
-        .cloned()
         .collect()
 }
