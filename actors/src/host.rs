@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use tether_protocol::{encode_host_line, parse_host_line, peek_frame, FromHost, ToHost, TurnId};
+use tether_protocol::{parse_host_line, peek_frame, FromHost, ToHost, TurnId};
 use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
 use tokio::process::{ChildStdin, ChildStdout, Command};
 use tokio::sync::mpsc;
@@ -245,7 +245,7 @@ impl Actor for Host {
 
 impl HostState {
     fn send(&mut self, myself: &ActorRef<HostMsg>, frame: &ToHost) {
-        match self.stdin.try_send(encode_host_line(frame)) {
+        match self.stdin.try_send(frame.to_line()) {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Full(_)) => {
                 myself.stop(Some(format!(
@@ -418,9 +418,7 @@ impl Reader {
         if let Some(n) = self.bad_lines.hit() {
             warn!(host_id = self.slot, pid = self.pid, bad_lines = n, error = %message, "bad line from host");
         }
-        let _ = self
-            .stdin
-            .try_send(encode_host_line(&ToHost::Error { message }));
+        let _ = self.stdin.try_send(ToHost::Error { message }.to_line());
     }
 
     /// A line of `bytes` bytes over the cap, of which `prefix` was kept:
@@ -445,9 +443,7 @@ impl Reader {
                 "host line over the host line cap refused"
             );
         }
-        let _ = self
-            .stdin
-            .try_send(encode_host_line(&ToHost::Error { message }));
+        let _ = self.stdin.try_send(ToHost::Error { message }.to_line());
         if peek.turn_id.is_none() && peek.request_id.is_none() {
             return None;
         }

@@ -328,6 +328,42 @@ pub fn encode_host_line<T: Serialize>(frame: &T) -> String {
     s
 }
 
+impl ToHost {
+    /// This frame as one line, what the gateway writes to a host. The same
+    /// bytes as [`encode_host_line`], but a `turn.start` is spliced: its
+    /// history is the session's own encoding, copied in rather than
+    /// checked and serialized again (it is most of the line).
+    pub fn to_line(&self) -> String {
+        match self {
+            ToHost::TurnStart(turn) => turn.to_line().unwrap_or_else(|_| encode_host_line(self)),
+            other => encode_host_line(other),
+        }
+    }
+}
+
+impl TurnStart {
+    /// The fields in the order of PROTOCOL Part 2 (the order serde's
+    /// derive writes them), the history as its text.
+    fn to_line(&self) -> Result<String, serde_json::Error> {
+        let history = self.history.as_json();
+        let mut line = String::with_capacity(history.len() + self.prompt.len() + 256);
+        line.push_str(r#"{"type":"turn.start","turn_id":"#);
+        line.push_str(&serde_json::to_string(&self.turn_id)?);
+        line.push_str(r#","session_id":"#);
+        line.push_str(&serde_json::to_string(&self.session_id)?);
+        line.push_str(r#","trace_id":"#);
+        line.push_str(&serde_json::to_string(&self.trace_id)?);
+        line.push_str(r#","history":"#);
+        line.push_str(history);
+        line.push_str(r#","prompt":"#);
+        line.push_str(&serde_json::to_string(&self.prompt)?);
+        line.push_str(r#","config":"#);
+        line.push_str(&serde_json::to_string(&self.config)?);
+        line.push_str("}\n");
+        Ok(line)
+    }
+}
+
 /// Decodes one line (a trailing `\r\n` or `\n` is fine).
 pub fn parse_host_line<T: HostLine>(line: &str) -> Result<T, HostFrameError> {
     let err = match T::decode(line) {

@@ -48,12 +48,7 @@ impl EncodedHistory {
     pub(crate) fn before(&self, before: u64) -> History {
         let n = self.ends.partition_point(|(seq, _)| *seq < before);
         let end = n.checked_sub(1).map_or(0, |i| self.ends[i].1);
-        let mut text = String::with_capacity(end + 2);
-        text.push('[');
-        text.push_str(&self.json[..end]);
-        text.push(']');
-        // Whole encoded objects, comma-joined: always an array.
-        History::from_array_text(text).unwrap_or_default()
+        History::from_encoded(&self.json[..end])
     }
 
     /// Every message, decoded (a compression, which is rare).

@@ -269,20 +269,23 @@ fn event_payload_keeps_the_hosts_text() {
 fn turn_start_line_bytes() {
     let mut config = Map::new();
     config.insert("model".into(), json!("m"));
-    let line = encode_host_line(&ToHost::TurnStart(TurnStart {
+    let frame = ToHost::TurnStart(TurnStart {
         turn_id: "t_1".into(),
         session_id: "s_1".into(),
         trace_id: "3f9c2a1b7d4e".into(),
         history: History::from_messages(&history()),
-        prompt: "hi".into(),
+        prompt: "hi \"quoted\"\n".into(),
         config,
-    }));
+    });
+    // The spliced line the gateway writes and serde's are the same bytes.
+    let line = frame.to_line();
+    assert_eq!(line, encode_host_line(&frame));
     assert_eq!(
         line,
         concat!(
             r#"{"type":"turn.start","turn_id":"t_1","session_id":"s_1","trace_id":"3f9c2a1b7d4e","#,
             r#""history":[{"seq":2,"role":"user","text":"line one\nline two","ts":"x"}],"#,
-            r#""prompt":"hi","config":{"model":"m"}}"#,
+            r#""prompt":"hi \"quoted\"\n","config":{"model":"m"}}"#,
             "\n"
         )
     );
