@@ -5,7 +5,7 @@
 //! session it is most of every turn's bytes. The session encodes each
 //! message once, when it is noted, and hands out the prefix before a
 //! prompt without parsing it again ([`History::from_encoded`]); the host
-//! supervisor splices it into the line as is ([`crate::ToHost::to_line`]);
+//! actor splices it into the line as is ([`crate::ToHost::to_line`]);
 //! the host loop takes it from the line undecoded; only an engine that
 //! reads the history (openai, command) decodes it, with
 //! [`History::messages`]. Echo never does.
