@@ -19,10 +19,11 @@ mod agent;
 use std::process::ExitStatus;
 
 use serde::de::DeserializeOwned;
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::{json, Map, Value};
 use tether_protocol::{
-    Message, StatusUpdatePayload, TextPayload, TodoItem, ToolCompletePayload, ToolStartPayload,
-    TurnStart, HOST_EVENT_TYPES,
+    History, Message, StatusUpdatePayload, TextPayload, TodoItem, ToolCompletePayload,
+    ToolStartPayload, TurnStart, HOST_EVENT_TYPES,
 };
 
 use super::engine::{AsyncEngine, Cancel, CompressResult, TurnOutcome, TurnSink};
@@ -48,18 +49,30 @@ impl AsyncEngine for CommandEngine {
     const NAME: &'static str = "command";
 
     async fn turn(&self, turn: TurnStart, out: &TurnSink, cancel: &Cancel) -> TurnOutcome {
-        let input = json!({
-            "history": turn.history,
-            "prompt": turn.prompt,
-            "config": turn.config,
+        // Written straight to text: the history goes in as the host read it,
+        // rather than built into a `Value` tree and written out again.
+        #[derive(Serialize)]
+        struct Input<'a> {
+            history: &'a History,
+            prompt: &'a str,
+            config: &'a Map<String, Value>,
+        }
+        let input = serde_json::to_string(&Input {
+            history: &turn.history,
+            prompt: &turn.prompt,
+            config: &turn.config,
         });
+        let input = match input {
+            Ok(input) => input,
+            Err(e) => return failed(format!("invalid history: {e}")),
+        };
         let envs = [
             ("TETHER_OP", "turn".to_owned()),
             ("TETHER_SESSION_ID", turn.session_id.to_string()),
             ("TETHER_TURN_ID", turn.turn_id.to_string()),
             ("TETHER_TRACE_ID", turn.trace_id.to_string()),
         ];
-        let mut agent = match Agent::spawn(&self.command, &envs, input.to_string().into_bytes()) {
+        let mut agent = match Agent::spawn(&self.command, &envs, input.into_bytes()) {
             Ok(agent) => agent,
             Err(e) => return failed(format!("cannot start the agent: {e}")),
         };
