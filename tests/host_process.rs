@@ -29,8 +29,15 @@ impl Host {
     }
 
     async fn start_env(args: &[&str], env: &[(&str, &str)]) -> Host {
+        let mut all = vec!["--engine", "echo"];
+        all.extend_from_slice(args);
+        Host::spawn(&all, env).await
+    }
+
+    /// Starts `tether host ARGS`.
+    async fn spawn(args: &[&str], env: &[(&str, &str)]) -> Host {
         let mut child = Command::new(env!("CARGO_BIN_EXE_tether"))
-            .args(["host", "--engine", "echo"])
+            .arg("host")
             .args(args)
             .envs(env.iter().copied())
             .env("RUST_LOG", "warn")
@@ -184,8 +191,93 @@ async fn hello_comes_first_with_pid_engine_and_version() {
     assert_eq!(
         host.hello,
         json!({"type": "hello", "protocol": 1, "pid": pid, "engine": "echo",
-               "version": env!("CARGO_PKG_VERSION")})
+               "version": env!("CARGO_PKG_VERSION"), "history_cache_bytes": 64 << 20})
     );
+    // A host told to keep none says nothing of it.
+    let host = Host::start(&["--history-cache-kb", "0"]).await;
+    assert_eq!(
+        host.hello.get("history_cache_bytes"),
+        None,
+        "{}",
+        host.hello
+    );
+}
+
+/// A message of a history, `m{seq}`.
+fn message(seq: u64) -> Value {
+    json!({"seq": seq, "role": "user", "text": format!("m{seq}"), "ts": "2025-01-01T00:00:00Z"})
+}
+
+/// A host that keeps histories holds what each `turn.start` says: a base
+/// extends what it holds, no base replaces it for that turn only, and
+/// `history.drop` forgets it. A base it does not hold fails the turn with
+/// `history_mismatch`. Its engine (an agent printing the texts of the
+/// history it was handed) always sees the whole segment.
+#[tokio::test]
+async fn a_host_that_keeps_histories_hands_its_engine_the_whole_segment() {
+    let agent = r#"python3 -c 'import json,sys; print(",".join(m["text"] for m in json.load(sys.stdin)["history"]))'"#;
+    let mut host = Host::spawn(
+        &[
+            "--engine",
+            "command",
+            "--command",
+            agent,
+            "--history-cache-kb",
+            "1",
+        ],
+        &[("TETHER_HEARTBEAT_S", "3600")],
+    )
+    .await;
+    assert_eq!(host.hello["history_cache_bytes"], 1024);
+    let turn = async |host: &mut Host, t: &str, s: &str, base: Option<u64>, history: Value| {
+        let mut frame = json!({
+            "type": "turn.start", "turn_id": t, "session_id": s, "trace_id": "0123456789ab",
+            "history": history, "prompt": "p", "config": {}
+        });
+        if let Some(base) = base {
+            frame["history_base"] = base.into();
+        }
+        host.send(frame).await;
+        host.finish(t).await.1
+    };
+    let said = |end: &Value| end["text"].as_str().unwrap_or_default().trim().to_owned();
+
+    let end = turn(
+        &mut host,
+        "t1",
+        "s_a",
+        Some(0),
+        json!([message(1), message(2)]),
+    )
+    .await;
+    assert_eq!(said(&end), "m1,m2", "{end}");
+    let end = turn(&mut host, "t2", "s_a", Some(2), json!([message(3)])).await;
+    assert_eq!(said(&end), "m1,m2,m3", "{end}");
+    let end = turn(&mut host, "t3", "s_b", Some(0), json!([message(9)])).await;
+    assert_eq!(said(&end), "m9", "{end}");
+    let end = turn(&mut host, "t4", "s_a", Some(3), json!([])).await;
+    assert_eq!(
+        said(&end),
+        "m1,m2,m3",
+        "another session's turn left it alone: {end}"
+    );
+
+    // A whole history is used and not held.
+    let end = turn(&mut host, "t5", "s_a", None, json!([message(1)])).await;
+    assert_eq!(said(&end), "m1", "{end}");
+    let end = turn(&mut host, "t6", "s_a", Some(1), json!([message(2)])).await;
+    assert_eq!(end["type"], "turn.error", "{end}");
+    assert_eq!(end["reason"], "history_mismatch", "{end}");
+
+    // A mismatch forgets everything; base 0 starts again.
+    let end = turn(&mut host, "t7", "s_b", Some(1), json!([])).await;
+    assert_eq!(end["reason"], "history_mismatch", "s_b is gone too: {end}");
+    let end = turn(&mut host, "t8", "s_b", Some(0), json!([message(5)])).await;
+    assert_eq!(said(&end), "m5", "{end}");
+    host.send(json!({"type": "history.drop", "session_id": "s_b"}))
+        .await;
+    let end = turn(&mut host, "t9", "s_b", Some(1), json!([message(6)])).await;
+    assert_eq!(end["reason"], "history_mismatch", "dropped: {end}");
 }
 
 #[tokio::test]

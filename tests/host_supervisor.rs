@@ -142,6 +142,7 @@ impl Harness {
             turn_id: turn_id.into(),
             session_id: format!("s_{turn_id}").into(),
             trace_id: "0123456789ab".into(),
+            history_base: None,
             history: tether_protocol::History::empty(),
             prompt: prompt.into(),
             config: Map::new(),

@@ -22,6 +22,7 @@
 //! fails that request) with an error, since the frame it waits for was
 //! refused.
 
+mod held;
 mod line;
 
 use std::process::Stdio;
@@ -29,7 +30,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use tether_protocol::{parse_host_line, peek_frame, FromHost, ToHost, TurnId};
+use tether_protocol::{parse_host_line, peek_frame, FromHost, ToHost, TurnId, HISTORY_MISMATCH};
 use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
 use tokio::process::{ChildStdin, ChildStdout, Command};
 use tokio::sync::mpsc;
@@ -41,6 +42,7 @@ use crate::config::HostConfig;
 use crate::host_registry::kill_group;
 use crate::host_supervisor::HostSupervisorMsg;
 use crate::sparse_log::SparseLog;
+use held::HeldHistories;
 use line::{read_line_bounded, Line};
 
 /// Lines waiting for the host's stdin. A host that leaves this many unread
@@ -56,6 +58,14 @@ const REAP_WAIT: Duration = Duration::from_secs(2);
 pub enum HostMsg {
     /// Write a frame to the host's stdin.
     Send(ToHost),
+    /// Internal: the host's first `hello` offered to keep histories of at
+    /// most this many bytes (0: none). The reader sends it before it
+    /// forwards the `hello`, so it is here before any turn is routed to
+    /// the host.
+    KeepsHistories(u64),
+    /// Internal: the host said it did not hold a history it was told it
+    /// held (`turn.error` with reason `history_mismatch`).
+    HistoryLost,
     /// Internal: the stdout reader stopped (end of stdout, a read error, no
     /// `hello` in time, missed heartbeats); the reason.
     ReaderDone(String),
@@ -105,6 +115,8 @@ pub struct HostState {
     reader_done: bool,
     /// Set once the process group was killed and the tasks stopped.
     cleaned: bool,
+    /// What the host holds of sessions' histories.
+    held: HeldHistories,
 }
 
 pub struct Host;
@@ -187,6 +199,7 @@ impl Actor for Host {
             exited: None,
             reader_done: false,
             cleaned: false,
+            held: HeldHistories::default(),
         })
     }
 
@@ -199,7 +212,30 @@ impl Actor for Host {
         // Never `Err` here: ractor skips `post_stop` for a failed actor, and
         // `post_stop` is where the process is killed and reaped.
         match msg {
-            HostMsg::Send(frame) => state.send(&myself, &frame),
+            HostMsg::Send(frame) => state.send(&myself, frame),
+            HostMsg::KeepsHistories(bytes) => {
+                debug!(
+                    host_id = state.slot,
+                    pid = state.pid,
+                    bytes,
+                    "host keeps histories"
+                );
+                state.held.set_budget(bytes);
+            }
+            HostMsg::HistoryLost => {
+                // The books and the host disagree, and nothing on the
+                // wire can tell which histories are wrong: a new process
+                // starts both from nothing (its running turns end as a
+                // crash would end them).
+                warn!(
+                    host_id = state.slot,
+                    pid = state.pid,
+                    "host lost a history it held"
+                );
+                myself.stop(Some(
+                    "the host lost a history it held (history_mismatch)".into(),
+                ));
+            }
             HostMsg::ReaderDone(reason) => {
                 state.reader_done = true;
                 let why = state.exited.clone().unwrap_or(reason);
@@ -244,16 +280,24 @@ impl Actor for Host {
 }
 
 impl HostState {
-    fn send(&mut self, myself: &ActorRef<HostMsg>, frame: &ToHost) {
-        match self.stdin.try_send(frame.to_line()) {
-            Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                myself.stop(Some(format!(
-                    "the host left {STDIN_QUEUE} frames unread on its stdin"
-                )));
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => {
-                myself.stop(Some("cannot write to the host's stdin".into()));
+    fn send(&mut self, myself: &ActorRef<HostMsg>, frame: ToHost) {
+        let lines = match &frame {
+            ToHost::TurnStart(turn) => self.held.lines(turn),
+            other => vec![other.to_line()],
+        };
+        for line in lines {
+            match self.stdin.try_send(line) {
+                Ok(()) => {}
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    myself.stop(Some(format!(
+                        "the host left {STDIN_QUEUE} frames unread on its stdin"
+                    )));
+                    return;
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => {
+                    myself.stop(Some("cannot write to the host's stdin".into()));
+                    return;
+                }
             }
         }
     }
@@ -405,7 +449,22 @@ async fn read_until_dead(stdout: ChildStdout, r: &Reader) -> String {
                 continue;
             }
         };
-        said_hello |= matches!(frame, FromHost::Hello { .. });
+        match &frame {
+            FromHost::Hello {
+                history_cache_bytes,
+                ..
+            } if !said_hello => {
+                said_hello = true;
+                let bytes = history_cache_bytes.unwrap_or(0);
+                if r.host.cast(HostMsg::KeepsHistories(bytes)).is_err() {
+                    return "the host actor stopped".into();
+                }
+            }
+            FromHost::TurnError { reason, .. } if reason == HISTORY_MISMATCH => {
+                let _ = r.host.cast(HostMsg::HistoryLost);
+            }
+            _ => {}
+        }
         batch.push(Incoming::Frame(frame));
     }
 }

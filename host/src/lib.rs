@@ -19,6 +19,7 @@ mod echo;
 mod engine;
 mod error;
 mod flood;
+mod held;
 mod io;
 mod openai;
 
@@ -31,6 +32,7 @@ use clap::{Args, ValueEnum};
 use futures::FutureExt;
 use tether_protocol::{
     parse_host_line, ControlRequest, FromHost, ToHost, TurnEndStatus, TurnId, TurnStart,
+    HISTORY_MISMATCH,
 };
 use tokio::task::JoinSet;
 use tokio::time::{Instant, MissedTickBehavior};
@@ -39,6 +41,7 @@ use tracing::Instrument;
 use command::CommandEngine;
 use echo::EchoEngine;
 use engine::{Cancel, Engine, TurnOutcome, TurnSink};
+use held::HeldHistories;
 use io::{Input, Writer};
 use openai::{OpenAiArgs, OpenAiEngine};
 
@@ -73,6 +76,12 @@ pub struct HostArgs {
     /// echo: milliseconds before answering a compress.
     #[arg(long, default_value_t = 0)]
     pub compress_delay_ms: u64,
+    /// KiB of sessions' histories to keep between turns, so that each
+    /// turn is sent only the messages this host has not seen (0: keep
+    /// none, be sent every whole history). The held texts may take up to
+    /// about twice this much memory (a history grows by doubling).
+    #[arg(long, default_value_t = 65536)]
+    pub history_cache_kb: u64,
     /// command: the agent program each turn runs, through `sh -c`
     /// (docs/ENGINES.md).
     #[arg(long, required_if_eq("engine", "command"))]
@@ -139,6 +148,8 @@ pub async fn run(args: HostArgs) -> Result<(), HostError> {
             pid: std::process::id(),
             engine: engine.name().into(),
             version: env!("CARGO_PKG_VERSION").into(),
+            history_cache_bytes: (args.history_cache_kb > 0)
+                .then(|| args.history_cache_kb.saturating_mul(1024)),
         })
         .await?;
     let mut input = io::spawn_reader(READ_QUEUE).map_err(|source| HostError::Pipe {
@@ -206,6 +217,7 @@ struct Host {
     controls: JoinSet<()>,
     /// Fired at shutdown: control tasks answer `control.error` and stop.
     stopping: Cancel,
+    held: HeldHistories,
 }
 
 impl Host {
@@ -217,6 +229,7 @@ impl Host {
             running: HashMap::new(),
             controls: JoinSet::new(),
             stopping: Cancel::new(),
+            held: HeldHistories::default(),
         }
     }
 
@@ -237,6 +250,7 @@ impl Host {
             ToHost::Interrupt { turn_id } => self.interrupt(&turn_id),
             ToHost::Control(request) => self.control(request).await,
             ToHost::Ping { nonce } => self.send(&FromHost::Pong { nonce }).await,
+            ToHost::HistoryDrop { session_id } => self.held.drop_session(&session_id),
             ToHost::Shutdown => return Flow::Shutdown,
             ToHost::Error { message } => {
                 tracing::warn!(message, "the gateway could not understand a line of ours");
@@ -248,7 +262,24 @@ impl Host {
     /// Starts a turn in its own task. A second `turn.start` for a turn that
     /// is still running is answered with an `error` frame and ignored (the
     /// running turn goes on).
-    async fn start_turn(&mut self, turn: TurnStart) {
+    async fn start_turn(&mut self, mut turn: TurnStart) {
+        // First, even for a turn refused below: the gateway's books count
+        // every history it sent as held.
+        if let Err(e) = self.held.resolve(&mut turn) {
+            tracing::warn!(
+                session_id = %turn.session_id,
+                turn_id = %turn.turn_id,
+                error = %e,
+                "sent a history base this host does not hold"
+            );
+            let frame = FromHost::TurnError {
+                turn_id: turn.turn_id,
+                reason: HISTORY_MISMATCH.into(),
+                message: e.to_string(),
+            };
+            self.send(&frame).await;
+            return;
+        }
         if self.running.contains_key(&turn.turn_id) {
             let message = format!("turn {} is already running", turn.turn_id);
             self.reject(message).await;

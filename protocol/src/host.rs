@@ -29,6 +29,10 @@ pub enum ToHost {
     Control(ControlRequest),
     #[serde(rename = "ping")]
     Ping { nonce: u64 },
+    /// Forget the history held for a session (only to a host that keeps
+    /// histories, PROTOCOL Part 2).
+    #[serde(rename = "history.drop")]
+    HistoryDrop { session_id: SessionId },
     /// Finish and exit.
     #[serde(rename = "shutdown")]
     Shutdown,
@@ -46,6 +50,12 @@ pub struct TurnStart {
     pub turn_id: TurnId,
     pub session_id: SessionId,
     pub trace_id: TraceId,
+    /// To a host that keeps histories: how many of the segment's messages
+    /// it already holds for this session; `history` is then only the
+    /// messages after them. Absent: `history` is the whole segment. A host
+    /// hands its engine the whole segment either way (`None` there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history_base: Option<u64>,
     /// The current segment's transcript, oldest first, kept as text from
     /// the session to the engine that reads it ([`History`]).
     pub history: History,
@@ -87,6 +97,11 @@ pub enum FromHost {
         pid: u32,
         engine: String,
         version: String,
+        /// The host keeps sessions' histories between turns, at most this
+        /// many bytes of them as the gateway counts (PROTOCOL Part 2).
+        /// Absent or 0: it is sent every turn's whole history.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        history_cache_bytes: Option<u64>,
     },
     /// Heartbeat: host liveness (not turn activity).
     #[serde(rename = "hb")]
@@ -122,6 +137,10 @@ pub enum FromHost {
     #[serde(rename = "error")]
     Error { message: String },
 }
+
+/// The `turn.error` reason of a host that was sent a `history_base` it
+/// does not hold (PROTOCOL Part 2). The gateway replaces such a host.
+pub const HISTORY_MISMATCH: &str = "history_mismatch";
 
 /// The event types a host may send in an `event` frame (PROTOCOL Part 2);
 /// everything else a session emits is the gateway's own. The gateway
@@ -238,6 +257,8 @@ impl HostLine for ToHost {
             turn_id: TurnId,
             session_id: SessionId,
             trace_id: TraceId,
+            #[serde(default)]
+            history_base: Option<u64>,
             history: Box<RawValue>,
             prompt: String,
             config: Map<String, Value>,
@@ -253,6 +274,7 @@ impl HostLine for ToHost {
             turn_id: s.turn_id,
             session_id: s.session_id,
             trace_id: s.trace_id,
+            history_base: s.history_base,
             history,
             prompt: s.prompt,
             config: s.config,
@@ -335,17 +357,37 @@ impl ToHost {
     /// checked and serialized again (it is most of the line).
     pub fn to_line(&self) -> String {
         match self {
-            ToHost::TurnStart(turn) => turn.to_line().unwrap_or_else(|_| encode_host_line(self)),
+            ToHost::TurnStart(turn) => turn.line(),
             other => encode_host_line(other),
         }
     }
 }
 
 impl TurnStart {
+    /// This turn as a line, as [`ToHost::to_line`] writes it.
+    pub fn line(&self) -> String {
+        self.to_line()
+            .unwrap_or_else(|_| encode_host_line(&ToHost::TurnStart(self.clone())))
+    }
+
     /// The fields in the order of PROTOCOL Part 2 (the order serde's
     /// derive writes them), the history as its text.
     fn to_line(&self) -> Result<String, serde_json::Error> {
-        let history = self.history.as_json();
+        self.line_with(self.history_base, self.history.as_json())
+    }
+
+    /// The line for a host that holds the first `base` messages of this
+    /// segment: `history_base` and only the messages after them, `items`
+    /// (array items, as [`History::after`] gives them).
+    pub fn line_after(&self, base: u64, items: &str) -> Result<String, serde_json::Error> {
+        let mut history = String::with_capacity(items.len() + 2);
+        history.push('[');
+        history.push_str(items);
+        history.push(']');
+        self.line_with(Some(base), &history)
+    }
+
+    fn line_with(&self, base: Option<u64>, history: &str) -> Result<String, serde_json::Error> {
         let mut line = String::with_capacity(history.len() + self.prompt.len() + 256);
         line.push_str(r#"{"type":"turn.start","turn_id":"#);
         line.push_str(&serde_json::to_string(&self.turn_id)?);
@@ -353,6 +395,10 @@ impl TurnStart {
         line.push_str(&serde_json::to_string(&self.session_id)?);
         line.push_str(r#","trace_id":"#);
         line.push_str(&serde_json::to_string(&self.trace_id)?);
+        if let Some(base) = base {
+            line.push_str(r#","history_base":"#);
+            line.push_str(&base.to_string());
+        }
         line.push_str(r#","history":"#);
         line.push_str(history);
         line.push_str(r#","prompt":"#);
@@ -390,7 +436,7 @@ pub fn parse_host_line<T: HostLine>(line: &str) -> Result<T, HostFrameError> {
 }
 
 mod history;
-pub use history::History;
+pub use history::{History, Mark};
 mod peek;
 pub use peek::{peek_frame, FramePeek};
 

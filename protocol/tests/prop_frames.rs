@@ -1097,16 +1097,22 @@ fn message() -> impl Strategy<Value = Message> {
 
 fn from_host() -> impl Strategy<Value = FromHost> {
     prop_oneof![
-        (any::<u32>(), any::<u32>(), text(), text()).prop_map(
-            |(protocol, pid, engine, version)| {
+        (
+            any::<u32>(),
+            any::<u32>(),
+            text(),
+            text(),
+            proptest::option::of(any::<u64>())
+        )
+            .prop_map(|(protocol, pid, engine, version, history_cache_bytes)| {
                 FromHost::Hello {
                     protocol,
                     pid,
                     engine,
                     version,
+                    history_cache_bytes,
                 }
-            }
-        ),
+            }),
         (any::<u32>(), any::<u64>()).prop_map(|(active_turns, rss_kb)| FromHost::Hb {
             active_turns,
             rss_kb
@@ -1152,21 +1158,26 @@ fn to_host() -> impl Strategy<Value = ToHost> {
             turn_id(),
             session_id(),
             "[0-9a-f]{12}",
+            proptest::option::of(any::<u64>()),
             vec(message(), 0..4),
             text(),
             json_object(),
         )
-            .prop_map(|(turn_id, session_id, trace, history, prompt, config)| {
-                ToHost::TurnStart(TurnStart {
-                    turn_id,
-                    session_id,
-                    trace_id: TraceId::from(trace),
-                    history: History::from_messages(&history),
-                    prompt,
-                    config,
-                })
-            }),
+            .prop_map(
+                |(turn_id, session_id, trace, base, history, prompt, config)| {
+                    ToHost::TurnStart(TurnStart {
+                        turn_id,
+                        session_id,
+                        trace_id: TraceId::from(trace),
+                        history_base: base,
+                        history: History::from_messages(&history),
+                        prompt,
+                        config,
+                    })
+                }
+            ),
         turn_id().prop_map(|turn_id| ToHost::Interrupt { turn_id }),
+        session_id().prop_map(|session_id| ToHost::HistoryDrop { session_id }),
         (
             text(),
             text(),

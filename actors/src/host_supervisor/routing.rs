@@ -195,6 +195,7 @@ impl HostSupervisorState {
                 pid: said_pid,
                 engine,
                 version,
+                ..
             } => self.hello(slot, pid, said_pid, protocol, &engine, &version),
             FromHost::Hb {
                 active_turns,

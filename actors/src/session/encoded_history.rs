@@ -6,15 +6,20 @@
 //! allocations per turn, the cost that grew fastest with a session's
 //! length in the turn benchmark. Each message is encoded once, when it is
 //! noted; the history before a seq is then a prefix of one string.
+//!
+//! Each message is marked with where it ends and a digest of the segment
+//! up to it, so that a host that holds an earlier prefix is sent only the
+//! rest (`actors/src/host/held.rs`).
 
-use tether_protocol::{History, Message};
+use tether_protocol::{History, Mark, Message};
 
 /// The messages as JSON objects joined by commas, and where each one ends
 /// (with its seq, increasing), so the history before any seq is a prefix.
 #[derive(Debug, Default)]
 pub(crate) struct EncodedHistory {
     json: String,
-    ends: Vec<(u64, usize)>,
+    seqs: Vec<u64>,
+    marks: Vec<Mark>,
 }
 
 impl EncodedHistory {
@@ -35,20 +40,26 @@ impl EncodedHistory {
             self.json.push(',');
         }
         self.json.push_str(&text);
-        self.ends.push((m.seq, self.json.len()));
+        let digest = Mark::chain(self.marks.last().map_or(0, |m| m.digest), &text);
+        self.seqs.push(m.seq);
+        self.marks.push(Mark {
+            end: self.json.len(),
+            digest,
+        });
     }
 
     pub(crate) fn clear(&mut self) {
         self.json.clear();
-        self.ends.clear();
+        self.seqs.clear();
+        self.marks.clear();
     }
 
     /// The history a host reads for a prompt at `before`: the messages
     /// with `seq < before`.
     pub(crate) fn before(&self, before: u64) -> History {
-        let n = self.ends.partition_point(|(seq, _)| *seq < before);
-        let end = n.checked_sub(1).map_or(0, |i| self.ends[i].1);
-        History::from_encoded(&self.json[..end])
+        let n = self.seqs.partition_point(|seq| *seq < before);
+        let end = n.checked_sub(1).map_or(0, |i| self.marks[i].end);
+        History::from_encoded(&self.json[..end], &self.marks[..n])
     }
 
     /// Every message, decoded (a compression, which is rare).
@@ -89,8 +100,20 @@ mod tests {
             (u64::MAX, 3),
         ] {
             let want = serde_json::to_string(&all[..n]).expect("encodes");
-            assert_eq!(h.before(before).as_json(), want, "before {before}");
+            let history = h.before(before);
+            assert_eq!(history.as_json(), want, "before {before}");
+            assert_eq!(history.marked_len(), Some(n), "before {before}");
         }
+        // A host that holds the first message is sent the other two.
+        let whole = h.before(u64::MAX);
+        let one = h.before(2).digest().expect("marked");
+        let rest = whole.after(1, one).expect("the first is a prefix");
+        assert_eq!(
+            format!("[{rest}]"),
+            serde_json::to_string(&all[1..]).expect("encodes")
+        );
+        assert_eq!(whole.after(1, one ^ 1), None, "another first message");
+        assert_eq!(whole.after(3, whole.digest().expect("marked")), Some(""));
         assert_eq!(h.messages(), all.to_vec());
         h.clear();
         assert_eq!(h.before(u64::MAX).as_json(), "[]");

@@ -198,6 +198,7 @@ impl SessionState {
             turn_id: turn.tag.turn_id.clone(),
             session_id: self.id.clone(),
             trace_id: turn.tag.trace_id.clone(),
+            history_base: None,
             history,
             prompt: turn.prompt.clone(),
             config: self.engine_config(),

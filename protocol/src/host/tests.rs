@@ -38,6 +38,7 @@ fn to_host_frames() {
             turn_id: "t_1".into(),
             session_id: "s_1".into(),
             trace_id: "3f9c2a1b7d4e".into(),
+            history_base: None,
             history: History::from_messages(&history()),
             prompt: "hi".into(),
             config,
@@ -63,6 +64,12 @@ fn to_host_frames() {
         json!({"type":"control","request_id":"r1","op":"compress","session_id":"s_1",
                "history":[],"args":{"focus":null}}),
     );
+    round_trip(
+        &ToHost::HistoryDrop {
+            session_id: "s_1".into(),
+        },
+        json!({"type":"history.drop","session_id":"s_1"}),
+    );
     round_trip(&ToHost::Ping { nonce: 7 }, json!({"type":"ping","nonce":7}));
     round_trip(&ToHost::Shutdown, json!({"type":"shutdown"}));
     round_trip(
@@ -81,8 +88,20 @@ fn from_host_frames() {
             pid: 42,
             engine: "echo".into(),
             version: "0.1.0".into(),
+            history_cache_bytes: None,
         },
         json!({"type":"hello","protocol":1,"pid":42,"engine":"echo","version":"0.1.0"}),
+    );
+    round_trip(
+        &FromHost::Hello {
+            protocol: 1,
+            pid: 42,
+            engine: "echo".into(),
+            version: "0.1.0".into(),
+            history_cache_bytes: Some(8 << 20),
+        },
+        json!({"type":"hello","protocol":1,"pid":42,"engine":"echo","version":"0.1.0",
+               "history_cache_bytes":8_388_608}),
     );
     round_trip(
         &FromHost::Hb {
@@ -273,6 +292,7 @@ fn turn_start_line_bytes() {
         turn_id: "t_1".into(),
         session_id: "s_1".into(),
         trace_id: "3f9c2a1b7d4e".into(),
+        history_base: None,
         history: History::from_messages(&history()),
         prompt: "hi \"quoted\"\n".into(),
         config,
@@ -288,5 +308,34 @@ fn turn_start_line_bytes() {
             r#""prompt":"hi \"quoted\"\n","config":{"model":"m"}}"#,
             "\n"
         )
+    );
+}
+
+/// To a host that keeps histories, a `turn.start` names how many messages
+/// it holds, ahead of the rest: the same bytes serde writes for the frame
+/// with that base and those messages, and what a host reads back.
+#[test]
+fn turn_start_line_after_a_base() {
+    let turn = TurnStart {
+        turn_id: "t_2".into(),
+        session_id: "s_1".into(),
+        trace_id: "3f9c2a1b7d4e".into(),
+        history_base: None,
+        history: History::empty(),
+        prompt: "next".into(),
+        config: Map::new(),
+    };
+    let items = r#"{"seq":2,"role":"user","text":"a","ts":"x"}"#;
+    let line = turn.line_after(3, items).unwrap();
+    let mut want = turn.clone();
+    want.history_base = Some(3);
+    want.history = History::from_raw(RawValue::from_string(format!("[{items}]")).unwrap()).unwrap();
+    assert_eq!(line, encode_host_line(&ToHost::TurnStart(want.clone())));
+    assert!(line.starts_with(
+        r#"{"type":"turn.start","turn_id":"t_2","session_id":"s_1","trace_id":"3f9c2a1b7d4e","history_base":3,"history":["#
+    ));
+    assert_eq!(
+        parse_host_line::<ToHost>(&line).unwrap(),
+        ToHost::TurnStart(want)
     );
 }
