@@ -10,8 +10,9 @@
 //! The gateway keeps the books, so the host needs none: it holds exactly
 //! what the lines it was sent say (the history it was sent for a session,
 //! until it is sent another or told `history.drop`), and this mirror
-//! knows what that is, within the host's budget, evicting the session
-//! used longest ago. The books live in the host actor and die with it, so
+//! knows what that is, within the host's budget: a held session that
+//! grows drops the sessions used longest ago, a new one only cold ones
+//! (see [`HeldHistories::make_room`]). The books live in the host actor and die with it, so
 //! a restarted host starts from nothing on both sides. What a host holds
 //! is checked against the session's own marks ([`History::after`]): a
 //! compaction, or a session rebuilt from the store with other bytes, sends
@@ -20,6 +21,10 @@
 use std::collections::{BTreeMap, HashMap};
 
 use tether_protocol::{SessionId, ToHost, TurnStart};
+
+/// A held session is cold once this many turns per session held have gone
+/// to the host since its last one.
+const COLD: u64 = 4;
 
 /// The mirror of one host's held histories.
 #[derive(Debug, Default)]
@@ -67,17 +72,18 @@ impl HeldHistories {
         if bytes > self.budget {
             return self.whole(turn);
         }
-        let (base, items) = match self.held.get(&turn.session_id) {
-            Some(held) => match history.after(held.count, held.digest) {
-                Some(items) => (held.count, items),
+        let held = self.held.get(&turn.session_id).copied();
+        let (base, items) =
+            match held.and_then(|h| Some((h.count, history.after(h.count, h.digest)?))) {
+                Some(prefix) => prefix,
                 None => (0, history.after(0, 0).unwrap_or_default()),
-            },
-            None => (0, history.after(0, 0).unwrap_or_default()),
-        };
+            };
         let Ok(line) = turn.line_after(base as u64, items) else {
             return self.whole(turn);
         };
-        let mut lines = self.make_room(&turn.session_id, bytes);
+        let Some(mut lines) = self.make_room(&turn.session_id, bytes, held.is_some()) else {
+            return self.whole(turn);
+        };
         lines.push(line);
         self.hold(&turn.session_id, count, digest, bytes);
         lines
@@ -91,19 +97,48 @@ impl HeldHistories {
         vec![turn.line()]
     }
 
-    /// Drops the sessions used longest ago (never `keep`) until `bytes`
-    /// more for `keep` fit the budget; the `history.drop` lines that say so.
-    fn make_room(&mut self, keep: &SessionId, bytes: u64) -> Vec<String> {
+    /// Makes room for `keep` to hold `bytes`; the `history.drop` lines that
+    /// do, or `None` when there is none to make (nothing is dropped then).
+    ///
+    /// A session already held may push out the sessions used longest ago.
+    /// One not held yet may push out only cold ones, not sent a turn for
+    /// [`COLD`] times as many turns as there are sessions held: when more
+    /// sessions take turns in a ring than the budget holds, evicting the
+    /// least recently used to let each newcomer in drops every session just
+    /// before its next turn, and nothing would ever be sent as a tail. This
+    /// way the ones held stay held, and the rest are sent whole.
+    fn make_room(&mut self, keep: &SessionId, bytes: u64, held: bool) -> Option<Vec<String>> {
         let kept = self.held.get(keep).map_or(0, |h| h.bytes);
-        let mut lines = Vec::new();
-        while self.total - kept + bytes > self.budget {
-            let Some(oldest) = self.by_use.values().find(|id| *id != keep).cloned() else {
+        let mut need = (self.total - kept + bytes).saturating_sub(self.budget);
+        let cold_before = self
+            .clock
+            .saturating_sub(COLD.saturating_mul(self.held.len() as u64));
+        let mut victims = Vec::new();
+        for (&used, id) in &self.by_use {
+            if need == 0 {
                 break;
-            };
-            self.forget(&oldest);
-            lines.push(ToHost::HistoryDrop { session_id: oldest }.to_line());
+            }
+            if id == keep {
+                continue;
+            }
+            if !held && used > cold_before {
+                break;
+            }
+            need = need.saturating_sub(self.held.get(id).map_or(0, |h| h.bytes));
+            victims.push(id.clone());
         }
-        lines
+        if need > 0 {
+            return None;
+        }
+        Some(
+            victims
+                .into_iter()
+                .map(|session_id| {
+                    self.forget(&session_id);
+                    ToHost::HistoryDrop { session_id }.to_line()
+                })
+                .collect(),
+        )
     }
 
     fn hold(&mut self, session: &SessionId, count: usize, digest: u64, bytes: u64) {
@@ -248,6 +283,46 @@ mod tests {
             1 => (0..4usize).prop_map(Op::Compact),
             1 => (0..4usize).prop_map(Op::Unmarked),
         ]
+    }
+
+    /// The turn.start among `lines`: its base, if it has one.
+    fn base_of(lines: &[String]) -> Option<u64> {
+        lines
+            .iter()
+            .find_map(|line| match parse_host_line::<ToHost>(line) {
+                Ok(ToHost::TurnStart(turn)) => Some(turn.history_base),
+                _ => None,
+            })?
+    }
+
+    /// Four sessions taking turns in a ring, their histories growing past
+    /// what the budget holds for all four: the ones held stay held (sent
+    /// as tails), the others are sent whole, rather than each being
+    /// dropped just before its next turn.
+    #[test]
+    fn a_ring_of_sessions_larger_than_the_budget_keeps_some_held() {
+        let mut books = HeldHistories::default();
+        books.set_budget(1500);
+        let mut host = ModelHost::default();
+        let mut segments = vec![Segment::default(); 4];
+        let mut tails = 0;
+        for round in 0..12 {
+            for (s, segment) in segments.iter_mut().enumerate() {
+                segment
+                    .items
+                    .push(format!(r#"{{"r":{round},"t":"{}"}}"#, "x".repeat(80)));
+                let history = segment.history();
+                let want: Vec<Value> = serde_json::from_str(history.as_json()).expect("array");
+                let lines = books.lines(&start(&format!("s{s}"), history));
+                assert_eq!(host.read(&lines), want);
+                assert!(host.bytes() <= 1500);
+                if round >= 4 && base_of(&lines).is_some_and(|b| b > 0) {
+                    tails += 1;
+                }
+            }
+        }
+        // Rounds 4 to 11 are 32 turns; all four fit until round 3.
+        assert!(tails >= 12, "only {tails} of 32 turns were sent as tails");
     }
 
     proptest! {
