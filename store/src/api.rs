@@ -123,11 +123,18 @@ pub trait StoreRead: Send + Sync {
         Ok(all)
     }
 
-    /// The transcript events of the current history segment: the latest `session.compacted`
-    /// event (if any) and every later event whose type feeds the transcript
+    /// The transcript events of the history segment as it was at seq `upto`: the latest
+    /// `session.compacted` event up to it (if any) and every later event up to it whose type
+    /// feeds the transcript
     /// ([`EventType::feeds_transcript`](tether_protocol::EventType::feeds_transcript): the
-    /// transcript types and `error`); ascending seq.
-    async fn segment_events(&self, session_id: &SessionId) -> Result<Vec<EventRow>, StoreError>;
+    /// transcript types and `error`); ascending seq. A cut before the latest compaction is the
+    /// segment that compaction ended, not an empty one: a reader that took its `upto` just
+    /// before a compaction committed still gets the transcript it saw.
+    async fn segment_events(
+        &self,
+        session_id: &SessionId,
+        upto: u64,
+    ) -> Result<Vec<EventRow>, StoreError>;
 
     /// The latest `todo.updated` event of a session, if any.
     async fn latest_todos(&self, session_id: &SessionId) -> Result<Option<EventRow>, StoreError>;

@@ -1,4 +1,4 @@
-//! segment_events: the transcript of the current history segment.
+//! segment_events: the transcript of the history segment as of a seq.
 
 mod common;
 
@@ -43,7 +43,11 @@ async fn without_compaction_the_whole_transcript(b: Backend) {
         ],
     )
     .await;
-    let segment = store.reader.segment_events(&sid("s_1")).await.unwrap();
+    let segment = store
+        .reader
+        .segment_events(&sid("s_1"), u64::MAX)
+        .await
+        .unwrap();
     // An `error` is read with the transcript: a failed turn's entry carries
     // its message.
     assert_eq!(
@@ -59,7 +63,7 @@ async fn without_compaction_the_whole_transcript(b: Backend) {
     );
     assert!(store
         .reader
-        .segment_events(&sid("s_x"))
+        .segment_events(&sid("s_x"), u64::MAX)
         .await
         .unwrap()
         .is_empty());
@@ -92,7 +96,11 @@ async fn after_a_compaction_only_it_and_later_transcript_events(b: Backend) {
         ],
     )
     .await;
-    let segment = store.reader.segment_events(&sid("s_1")).await.unwrap();
+    let segment = store
+        .reader
+        .segment_events(&sid("s_1"), u64::MAX)
+        .await
+        .unwrap();
     assert_eq!(
         kinds(&segment),
         vec![
@@ -103,8 +111,46 @@ async fn after_a_compaction_only_it_and_later_transcript_events(b: Backend) {
     );
     assert_eq!(segment[0], ev(9, "session.compacted"));
     assert_eq!(
-        kinds(&store.reader.segment_events(&sid("s_other")).await.unwrap()),
+        kinds(
+            &store
+                .reader
+                .segment_events(&sid("s_other"), u64::MAX)
+                .await
+                .unwrap()
+        ),
         vec![(2, "session.compacted")]
+    );
+    // As of a seq before the latest compaction: the segment it ended, cut
+    // there (a resume that took its watermark just before the compaction
+    // committed reads this).
+    let at = |upto| {
+        let reader = &store.reader;
+        async move {
+            let rows = reader.segment_events(&sid("s_1"), upto).await.unwrap();
+            rows.iter()
+                .map(|e| (e.seq, e.kind.as_str().to_owned()))
+                .collect::<Vec<_>>()
+        }
+    };
+    let owned = |v: Vec<(u64, &str)>| -> Vec<(u64, String)> {
+        v.into_iter().map(|(s, k)| (s, k.to_owned())).collect()
+    };
+    assert_eq!(
+        at(8).await,
+        owned(vec![
+            (5, "session.compacted"),
+            (6, "message.user"),
+            (8, "message.complete")
+        ])
+    );
+    assert_eq!(
+        at(6).await,
+        owned(vec![(5, "session.compacted"), (6, "message.user")])
+    );
+    assert_eq!(at(9).await, owned(vec![(9, "session.compacted")]));
+    assert_eq!(
+        at(12).await,
+        owned(vec![(9, "session.compacted"), (11, "message.user")])
     );
 }
 

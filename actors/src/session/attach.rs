@@ -153,8 +153,7 @@ impl SessionState {
         tokio::spawn(async move {
             let filled = async {
                 if with_messages {
-                    let rows = reader.segment_events(&id).await?;
-                    let rows: Vec<_> = rows.into_iter().filter(|r| r.seq <= h).collect();
+                    let rows = reader.segment_events(&id, h).await?;
                     answer.result.messages = Some(messages_from_rows(&rows));
                 }
                 if let Some(after) = store_after {

@@ -96,8 +96,10 @@ impl SessionState {
         if !matches!(self.transcript.segment, Segment::NotLoaded) {
             return;
         }
-        // Committed events are in the store; the ones still pending are
-        // taken from memory so nothing falls between the two.
+        // Committed events are in the store (the segment as of `upto`); the
+        // ones still pending are taken from memory so nothing falls between
+        // the two. None of them is a compaction: one is only made from a
+        // transcript in memory, which is never dropped once loaded.
         let upto = self.commit.committed_seq();
         let buffer = self
             .commit
@@ -113,12 +115,9 @@ impl SessionState {
         let myself = myself.clone();
         tokio::spawn(async move {
             let result = reader
-                .segment_events(&id)
+                .segment_events(&id, upto)
                 .await
-                .map(|rows| {
-                    let rows: Vec<_> = rows.into_iter().filter(|r| r.seq <= upto).collect();
-                    messages_from_rows(&rows)
-                })
+                .map(|rows| messages_from_rows(&rows))
                 .map_err(RpcError::from);
             let _ = myself.cast(SessionMsg::TranscriptLoaded { result });
         });

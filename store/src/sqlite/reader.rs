@@ -72,8 +72,8 @@ impl Sql {
             segment: format!(
                 "SELECT {EVENT_COLUMNS} FROM events WHERE session_id = ?1 \
                  AND seq >= COALESCE((SELECT MAX(seq) FROM events INDEXED BY events_compactions \
-                     WHERE session_id = ?1 AND type = '{compacted}'), 0) \
-                 AND type IN ({kinds}) ORDER BY seq",
+                     WHERE session_id = ?1 AND type = '{compacted}' AND seq <= ?2), 0) \
+                 AND seq <= ?2 AND type IN ({kinds}) ORDER BY seq",
                 compacted = EventType::SessionCompacted,
             ),
             latest_todos: format!(
@@ -221,8 +221,14 @@ impl StoreRead for SqliteReader {
         Ok(u64::try_from(row.int(0)?).unwrap_or(0))
     }
 
-    async fn segment_events(&self, session_id: &SessionId) -> Result<Vec<EventRow>, StoreError> {
-        let query = sqlx::query(&self.sql.segment).bind(session_id.as_str());
+    async fn segment_events(
+        &self,
+        session_id: &SessionId,
+        upto: u64,
+    ) -> Result<Vec<EventRow>, StoreError> {
+        let query = sqlx::query(&self.sql.segment)
+            .bind(session_id.as_str())
+            .bind(i64::try_from(upto).unwrap_or(i64::MAX));
         self.all(query, event_from_row).await
     }
 }
