@@ -796,3 +796,48 @@ async fn well_formed_frames_a_host_may_not_send_are_dropped_and_logged_sparingly
         "the count is logged: {text}"
     );
 }
+
+/// A host that offered to keep histories and then says it lost one
+/// (`history_mismatch`): that turn fails with the host's reason, and the
+/// host is replaced, since the gateway's books of what it holds can no
+/// longer be trusted; the replacement runs the next turn.
+#[tokio::test]
+async fn a_host_that_loses_a_history_it_kept_is_replaced() {
+    let dir = tempdir();
+    let mode = once("forgetful", &dir);
+    let gw = gateway(dir.path(), &mode, &[]);
+    let mut c = gw.client().await;
+    let id = session(&mut c).await;
+    // The first two turns go with base 0 (nothing is held before the
+    // first, and the first's history is empty); the third names the two
+    // messages the second brought.
+    for prompt in ["first ", "second "] {
+        let t = submit(&mut c, &id, prompt).await;
+        assert_eq!(complete(&mut c, &t).await["status"], "complete");
+    }
+    let t = submit(&mut c, &id, "third ").await;
+    let done = complete(&mut c, &t).await;
+    assert_eq!(done["status"], "error", "{done}");
+    assert_eq!(done["failure_reason"], "history_mismatch", "{done}");
+    host_up_after(&mut c, 1).await;
+    let t = submit(&mut c, &id, "on the replacement ").await;
+    assert_eq!(complete(&mut c, &t).await["text"], "on the replacement ");
+    assert_consistent(&mut c, &id).await;
+}
+
+/// From a host that never offered to keep histories, `history_mismatch` is
+/// a turn's failure reason like any other: the host keeps serving.
+#[tokio::test]
+async fn history_mismatch_from_a_host_that_keeps_none_only_fails_the_turn() {
+    let dir = tempdir();
+    let gw = gateway(dir.path(), "mismatch_blind", &[]);
+    let mut c = gw.client().await;
+    let id = session(&mut c).await;
+    let t = submit(&mut c, &id, "first ").await;
+    let done = complete(&mut c, &t).await;
+    assert_eq!(done["failure_reason"], "history_mismatch", "{done}");
+    let t = submit(&mut c, &id, "second ").await;
+    assert_eq!(complete(&mut c, &t).await["text"], "second ");
+    assert_eq!(host(&mut c).await["restarts"], 0);
+    assert_consistent(&mut c, &id).await;
+}

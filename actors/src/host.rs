@@ -3,10 +3,11 @@
 //! The actor owns the process and its two pipes. A writer task drains a
 //! bounded queue of lines into the host's stdin; a reader task reads its
 //! stdout line by line and forwards each frame straight to the
-//! `HostSupervisor`, which owns all routing. The actor itself only decides
-//! when the host is dead, and then kills its process group and stops; the
-//! supervisor sees that stop as a supervision event and does the rest (fail
-//! the turns, restart the slot).
+//! `HostSupervisor`, which owns all routing. The actor itself keeps the
+//! books of what the host holds of sessions' histories (`held.rs`) and
+//! decides when the host is dead; it then kills the process group and
+//! stops, and the supervisor sees that stop as a supervision event and does
+//! the rest (fail the turns, restart the slot).
 //!
 //! A host is dead when its process exits, its stdout ends, it has not said
 //! `hello` within `hello_timeout`, it has written no line at all for three
@@ -222,6 +223,9 @@ impl Actor for Host {
                 );
                 state.held.set_budget(bytes);
             }
+            // Only a host that keeps histories can have lost one; from any
+            // other, the reason is just a turn's failure.
+            HostMsg::HistoryLost if !state.held.keeps() => {}
             HostMsg::HistoryLost => {
                 // The books and the host disagree, and nothing on the
                 // wire can tell which histories are wrong: a new process
@@ -393,16 +397,11 @@ async fn read_until_dead(stdout: ChildStdout, r: &Reader) -> String {
     let mut said_hello = false;
     loop {
         let line_buffered = input.buffer().contains(&b'\n');
-        if !batch.is_empty() && (!line_buffered || batch.len() >= MAX_BATCH) {
-            let forwarded = r.supervisor.cast(HostSupervisorMsg::Frames {
-                slot: r.slot,
-                incarnation: r.incarnation,
-                pid: r.pid,
-                frames: std::mem::take(&mut batch),
-            });
-            if forwarded.is_err() {
-                return "the host supervisor stopped".into();
-            }
+        if !batch.is_empty()
+            && (!line_buffered || batch.len() >= MAX_BATCH)
+            && !r.forward(&mut batch)
+        {
+            return "the host supervisor stopped".into();
         }
         let deadline = if said_hello {
             Instant::now() + r.silence_limit
@@ -461,7 +460,15 @@ async fn read_until_dead(stdout: ChildStdout, r: &Reader) -> String {
                 }
             }
             FromHost::TurnError { reason, .. } if reason == HISTORY_MISMATCH => {
+                // The turn's error reaches the supervisor before the news
+                // that the host is being replaced, so the turn ends with
+                // it rather than as a crash.
+                batch.push(Incoming::Frame(frame));
+                if !r.forward(&mut batch) {
+                    return "the host supervisor stopped".into();
+                }
                 let _ = r.host.cast(HostMsg::HistoryLost);
+                continue;
             }
             _ => {}
         }
@@ -470,6 +477,18 @@ async fn read_until_dead(stdout: ChildStdout, r: &Reader) -> String {
 }
 
 impl Reader {
+    /// Hands `batch` to the supervisor; false when it is gone.
+    fn forward(&self, batch: &mut Vec<Incoming>) -> bool {
+        self.supervisor
+            .cast(HostSupervisorMsg::Frames {
+                slot: self.slot,
+                incarnation: self.incarnation,
+                pid: self.pid,
+                frames: std::mem::take(batch),
+            })
+            .is_ok()
+    }
+
     /// Answers a line that is not a frame with an `error` frame (PROTOCOL
     /// Part 2) and otherwise ignores it.
     fn reject(&self, message: String) {

@@ -58,6 +58,11 @@ impl HeldHistories {
         self.budget = bytes;
     }
 
+    /// Whether the host keeps histories at all.
+    pub(crate) fn keeps(&self) -> bool {
+        self.budget > 0
+    }
+
     /// The lines that carry `turn` to the host, in order: any `history.drop`
     /// that makes room, then the `turn.start`.
     pub(crate) fn lines(&mut self, turn: &TurnStart) -> Vec<String> {
