@@ -12,8 +12,8 @@
 //! until it is sent another or told `history.drop`), and this mirror
 //! knows what that is, within the host's budget: a held session that
 //! grows drops the sessions used longest ago, a new one only cold ones
-//! (see [`HeldHistories::make_room`]). The books live in the host actor and die with it, so
-//! a restarted host starts from nothing on both sides. What a host holds
+//! (see [`HeldHistories::make_room`]). The books live in the host actor
+//! and die with it, so a restarted host starts from nothing on both sides. What a host holds
 //! is checked against the session's own marks ([`History::after`]): a
 //! compaction, or a session rebuilt from the store with other bytes, sends
 //! the whole segment again rather than a tail that does not fit.
@@ -34,6 +34,7 @@ pub(crate) struct HeldHistories {
     held: HashMap<SessionId, Held>,
     /// Sessions by when they were last sent a turn, oldest first.
     by_use: BTreeMap<u64, SessionId>,
+    /// Turns sent to the host so far.
     clock: u64,
     /// The bytes of every history held.
     total: u64,
@@ -69,6 +70,10 @@ impl HeldHistories {
         if self.budget == 0 {
             return vec![turn.line()];
         }
+        // Every turn ages what is held, those sent whole too: otherwise
+        // sessions held and then left idle would never turn cold while only
+        // newcomers take turns, and would keep them out for good.
+        self.clock += 1;
         let history = &turn.history;
         let bytes = history.as_json().len() as u64;
         let (Some(count), Some(digest)) = (history.marked_len(), history.digest()) else {
@@ -148,7 +153,6 @@ impl HeldHistories {
 
     fn hold(&mut self, session: &SessionId, count: usize, digest: u64, bytes: u64) {
         self.forget(session);
-        self.clock += 1;
         let used = self.clock;
         self.by_use.insert(used, session.clone());
         self.held.insert(
@@ -328,6 +332,38 @@ mod tests {
         }
         // Rounds 4 to 11 are 32 turns; all four fit until round 3.
         assert!(tails >= 12, "only {tails} of 32 turns were sent as tails");
+    }
+
+    /// Sessions held and then left idle turn cold while newcomers take
+    /// turns, even turns sent whole, and then make room for them.
+    #[test]
+    fn idle_sessions_turn_cold_and_make_room() {
+        let mut books = HeldHistories::default();
+        books.set_budget(450);
+        let mut host = ModelHost::default();
+        let item = |n: usize| format!(r#"{{"n":{n},"t":"{}"}}"#, "x".repeat(90));
+        // Two sessions nearly fill the budget, then go idle.
+        for s in ["a", "b"] {
+            let segment = Segment {
+                items: vec![item(1), item(2)],
+            };
+            host.read(&books.lines(&start(s, segment.history())));
+        }
+        // A newcomer that does not fit beside them is sent whole while
+        // they are warm, and held once they are cold: it is then sent
+        // as a tail (of nothing new).
+        let newcomer = Segment {
+            items: vec![item(3)],
+        };
+        let mut bases = Vec::new();
+        for _ in 0..16 {
+            let lines = books.lines(&start("c", newcomer.history()));
+            host.read(&lines);
+            bases.push(base_of(&lines));
+            assert!(host.bytes() <= 450);
+        }
+        assert_eq!(bases[0], None, "sent whole while they are warm: {bases:?}");
+        assert_eq!(bases[15], Some(1), "held once they are cold: {bases:?}");
     }
 
     proptest! {
