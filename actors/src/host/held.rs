@@ -88,14 +88,19 @@ impl HeldHistories {
                 Some(prefix) => prefix,
                 None => (0, history.after(0, 0).unwrap_or_default()),
             };
-        let Ok(line) = turn.line_after(base as u64, items) else {
-            return self.whole(turn);
-        };
+        // Room first: a session that gets none is sent whole, and its tail
+        // line would have been built for nothing.
         let Some(mut lines) = self.make_room(&turn.session_id, bytes, held.is_some()) else {
             return self.whole(turn);
         };
-        lines.push(line);
-        self.hold(&turn.session_id, count, digest, bytes);
+        match turn.line_after(base as u64, items) {
+            Ok(line) => {
+                lines.push(line);
+                self.hold(&turn.session_id, count, digest, bytes);
+            }
+            // The drops already made stay on the wire with the books.
+            Err(_) => lines.extend(self.whole(turn)),
+        }
         lines
     }
 
