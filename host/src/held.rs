@@ -48,7 +48,9 @@ impl HeldHistories {
             return Ok(());
         };
         let sent = turn.history.as_json();
-        let items = &sent[1..sent.len() - 1];
+        // Trimmed: a gateway may write `[ ]`, and the items are joined by
+        // commas below, where stray blanks would leave `[a, ]`.
+        let items = sent[1..sent.len() - 1].trim();
         // Lines are checked as they are read: this only counts.
         let count = serde_json::from_str::<Vec<&RawValue>>(sent).map_or(0, |v| v.len() as u64);
         let held = match (base, self.held.remove(&turn.session_id)) {
@@ -143,6 +145,11 @@ mod tests {
         );
         assert_eq!(
             resolved(&mut held, turn("s", Some(3), "[4]")).as_deref(),
+            Ok("[1,2,3,4]")
+        );
+        // Blanks inside the brackets are not items.
+        assert_eq!(
+            resolved(&mut held, turn("s", Some(4), "[ ]")).as_deref(),
             Ok("[1,2,3,4]")
         );
         assert!(resolved(&mut held, turn("o", Some(1), "[8]")).is_err());
