@@ -24,6 +24,7 @@ const OP_CONTINUE: u8 = 0x0;
 const OP_TEXT: u8 = 0x1;
 const OP_CLOSE: u8 = 0x8;
 const OP_PING: u8 = 0x9;
+const OP_PONG: u8 = 0xA;
 
 const RSV1: u8 = 0x40;
 
@@ -114,7 +115,19 @@ struct Raw {
 
 impl Raw {
     async fn connect(addr: &str) -> Raw {
-        let mut tcp = TcpStream::connect(addr).await.unwrap();
+        Self::connect_with(TcpStream::connect(addr).await.unwrap(), addr).await
+    }
+
+    /// A connection whose receive buffer is `bytes`: the gateway's
+    /// writes to it stop halfway through frames.
+    async fn connect_narrow(addr: &str, bytes: u32) -> Raw {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(bytes).unwrap();
+        let tcp = socket.connect(addr.parse().unwrap()).await.unwrap();
+        Self::connect_with(tcp, addr).await
+    }
+
+    async fn connect_with(mut tcp: TcpStream, addr: &str) -> Raw {
         let head = format!(
             "GET /ws HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
              Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
@@ -310,8 +323,101 @@ async fn fragments_and_control_frames_between_them_are_still_accepted(b: Backend
     assert_eq!(c.close_frame().await.map(|(code, _)| code), Some(1000));
 }
 
+async fn pings_during_a_long_stream_are_answered_between_whole_frames(b: Backend) {
+    // Text frames go to the socket beside tungstenite, which answers pings
+    // on its own: a pong must never land inside a frame. The client reads
+    // in small bites while it pings, so the gateway's writes stop halfway
+    // through frames while pings wait to be answered.
+    let dir = tempdir();
+    let gw = Gateway::start_on(&b, dir.path(), &[]);
+    let mut c = Raw::connect_narrow(&gw.addr, 4096).await;
+    let request = |id: u64, method: &str, params: serde_json::Value| {
+        masked(
+            OP_TEXT,
+            json!({"jsonrpc":"2.0","id":id,"method":method,"params":params})
+                .to_string()
+                .as_bytes(),
+        )
+    };
+    c.send(&request(1, "session.create", json!({"title": "pings"})))
+        .await;
+    let reply = loop {
+        // The session's first event may come before the reply.
+        let f = c.next_text().await;
+        if f["id"] == 1 {
+            break f;
+        }
+    };
+    let sid = reply["result"]["session"]["session_id"]
+        .as_str()
+        .expect("session_id")
+        .to_string();
+    c.send(&request(
+        2,
+        "prompt.submit",
+        json!({"session_id": sid, "text": "/big 3000000"}),
+    ))
+    .await;
+
+    let mut bytes = std::mem::take(&mut c.buf);
+    let mut parsed = 0;
+    let mut chunk = [0u8; 1024];
+    let mut pings = Vec::new();
+    let mut pongs = Vec::new();
+    let mut completed = false;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !completed || pongs.last() != pings.last() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "pings {pings:?}, pongs {pongs:?}, completed {completed}"
+        );
+        if pings.len() < 200 && (parsed % 7 == 0 || completed) {
+            let payload = format!("p{}", pings.len()).into_bytes();
+            c.send(&masked(OP_PING, &payload)).await;
+            pings.push(payload);
+        }
+        let n = tokio::time::timeout(WAIT, c.tcp.read(&mut chunk))
+            .await
+            .expect("the gateway goes on writing")
+            .unwrap();
+        assert!(n > 0, "connection ended");
+        bytes.extend_from_slice(&chunk[..n]);
+        while let Some(len) = first_frame_len(&bytes) {
+            let frame: Vec<u8> = bytes.drain(..len).collect();
+            let (op, payload) = server_frames(&frame).remove(0);
+            parsed += 1;
+            match op {
+                OP_TEXT => {
+                    let v: serde_json::Value =
+                        serde_json::from_slice(&payload).unwrap_or_else(|e| {
+                            panic!("frame {parsed} is not JSON ({e}): a pong inside it?")
+                        });
+                    if v["params"]["type"] == "message.complete" {
+                        completed = true;
+                    }
+                }
+                OP_PONG => pongs.push(payload),
+                other => panic!("frame {parsed}: opcode {other:#x}"),
+            }
+        }
+    }
+    // RFC 6455 §5.5.3: a pong answers the ping it echoes, and an endpoint
+    // may answer only the latest of several pings.
+    let mut expected = pings.iter();
+    for pong in &pongs {
+        assert!(
+            expected.any(|p| p == pong),
+            "pong {pong:?} out of order: pings {pings:?}, pongs {pongs:?}"
+        );
+    }
+    assert!(pongs.len() > 1, "pongs {pongs:?}");
+    c.send(&masked(OP_CLOSE, &close_payload(1000, ""))).await;
+    assert_eq!(c.close_frame().await.map(|(code, _)| code), Some(1000));
+}
+
 backends!(
     a_clients_close_is_echoed_with_its_code_and_the_connection_closed,
     a_frame_that_breaks_the_framing_rules_is_closed_with_1002,
     fragments_and_control_frames_between_them_are_still_accepted,
+    pings_during_a_long_stream_are_answered_between_whole_frames,
 );

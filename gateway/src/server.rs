@@ -1,6 +1,6 @@
 //! The axum server: routes and the state they share.
 
-use axum::extract::{State, WebSocketUpgrade};
+use axum::extract::State;
 use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
@@ -9,8 +9,6 @@ use std::sync::Arc;
 use tether_actors::{Ctx, Identity, OutboxReceiver, PeerMsg};
 use tokio::sync::watch;
 use tracing::warn;
-
-use crate::ws::{serve_socket, Start};
 
 mod free_space;
 
@@ -82,7 +80,7 @@ pub async fn serve(
 
 pub fn router(app: AppState) -> Router {
     Router::new()
-        .route("/ws", get(ws_upgrade))
+        .route("/ws", get(crate::ws::ws_upgrade))
         .route("/rpc", post(crate::http::post_rpc))
         .route("/v1/sessions/{id}/events", get(crate::sse::session_events))
         .route("/healthz", get(healthz))
@@ -151,45 +149,4 @@ async fn readyz(State(app): State<AppState>) -> Response {
     } else {
         crate::http::status_text(StatusCode::SERVICE_UNAVAILABLE, &missing.join("; "))
     }
-}
-
-/// Socket buffers: axum's defaults (128 KiB each way) are sized for large
-/// messages; agent events are small and there may be tens of thousands of
-/// idle sockets, so start small and let the buffers grow on demand.
-/// tungstenite zero-fills its read chunk up front, so the read size is
-/// resident for every idle peer. 512 bytes hold a usual client request
-/// (a few hundred bytes); once a frame's header is read tungstenite
-/// reserves the whole frame, so a large prompt still takes one or two
-/// reads, not one per 512 bytes.
-const READ_BUFFER: usize = 512;
-const WRITE_BUFFER: usize = 16 * 1024;
-
-async fn ws_upgrade(
-    ws: WebSocketUpgrade,
-    State(app): State<AppState>,
-    permit: Option<axum::Extension<crate::listen::ConnPermit>>,
-    caller: Option<axum::Extension<crate::auth::Caller>>,
-) -> Response {
-    let caller = crate::auth::caller_of(caller);
-    // The upgraded socket outlives the HTTP connection: it carries the
-    // connection's place under --max-connections along.
-    let start = Box::new(Start {
-        app,
-        caller,
-        permit: permit.and_then(|p| p.take()),
-    });
-    let max = start.app.ctx.config.max_frame_bytes;
-    // Frames up to 4× the limit are read and answered with 4013; anything
-    // larger ends the connection with 1009 (PROTOCOL 1.10).
-    ws.max_message_size(4 * max)
-        .max_frame_size(4 * max)
-        .read_buffer_size(READ_BUFFER)
-        .write_buffer_size(WRITE_BUFFER)
-        // The socket is served on a task of its own: axum's upgrade task
-        // is as large as its largest await (its own handshake future, about
-        // as large as a connection's), and would otherwise stay alive, and
-        // resident, for the connection's life.
-        .on_upgrade(move |socket| async move {
-            tokio::spawn(serve_socket(Box::new(socket), start));
-        })
 }
