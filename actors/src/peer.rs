@@ -24,6 +24,7 @@
 //! supervisor would only add a place to hear of the failure, which the
 //! peer's own `Drop` already handles.
 
+mod attached;
 mod branch;
 mod dispatch;
 mod handoff;
@@ -31,15 +32,13 @@ mod list_page;
 
 pub(crate) use dispatch::ask;
 
-use std::collections::HashMap;
-
 use bytes::Bytes;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use serde_json::Value;
 use tether_protocol::{
     encode_batch, encode_error, encode_event_frame, encode_event_params, format_ts, now_ms,
     parse_frame, to_raw, EventParams, EventType, GatewayReadyPayload, Incoming, Item, Limits,
-    PeerId, PeerTransport, RpcError, SessionId,
+    PeerId, PeerTransport, RpcError,
 };
 use tracing::debug;
 
@@ -88,7 +87,7 @@ pub struct PeerState {
     outbox: Outbox,
     ctx: Ctx,
     /// Sessions this peer is attached to, to detach from on disconnect.
-    attached: HashMap<(String, SessionId), ActorRef<SessionMsg>>,
+    attached: attached::Attached,
     limiter: RateLimiter,
     /// Counted in the registry's peers (`PeerUp` sent, `PeerDown` not yet).
     counted: bool,
@@ -112,7 +111,7 @@ impl Actor for Peer {
             identity: args.identity,
             outbox: args.outbox,
             ctx: args.ctx,
-            attached: HashMap::new(),
+            attached: attached::Attached::default(),
             limiter: RateLimiter::new(rps, rps.saturating_mul(2), std::time::Instant::now()),
             counted: true,
         };
@@ -182,7 +181,7 @@ impl Actor for Peer {
 impl PeerState {
     /// Detaches from every session and stops being counted. Idempotent.
     fn leave(&mut self) {
-        for (_, session) in self.attached.drain() {
+        for session in self.attached.drain() {
             let _ = session.cast(SessionMsg::Detach {
                 peer_id: self.peer_id.clone(),
                 reply: None,
