@@ -18,6 +18,10 @@ use tether_terminal as client;
 /// mimalloc instead of glibc's malloc: every event allocates its frame,
 /// params and row, and `perf` of the turn path put a third of the
 /// gateway's time in glibc's malloc, free and heap consolidation.
+/// `--features system-alloc` builds with the system allocator instead, for
+/// heap profilers that hook malloc (heaptrack): mimalloc is invisible to
+/// them.
+#[cfg(not(feature = "system-alloc"))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
