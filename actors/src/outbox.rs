@@ -6,12 +6,12 @@
 //! merges a delta into the delta queued before it, drops a transient frame,
 //! or (when what waits for the peer is at the bound) closes the peer as a
 //! slow consumer so that it reconnects and resumes from its watermark
-//! (PROTOCOL 1.8). The transport's writer task is the only consumer: it
-//! takes what is ready as one batch ([`OutboxReceiver::recv_batch`]) and
-//! writes it with one flush. Frames are `Bytes` shared by every peer: a
-//! frame is serialized once per event, not once per peer; a merged delta is
-//! the first delta's frame with the later texts spliced in, never encoded
-//! again.
+//! (PROTOCOL 1.8). The transport's writer (a WebSocket's task, an SSE
+//! stream, the stdio loop) is the only consumer: it takes what is ready as
+//! one batch ([`OutboxReceiver::recv_batch`]) and writes it with one flush.
+//! Frames are `Bytes` shared by every peer: a frame is serialized once per
+//! event, not once per peer; a merged delta is the first delta's frame with
+//! the later texts spliced in, never encoded again.
 //!
 //! A peer may give a session a latency budget (`delivery.max_delay_ms`):
 //! a delta that arrives with nothing queued behind it may then wait up to
@@ -128,7 +128,7 @@ pub struct Outbox {
     shared: Arc<Shared>,
 }
 
-/// Consumer side, owned by the transport's writer task.
+/// Consumer side, owned by the transport's writer.
 #[derive(Debug)]
 pub struct OutboxReceiver {
     shared: Arc<Shared>,
