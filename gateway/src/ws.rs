@@ -107,7 +107,10 @@ struct Connection {
     heartbeat: Duration,
     idle_timeout: Duration,
     last_inbound: Instant,
-    ticks: tokio::time::Interval,
+    /// When the next heartbeat looks at the socket. One timer in the loop
+    /// serves it and `deadline`: a `tokio::time::Interval` would box a
+    /// timer of its own for every socket.
+    next_tick: Instant,
     shutdown: watch::Receiver<bool>,
     _open: OpenConnection,
     _permit: Option<tokio::sync::OwnedSemaphorePermit>,
@@ -143,9 +146,9 @@ enum Event {
     WriteFailed,
     /// A batch from the outbox, or `false`: nothing more can come.
     Batch(bool),
-    Tick,
+    /// The heartbeat or the close deadline is due.
+    Timer,
     Shutdown,
-    Deadline,
 }
 
 impl Connection {
@@ -160,8 +163,6 @@ impl Connection {
             .start_peer(caller, true, tether_protocol::PeerTransport::WebSocket)
             .await?;
         let heartbeat = Duration::from_secs(app.ctx.config.heartbeat_s.max(1));
-        let mut ticks = tokio::time::interval_at(Instant::now() + heartbeat, heartbeat);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         Some(Connection {
             socket: Socket {
                 ws: *socket,
@@ -182,7 +183,7 @@ impl Connection {
             heartbeat,
             idle_timeout: app.ctx.config.idle_timeout,
             last_inbound: Instant::now(),
-            ticks,
+            next_tick: Instant::now() + heartbeat,
             shutdown: app.shutdown.clone(),
             _open: open,
             _permit: permit,
@@ -192,7 +193,13 @@ impl Connection {
     /// Runs until the client, the outbox, a failed write, the idle timeout
     /// or the drain ends the connection.
     async fn run(mut self) {
+        let timer = tokio::time::sleep_until(self.next_wake());
+        tokio::pin!(timer);
         loop {
+            let wake = self.next_wake();
+            if timer.deadline() != wake {
+                timer.as_mut().reset(wake);
+            }
             // A batch is taken only once the last one is on the wire, and
             // none after our Close.
             let take = !self.socket.is_writing() && !self.socket.close_queued;
@@ -200,7 +207,7 @@ impl Connection {
             let event = tokio::select! {
                 event = poll_fn(|cx| self.socket.poll(cx)) => event,
                 more = self.outbox.recv_batch(&mut self.batch), if take => Event::Batch(more),
-                _ = self.ticks.tick() => Event::Tick,
+                () = &mut timer => Event::Timer,
                 changed = self.shutdown.changed(), if deadline.is_none() => {
                     if changed.is_err() || *self.shutdown.borrow() {
                         Event::Shutdown
@@ -208,7 +215,6 @@ impl Connection {
                         continue;
                     }
                 }
-                () = sleep_until(deadline) => Event::Deadline,
             };
             if self.on_event(event).await.is_break() {
                 break;
@@ -217,6 +223,14 @@ impl Connection {
         // Once, at the end: boxed, as this future lives as long as the
         // connection and would otherwise be as large as this await.
         Box::pin(self.finish()).await;
+    }
+
+    /// The heartbeat, or the close deadline when it comes first.
+    fn next_wake(&self) -> Instant {
+        match self.deadline {
+            Some(at) => at.min(self.next_tick),
+            None => self.next_tick,
+        }
     }
 
     async fn on_event(&mut self, event: Event) -> std::ops::ControlFlow<()> {
@@ -235,7 +249,7 @@ impl Connection {
                     Continue(())
                 }
             }
-            Event::WriteFailed | Event::Batch(false) | Event::Deadline => Break(()),
+            Event::WriteFailed | Event::Batch(false) => Break(()),
             Event::Batch(true) => {
                 let socket = &mut self.socket;
                 socket.pending = std::mem::take(&mut self.batch);
@@ -249,7 +263,19 @@ impl Connection {
                 socket.close_queued = socket.frames < socket.pending.len();
                 Continue(())
             }
-            Event::Tick => self.on_tick(),
+            Event::Timer => {
+                let now = Instant::now();
+                if self.deadline.is_some_and(|at| now >= at) {
+                    return Break(());
+                }
+                if now >= self.next_tick {
+                    // A late tick is not made up for: the next is a
+                    // heartbeat from now.
+                    self.next_tick = now + self.heartbeat;
+                    return self.on_tick();
+                }
+                Continue(())
+            }
             Event::Shutdown => {
                 self.close(CLOSE_GOING_AWAY, "gateway shutting down");
                 Continue(())
@@ -441,14 +467,6 @@ fn payload(item: &Outbound) -> &[u8] {
     match item {
         Outbound::Frame(bytes) => bytes,
         Outbound::Close { .. } => &[],
-    }
-}
-
-/// Sleeps until `deadline`, or forever without one.
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }
 
