@@ -33,14 +33,14 @@
 //! the socket gets [`CLOSE_GRACE`] to write it all.
 
 mod frames;
+mod io;
+mod socket;
 mod upgrade;
 
 use std::future::poll_fn;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{ready, Context, Poll};
 
-use futures::{Sink, SinkExt, Stream};
+use futures::SinkExt;
 use ractor::ActorRef;
 use tether_actors::metrics::{OpenConnection, Transport};
 use tether_actors::{Outbound, OutboxReceiver, PeerMsg, CLOSE_GOING_AWAY};
@@ -48,11 +48,11 @@ use tokio::sync::{watch, Semaphore};
 use tokio::time::{Duration, Instant};
 use tracing::debug;
 use tungstenite::error::{Error as WsError, ProtocolError};
-use tungstenite::protocol::CloseFrame;
 use tungstenite::Message;
 
 use crate::server::AppState;
 use frames::RawFrames;
+use socket::Socket;
 pub use upgrade::ws_upgrade;
 use upgrade::WsStream;
 
@@ -114,28 +114,6 @@ struct Connection {
     shutdown: watch::Receiver<bool>,
     _open: OpenConnection,
     _permit: Option<tokio::sync::OwnedSemaphorePermit>,
-}
-
-/// The socket and where its writing stands: all that [`Socket::poll`]
-/// touches, apart from the rest so the loop can wait on the outbox while
-/// the socket is polled.
-struct Socket {
-    ws: WsStream,
-    /// The batch being written, in order: `frames` text frames, then
-    /// perhaps our Close.
-    pending: Vec<Outbound>,
-    frames: usize,
-    /// How far the text frames of `pending` are written.
-    raw: RawFrames,
-    /// tungstenite holds a control frame the socket has not flushed yet.
-    unflushed: bool,
-    /// A heartbeat ping waits to be written.
-    ping_due: bool,
-    /// The batch ends with our Close: the connection is over once it is
-    /// flushed.
-    close_queued: bool,
-    /// The read side ended with an error; only writing goes on.
-    read_failed: bool,
 }
 
 /// What one turn of the loop found.
@@ -323,7 +301,12 @@ impl Connection {
             Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => return Continue(()),
         };
         if self.peer.cast(inbound).is_err() {
-            return Break(());
+            // The peer is gone (it stops once its outbox is closed, as a
+            // slow consumer's is): nothing more is read, but what the
+            // outbox still holds, its Close among it, is written first.
+            self.socket.read_failed = true;
+            self.deadline
+                .get_or_insert_with(|| Instant::now() + CLOSE_GRACE);
         }
         Continue(())
     }
@@ -382,91 +365,6 @@ impl Connection {
         if !self.socket.raw.mid_frame() {
             let _ = tokio::time::timeout(FINISH_GRACE, SinkExt::close(&mut self.socket.ws)).await;
         }
-    }
-}
-
-impl Socket {
-    fn is_writing(&self) -> bool {
-        self.raw.done < self.pending.len() || self.unflushed || self.ping_due
-    }
-
-    /// Drives the socket: writes the batch, then reads. Neither direction
-    /// waits for the other, except that nothing is read while a text frame
-    /// is half written: tungstenite answers a ping as it reads it, and its
-    /// pong must not land inside our frame.
-    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Event> {
-        if self.is_writing() {
-            match self.poll_write(cx) {
-                Poll::Ready(Ok(())) => return Poll::Ready(Event::Written),
-                Poll::Ready(Err(e)) => {
-                    debug!(error = %e, "websocket write failed");
-                    return Poll::Ready(Event::WriteFailed);
-                }
-                Poll::Pending => {}
-            }
-        }
-        if !self.read_failed && !self.raw.mid_frame() {
-            if let Poll::Ready(msg) = Pin::new(&mut self.ws).poll_next(cx) {
-                return Poll::Ready(Event::Read(msg));
-            }
-        }
-        Poll::Pending
-    }
-
-    /// Writes the batch's text frames straight to the socket, then our
-    /// Close or a due ping through tungstenite, and flushes: ready once all
-    /// of it is on the wire.
-    fn poll_write(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), WsError>> {
-        loop {
-            if self.raw.done < self.frames {
-                if !self.raw.mid_frame() {
-                    // A pong tungstenite queued while reading goes out
-                    // first, whole.
-                    ready!(Pin::new(&mut self.ws).poll_flush(cx))?;
-                }
-                let io = Pin::new(self.ws.get_mut());
-                ready!(self
-                    .raw
-                    .poll_write(&self.pending[..self.frames], payload, io, cx))?;
-                continue;
-            }
-            let message = if self.raw.done < self.pending.len() {
-                ready!(Pin::new(&mut self.ws).poll_ready(cx))?;
-                let close = std::mem::replace(
-                    &mut self.pending[self.raw.done],
-                    Outbound::Frame(bytes::Bytes::new()),
-                );
-                self.raw.done = self.pending.len();
-                let Outbound::Close { code, reason } = close else {
-                    continue;
-                };
-                Message::Close(Some(CloseFrame {
-                    code: code.into(),
-                    reason: reason.into(),
-                }))
-            } else if self.ping_due && !self.close_queued {
-                ready!(Pin::new(&mut self.ws).poll_ready(cx))?;
-                self.ping_due = false;
-                Message::Ping(bytes::Bytes::new())
-            } else {
-                self.ping_due = false;
-                if self.unflushed {
-                    ready!(Pin::new(&mut self.ws).poll_flush(cx))?;
-                    self.unflushed = false;
-                }
-                return Poll::Ready(Ok(()));
-            };
-            Pin::new(&mut self.ws).start_send(message)?;
-            self.unflushed = true;
-        }
-    }
-}
-
-/// The payload of a text frame of a batch (only frames are passed).
-fn payload(item: &Outbound) -> &[u8] {
-    match item {
-        Outbound::Frame(bytes) => bytes,
-        Outbound::Close { .. } => &[],
     }
 }
 

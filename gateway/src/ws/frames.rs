@@ -12,8 +12,8 @@
 //!
 //! Only text frames go this way. Control frames (pings, pongs, closes) stay
 //! tungstenite's, which keeps the state of the closing handshake; the
-//! caller flushes tungstenite before a run and never lets it write while a
-//! frame of a run is half written (see `Socket::poll` in `ws.rs`).
+//! caller flushes tungstenite before a run and holds its writes while a
+//! frame of a run is half written ([`super::io`]).
 
 use std::io::{self, IoSlice};
 use std::pin::Pin;

@@ -11,17 +11,18 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use hyper::upgrade::{OnUpgrade, Upgraded};
+use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use tokio_tungstenite::WebSocketStream;
 use tungstenite::handshake::derive_accept_key;
 use tungstenite::protocol::{Role, WebSocketConfig};
 
+use super::io::GuardedIo;
 use super::{serve_socket, Start};
 use crate::server::AppState;
 
 /// The socket under tungstenite, as every connection holds it.
-pub type WsStream = WebSocketStream<TokioIo<Upgraded>>;
+pub type WsStream = WebSocketStream<GuardedIo>;
 
 /// Socket buffers: tungstenite's defaults (128 KiB each way) are sized for
 /// large messages; agent events are small and there may be tens of
@@ -87,8 +88,12 @@ async fn serve_upgraded(on_upgrade: OnUpgrade, config: WebSocketConfig, start: B
     let upgrade = Box::pin(async move {
         let upgraded = on_upgrade.await.ok()?;
         Some(
-            WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config))
-                .await,
+            WebSocketStream::from_raw_socket(
+                GuardedIo::new(TokioIo::new(upgraded)),
+                Role::Server,
+                Some(config),
+            )
+            .await,
         )
     });
     let Some(socket) = upgrade.await else {
