@@ -72,10 +72,14 @@ impl StoreError {
             StoreError::Io(_)
             | StoreError::Conflict(_)
             | StoreError::Invalid(_)
-            | StoreError::ForwardRefused { .. }
             | StoreError::InUse { .. } => codes::STORAGE_WRITE_FAILED,
             // Retrying on the session's new owner works; the caller forwards there.
             StoreError::Unavailable(_) | StoreError::NotOwner { .. } => codes::STORAGE_UNAVAILABLE,
+            // A forward the owner did not take in time did not run, and a retry may (PROTOCOL
+            // "Requests that change a session run on its owner"). Its deadline passes while the
+            // store is down, so an outage ends some forwarded prompts here, and the client
+            // must hear the outage's 5072, not a failed write's 5071.
+            StoreError::ForwardRefused { .. } => codes::STORAGE_UNAVAILABLE,
         }
     }
 }
@@ -105,6 +109,12 @@ mod tests {
             fence: 3,
         };
         assert_eq!(lost.code(), 5072);
+        // A forward not taken in time did not run: retry (PROTOCOL.md).
+        let late = StoreError::ForwardRefused {
+            forward_id: "f_1".into(),
+            seq: 7,
+        };
+        assert_eq!(late.code(), 5072);
     }
 
     #[test]
