@@ -46,7 +46,7 @@ impl Socket {
 
     /// Drives the socket: writes the batch, then reads. Neither direction
     /// waits for the other. tungstenite answers a ping as it reads it; its
-    /// pong waits while a text frame of ours is half written ([`io`]).
+    /// pong waits while a text frame of ours is half written ([`super::io`]).
     pub(super) fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Event> {
         if self.is_writing() {
             match self.poll_write(cx) {
