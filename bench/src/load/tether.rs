@@ -36,11 +36,15 @@ pub fn parse(text: &str) -> Option<Frame> {
     } else {
         number_after(text, "\"seq\":")
     };
+    // A session's own `session.created` belongs to no turn: a client whose
+    // resume raced its commit reads it live, and counted it would be an
+    // extra durable event of the step (its seq still counts for gaps).
+    let created = body.starts_with(r#"{"type":"session.created""#);
     Some(Frame::Event(Event {
         seq,
         flood,
         offset: None,
-        durable: seq.is_some(),
+        durable: seq.is_some() && !created,
         pieces: if delta { spaces(text) } else { 0 },
         complete: body.starts_with(r#"{"type":"message.complete""#),
     }))
@@ -169,4 +173,31 @@ pub async fn flood(ctl: &mut Conn, sessions: &[String], sched: &Schedule) -> any
         .collect();
     pipelined(ctl, "prompt.submit", params, &mut |_| {}).await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(text: &str) -> Event {
+        match parse(text) {
+            Some(Frame::Event(e)) => e,
+            _ => panic!("not an event: {text}"),
+        }
+    }
+
+    #[test]
+    fn a_sessions_creation_is_not_counted_as_a_turns_durable_event() {
+        let head = EVENT_HEAD;
+        let created = event(&format!(
+            r#"{head}{{"type":"session.created","session_id":"s_1","seq":1}}}}"#
+        ));
+        assert_eq!(created.seq, Some(1));
+        assert!(!created.durable);
+        let complete = event(&format!(
+            r#"{head}{{"type":"message.complete","session_id":"s_1","seq":5}}}}"#
+        ));
+        assert_eq!(complete.seq, Some(5));
+        assert!(complete.durable && complete.complete);
+    }
 }
