@@ -149,7 +149,6 @@ impl Connection {
                 raw: RawFrames::default(),
                 unflushed: false,
                 ping_due: false,
-                close_queued: false,
                 read_failed: false,
             },
             peer,
@@ -178,9 +177,9 @@ impl Connection {
             if timer.deadline() != wake {
                 timer.as_mut().reset(wake);
             }
-            // A batch is taken only once the last one is on the wire, and
-            // none after our Close.
-            let take = !self.socket.is_writing() && !self.socket.close_queued;
+            // A batch is taken only once the last one is on the wire (none
+            // after our Close: the connection ends once that is).
+            let take = !self.socket.is_writing();
             let deadline = self.deadline;
             let event = tokio::select! {
                 event = poll_fn(|cx| self.socket.poll(cx)) => event,
@@ -217,11 +216,12 @@ impl Connection {
             Event::Read(msg) => self.on_read(msg).await,
             Event::Written => {
                 let socket = &mut self.socket;
+                let closed = socket.close_queued();
                 socket.pending.clear();
                 socket.frames = 0;
                 socket.raw = RawFrames::default();
                 self.batch = std::mem::take(&mut socket.pending);
-                if socket.close_queued {
+                if closed {
                     Break(())
                 } else {
                     Continue(())
@@ -238,7 +238,6 @@ impl Connection {
                     .position(|item| matches!(item, Outbound::Close { .. }))
                     .unwrap_or(socket.pending.len());
                 socket.pending.truncate(socket.frames + 1);
-                socket.close_queued = socket.frames < socket.pending.len();
                 Continue(())
             }
             Event::Timer => {
@@ -334,7 +333,7 @@ impl Connection {
         if quiet >= self.idle_timeout && self.deadline.is_none() {
             debug!(quiet_s = quiet.as_secs(), "closing an idle websocket");
             self.close(CLOSE_GOING_AWAY, "idle timeout");
-        } else if quiet >= self.heartbeat && !self.socket.close_queued {
+        } else if quiet >= self.heartbeat && !self.socket.close_queued() {
             self.socket.ping_due = true;
         }
         std::ops::ControlFlow::Continue(())

@@ -53,13 +53,7 @@ pub fn text_header(len: usize, out: &mut [u8; MAX_HEADER]) -> usize {
 
 /// The length of [`text_header`] for a payload of `len` bytes.
 pub fn header_len(len: usize) -> usize {
-    if len < 126 {
-        2
-    } else if len <= usize::from(u16::MAX) {
-        4
-    } else {
-        10
-    }
+    text_header(len, &mut [0; MAX_HEADER])
 }
 
 /// Where the writing of a run of frames stands: how many whole frames are

@@ -31,15 +31,18 @@ pub(super) struct Socket {
     pub(super) unflushed: bool,
     /// A heartbeat ping waits to be written.
     pub(super) ping_due: bool,
-    /// The batch ends with our Close: the connection is over once it is
-    /// flushed.
-    pub(super) close_queued: bool,
     /// Nothing more is read (a read failed, or the peer is gone); only
     /// writing goes on.
     pub(super) read_failed: bool,
 }
 
 impl Socket {
+    /// The batch ends with our Close: the connection is over once it is
+    /// flushed.
+    pub(super) fn close_queued(&self) -> bool {
+        self.frames < self.pending.len()
+    }
+
     pub(super) fn is_writing(&self) -> bool {
         self.raw.done < self.pending.len() || self.unflushed || self.ping_due
     }
@@ -103,7 +106,7 @@ impl Socket {
                     code: code.into(),
                     reason: reason.into(),
                 }))
-            } else if self.ping_due && !self.close_queued {
+            } else if self.ping_due && !self.close_queued() {
                 ready!(Pin::new(&mut self.ws).poll_ready(cx))?;
                 self.ping_due = false;
                 Message::Ping(bytes::Bytes::new())
