@@ -259,7 +259,7 @@ async fn serve_http(
         allowed_origins: Arc::new(args.allow_origin.clone()),
         client_buckets: Arc::new(tether_gateway::ClientBuckets::new(args.rate_limit_rps)),
         tokens: Arc::new(tether_gateway::Tokens::parse(&args.token)?),
-        store_dir: store.dir.clone(),
+        store_dir: store.dir.as_deref().map(Arc::from),
     };
     let limits = tether_gateway::ListenLimits {
         max_connections: args.max_connections,

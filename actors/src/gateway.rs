@@ -20,7 +20,7 @@ use tokio::task::JoinHandle;
 use tracing::{error, info, warn};
 
 use crate::config::{GatewayConfig, HostConfig};
-use crate::ctx::Ctx;
+use crate::ctx::{Ctx, CtxParts};
 use crate::host_supervisor::{HostSupervisor, HostSupervisorArgs, HostSupervisorMsg};
 use crate::outbox::{outbox, OutboxReceiver};
 use crate::peer::{Identity, Peer, PeerArgs, PeerMsg};
@@ -370,7 +370,7 @@ impl GatewayHandle {
         let (hosts_tx, hosts_rx) = watch::channel(None);
         let (reaper_tx, reaper_rx) = watch::channel(None);
         let metrics = Arc::new(crate::metrics::Metrics::default());
-        let ctx = Ctx {
+        let ctx = Ctx::new(CtxParts {
             config: Arc::new(args.config),
             reader: args.reader,
             handoffs: args.handoffs,
@@ -388,7 +388,7 @@ impl GatewayHandle {
                 .clone()
                 .map(crate::delta_relay::DeltaRelay::start),
             cluster: args.cluster,
-        };
+        });
         let root = RootArgs {
             ctx: ctx.clone(),
             published: Published {

@@ -53,7 +53,7 @@ mod transcript;
 mod turn;
 
 pub use config::{GatewayConfig, HostConfig, ProfileEngines};
-pub use ctx::Ctx;
+pub use ctx::{Ctx, CtxParts};
 pub use gateway::{spawn_peer, GatewayArgs, GatewayHandle};
 pub use host_registry::kill_leftovers;
 pub use lifecycle::Lifecycle;

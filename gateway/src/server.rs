@@ -26,8 +26,9 @@ pub struct AppState {
     /// Configured tokens; empty: no tokens, loopback peers only.
     pub tokens: Arc<crate::auth::Tokens>,
     /// The directory of the store's database, whose filesystem `/readyz`
-    /// checks for free space; `None` checks none.
-    pub store_dir: Option<std::path::PathBuf>,
+    /// checks for free space; `None` checks none. Shared: every request
+    /// clones the state.
+    pub store_dir: Option<Arc<std::path::Path>>,
 }
 
 impl AppState {
