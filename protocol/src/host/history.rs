@@ -101,10 +101,23 @@ impl History {
     }
 
     /// Raw JSON read straight from a line, if it is an array.
+    ///
+    /// The text is kept as it came, except for line breaks: the history is
+    /// spliced into a line again ([`crate::ToHost::to_line`]), where one
+    /// would end the line early. A raw line break in JSON can only be
+    /// whitespace between tokens (strings must escape it), so it becomes a
+    /// space. Only a hand-made frame has one; the property tests found it.
     pub fn from_raw(raw: Box<RawValue>) -> Option<Self> {
-        raw.get()
-            .starts_with('[')
-            .then(|| Self::unmarked(Box::<str>::from(raw)))
+        if !raw.get().starts_with('[') {
+            return None;
+        }
+        let text = Box::<str>::from(raw);
+        let text = if text.contains(['\n', '\r']) {
+            text.replace(['\n', '\r'], " ").into_boxed_str()
+        } else {
+            text
+        };
+        Some(Self::unmarked(text))
     }
 
     /// How many messages the session marked (`None`: not marked).

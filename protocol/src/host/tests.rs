@@ -339,3 +339,22 @@ fn turn_start_line_after_a_base() {
         ToHost::TurnStart(want)
     );
 }
+
+/// A history read from a line is spliced into a line again, so a line
+/// break between its tokens (JSON whitespace) must not come back out as
+/// one; an escaped one inside a string is text and stays.
+#[test]
+fn a_line_break_between_history_tokens_does_not_split_the_line_it_is_spliced_into() {
+    let line = "{\"type\":\"turn.start\",\"turn_id\":\"t_1\",\"session_id\":\"s_1\",\
+                \"trace_id\":\"3f9c2a1b7d4e\",\"history\":[{\"seq\":1,\"role\":\"user\",\
+                \"text\"\n:\"a\\nb\",\"ts\":\"x\"}\r\n],\"prompt\":\"p\",\"config\":{}}";
+    let frame = parse_host_line::<ToHost>(line).unwrap();
+    let again = encode_host_line(&frame);
+    assert_eq!(again.matches('\n').count(), 1, "{again:?}");
+    assert!(again.ends_with('\n'));
+    assert_eq!(parse_host_line::<ToHost>(&again).unwrap(), frame);
+    let ToHost::TurnStart(turn) = frame else {
+        panic!("not a turn.start: {frame:?}");
+    };
+    assert_eq!(turn.history.messages().unwrap()[0].text, "a\nb");
+}
