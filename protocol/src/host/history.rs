@@ -112,7 +112,9 @@ impl History {
             return None;
         }
         let text = Box::<str>::from(raw);
-        let text = if text.contains(['\n', '\r']) {
+        // memchr: a history can be long, and `str::contains` with a char
+        // set walks it a char at a time.
+        let text = if memchr::memchr2(b'\n', b'\r', text.as_bytes()).is_some() {
             text.replace(['\n', '\r'], " ").into_boxed_str()
         } else {
             text
