@@ -59,11 +59,12 @@ const STATEMENT_CACHE: usize = 32;
 /// It copies only what the background checkpointer has not, and it stalls the writer while it
 /// runs, hence a threshold well above what the background one leaves behind (500 ms of writes).
 const WAL_AUTOCHECKPOINT_PAGES: u32 = 16384;
-/// Writer page cache: negative means KiB (8 MiB, 2048 pages). An append touches the last leaf
-/// of its session's events, the interior pages above it and the session's row: a few hundred
-/// pages under heavy load. The cache keeps every page it touched until it is full, so at 64 MiB
-/// it grew with the database itself (14 MiB of the gateway's RSS after a minute of the turn
-/// benchmark, docs/BENCHMARKS.md); a page pushed out is read back from the OS page cache.
+/// Writer page cache: negative means KiB (8 MiB, 2048 pages). What appends touch is the last
+/// leaf of each writing session's events, the interior pages above them and the sessions' rows,
+/// but the cache keeps every page it touched until it is full, so at 64 MiB it grew with the
+/// database itself (13 MiB more of the gateway's RSS by the end of the turn benchmark's ramp,
+/// docs/BENCHMARKS.md). A page pushed out is read back from the OS page cache: 5,000 sessions
+/// appending at once, more hot pages than this holds, committed as fast as with 64 MiB.
 const WRITER_CACHE_KIB: i64 = -8192;
 
 /// The [`StoreWrite`] of the SQLite store: a handle on the writer thread, which ends (closing
