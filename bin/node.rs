@@ -1,5 +1,5 @@
 //! `tether serve --cluster`: this gateway as a node of a cluster on one
-//! PostgreSQL (DESIGN.md "Several gateways on one PostgreSQL"): it joins
+//! PostgreSQL (docs/ARCHITECTURE.md "Cluster"): it joins
 //! under a fresh node id, heartbeats on a task of its own, hands the actors
 //! a fenced store, sweeps what dead nodes and old forwards leave behind,
 //! and on a clean stop leaves, so other nodes take its sessions over at

@@ -1,4 +1,4 @@
-//! Tokens and profiles (issue 5, PROTOCOL 1.1), black-box: a token fixes
+//! Tokens and profiles (PROTOCOL 1.1), black-box: a token fixes
 //! the caller's profile, a missing or wrong one is 401 before any frame,
 //! and without tokens the gateway will not listen beyond loopback.
 

@@ -1,4 +1,4 @@
-//! Bounds on what one client can make the gateway do (issue 15), black-box:
+//! Bounds on what one client can make the gateway do, black-box:
 //! titles and `session.list` replies are bounded in bytes,
 //! `session.events.stats` shows only the caller's profile, a dripped
 //! `POST /rpc` body is cut, the descriptor limit is raised at start, and a

@@ -1,4 +1,4 @@
-//! `session.branch` (issue 5): a new session with a copy of the parent's
+//! `session.branch`: a new session with a copy of the parent's
 //! transcript up to `upto_seq`, found again after a restart, titled
 //! "PARENT (branch N)"; and a branch the disk cannot hold leaves nothing.
 

@@ -1,4 +1,4 @@
-//! In-process chaos (issue 6): a gateway with real compute-host processes
+//! In-process chaos: a gateway with real compute-host processes
 //! under load (several sessions, several clients each, turns streaming,
 //! clients reconnecting with their watermarks) while a monkey kills its
 //! actors at random: sessions, peers, host processes and Host actors, the

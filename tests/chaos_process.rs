@@ -1,4 +1,4 @@
-//! Process-level chaos (issue 6): the real `tether` binary under load
+//! Process-level chaos: the real `tether` binary under load
 //! (sessions, WebSocket clients streaming turns and reconnecting with their
 //! watermarks) while the test `kill -9`s random compute hosts and the
 //! gateway itself, restarting it on the same data dir. Then: every client

@@ -1,4 +1,4 @@
-//! Several gateways on one PostgreSQL (issue 19), black-box: real `tether
+//! Several gateways on one PostgreSQL, black-box: real `tether
 //! serve --cluster` processes on one real database (`cluster/mod.rs`):
 //! failover of a dead node's sessions (`node_lost`), a clean stop's
 //! hand-over, followers, fencing of a paused owner, peer counts across
@@ -25,7 +25,7 @@ use serde_json::{json, Value};
 /// of a node on a loaded 2-core machine to keep within it.
 const LEASE_MS: u64 = 1000;
 
-/// Issue 19, test 2: kill -9 of the owner mid-turn. Another node owns the
+/// kill -9 of the owner mid-turn. Another node owns the
 /// session; the running turn ends exactly once with `node_lost`; a client
 /// of the dead node reconnects to another node with its watermark and gets
 /// exactly what it missed; the next prompt works; seqs are gap-free.
@@ -208,7 +208,7 @@ async fn a_parked_session_is_released_for_any_node() {
     assert_eq!(all, (1..=all.len() as u64).collect::<Vec<_>>());
 }
 
-/// Issue 19 test 1, and test 2 for clients that stay attached: clients
+/// One session through three nodes, and an owner's kill -9 for clients that stay attached: clients
 /// attached to one session through all three nodes see identical durable
 /// frames in identical order; prompts submitted through any node run once,
 /// on the owner. When the owner is killed mid-turn, a follower takes the
@@ -301,7 +301,7 @@ async fn followers_relay_the_owners_events_and_take_over_in_place() {
     assert_eq!(all, (1..=all.len() as u64).collect::<Vec<_>>(), "{all:?}");
 }
 
-/// Issue 19 test 3, without load: the owner is paused (SIGSTOP) past its
+/// Without load: the owner is paused (SIGSTOP) past its
 /// lease mid-turn while prompts keep arriving on another node, which takes
 /// the session over; resumed (SIGCONT), the old owner writes nothing (the
 /// fence never decreases along seq, its turn's reply is never stored),
@@ -419,7 +419,7 @@ async fn an_owner_does_not_park_a_session_with_peers_on_another_node() {
     assert_ne!(r["session"]["status"], "parked", "{r}");
 }
 
-/// Issue 19 test 4b, one case: a prompt forwarded while its owner cannot
+/// One case: a prompt forwarded while its owner cannot
 /// take it (paused, then killed) runs once, on the node that takes the
 /// session over (the forwarder's own), and the client's answer is that
 /// turn's.
@@ -484,7 +484,7 @@ async fn session_info_counts_the_peers_of_every_node() {
     }
 }
 
-/// Issue 19 test 5, light: each of three nodes is stopped (SIGTERM) and
+/// Light: each of three nodes is stopped (SIGTERM) and
 /// started again in turn, each time just after a prompt went in. Every
 /// turn ends exactly once, nothing is lost or duplicated, and the client of
 /// each restarted node resumes through it with exactly what it missed.

@@ -1,4 +1,4 @@
-//! Issue 19, test 6: process chaos across a cluster, in the style of
+//! Process chaos across a cluster, in the style of
 //! `tests/chaos_process.rs`. Three nodes on one PostgreSQL under the steady
 //! load of `cluster/load.rs` (a client per session on every node, prompts
 //! through every node) while the test `kill -9`s, at random, a whole node

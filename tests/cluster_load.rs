@@ -1,4 +1,4 @@
-//! Issue 19, tests 3 and 5 under steady load (`tests/cluster.rs` has them
+//! A paused owner and rolling restarts under steady load (`tests/cluster.rs` has them
 //! without): the load of `cluster/load.rs` (a client per session on every
 //! node, prompts through every node) while
 //!
@@ -128,7 +128,7 @@ async fn pause(cluster: &TestCluster, i: usize, in_transaction: bool) {
     panic!("node {i}'s writer was never seen inside a transaction in 500 tries under load");
 }
 
-/// Issue 19 test 3 under load.
+/// The owner paused (SIGSTOP) past its lease, under load.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_owner_under_load_writes_nothing_after_the_takeover() {
     let Some(cluster) = start() else {
@@ -175,7 +175,7 @@ async fn a_paused_owner_under_load_writes_nothing_after_the_takeover() {
     }
 }
 
-/// Issue 19 test 5 under load.
+/// Every node stopped (SIGTERM) and started again in turn, under load.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rolling_restart_under_load_loses_and_duplicates_nothing() {
     let Some(mut cluster) = start() else {

@@ -1,6 +1,6 @@
-//! Issue 19, test 4: the PostgreSQL server restarted under load, with
-//! three nodes on it. A PostgreSQL outage is not a node death (DESIGN.md
-//! "Several gateways on one PostgreSQL"): once the server is back every
+//! The PostgreSQL server restarted under load, with
+//! three nodes on it. A PostgreSQL outage is not a node death (docs/ARCHITECTURE.md
+//! "Nodes and leases"): once the server is back every
 //! node reconnects by itself and keeps its sessions, no turn ends
 //! `node_lost`, nothing acknowledged is lost, and a submit refused during
 //! the outage was refused with a retryable error and left nothing behind.

@@ -1,5 +1,5 @@
 //! Requests that change a session, sent through a node that only follows
-//! it (issue 19: they run on the owner; the follower forwards them through
+//! it (they run on the owner; the follower forwards them through
 //! PostgreSQL and relays the answer), black-box on real nodes
 //! (`cluster/mod.rs`). And what a follower's peers count for on the owner:
 //! `close_on_disconnect` closes a session only when the last peer of every

@@ -1,6 +1,6 @@
 //! A client that moves from one node to another resumes with the watermark
-//! it reached on the first (DESIGN.md "Several gateways on one
-//! PostgreSQL": the epoch is one per database, attach + replay on a
+//! it reached on the first (docs/ARCHITECTURE.md "Cluster":
+//! the epoch is one per database, attach + replay on a
 //! follower is atomic the same way as on the owner). The node it lands on
 //! may not have read everything the client saw yet (a follower relays a
 //! few milliseconds behind the owner's commit): it must still deliver no

@@ -1,4 +1,4 @@
-//! The `command` engine (issue 8, docs/ENGINES.md), black-box: the gateway's
+//! The `command` engine (docs/ENGINES.md), black-box: the gateway's
 //! host runs `examples/agent.py`, the very file the docs show, for every
 //! turn and compress.
 

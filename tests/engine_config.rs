@@ -1,4 +1,4 @@
-//! Engine pins and profile configs (issue 5): what reaches the compute
+//! Engine pins and profile configs: what reaches the compute
 //! host as `turn.start`'s `config`, seen through the echo engine's
 //! `/config` directive (it replies with the config it was given).
 

@@ -1,4 +1,4 @@
-//! Badly behaved compute hosts, black-box (issue 6): the gateway runs
+//! Badly behaved compute hosts, black-box: the gateway runs
 //! `tests/fixtures/fake_host.py MODE` as its host command, and whatever the
 //! host does (garbage lines, oversized lines, frames for turns and requests
 //! that do not exist, no hello, a late hello, a deaf stdin, frames after

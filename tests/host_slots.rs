@@ -1,7 +1,7 @@
 //! Compute-host slots seen from a client, black-box against the real
 //! binary: a slot past its restart intensity rests and comes back (issue
 //! 15), work that needs a host waits for a starting one, and `/readyz` is
-//! ready only once a host has said hello (issue 14).
+//! ready only once a host has said hello.
 
 mod common;
 

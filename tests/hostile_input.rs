@@ -1,4 +1,4 @@
-//! Hostile client input, black-box (issue 6): every method with each
+//! Hostile client input, black-box: every method with each
 //! required param missing or of the wrong type, unknown methods, garbage,
 //! truncated and deeply nested JSON, huge numbers, odd strings, binary and
 //! oversized frames, invalid UTF-8 and bursts of garbage.

@@ -1,4 +1,4 @@
-//! The gateway's lifecycle, black-box (issue 14): one gateway per data
+//! The gateway's lifecycle, black-box: one gateway per data
 //! directory and database, a restart that is consistent before it serves,
 //! and a drain that tells every attached client how its turns ended.
 

@@ -1,6 +1,6 @@
 //! Connection and attachment limits, black-box: `--max-peers-per-session`,
 //! `--max-connections`, the handshake timeout and the WebSocket idle
-//! timeout (issue 6, "Limits").
+//! timeout ("Limits").
 
 mod common;
 

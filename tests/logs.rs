@@ -1,4 +1,4 @@
-//! What a newcomer's terminal shows (issue 21): without `RUST_LOG`, one
+//! What a newcomer's terminal shows: without `RUST_LOG`, one
 //! line when the gateway starts and one when it stops, warnings, and no
 //! colour codes when stderr is not a terminal.
 

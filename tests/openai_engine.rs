@@ -1,4 +1,4 @@
-//! The `openai` engine (issue 8, docs/ENGINES.md), black-box: the real
+//! The `openai` engine (docs/ENGINES.md), black-box: the real
 //! gateway runs `tether host --engine openai` against a small
 //! OpenAI-compatible server written here, which streams real SSE over real
 //! HTTP and reports what it was asked and when its connection closed.

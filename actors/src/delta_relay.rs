@@ -1,5 +1,5 @@
-//! Deltas of owned sessions to the other nodes (a cluster; DESIGN.md:
-//! "Transient events cross nodes best effort, unstored").
+//! Deltas of owned sessions to the other nodes (a cluster; transient
+//! events cross nodes best effort, unstored: docs/ARCHITECTURE.md "Followers").
 //!
 //! A session that has peers on another node offers each transient event
 //! here as it emits it, with the seq of the last durable event emitted

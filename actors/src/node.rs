@@ -1,5 +1,5 @@
-//! The gateway as a node of a cluster on PostgreSQL (`--cluster`, DESIGN.md
-//! "Several gateways on one PostgreSQL"): a session is claimed before this
+//! The gateway as a node of a cluster on PostgreSQL (`--cluster`, docs/ARCHITECTURE.md
+//! "Cluster"): a session is claimed before this
 //! node writes anything of it (its creation, or its load from the store),
 //! and the claim says whether a dead node's turns must be ended.
 //!

@@ -55,7 +55,7 @@ enum Scenario {
     /// storm or idle load, for side-by-side comparisons.
     Load(load::LoadBench),
     /// Two nodes on one PostgreSQL: failover after kill -9, cross-node
-    /// delivery latency and its CPU cost (issue 19).
+    /// delivery latency and its CPU cost.
     Cluster(cluster::ClusterBench),
 }
 

@@ -52,7 +52,7 @@ pub enum StoreError {
         seq: u64,
     },
     /// Cluster mode: the op would park `session_id`, but live nodes still have `peers` peers
-    /// attached to it (DESIGN.md "Liveness"). Nothing of the op was written; the session
+    /// attached to it (docs/ARCHITECTURE.md "Liveness of peers"). Nothing of the op was written; the session
     /// stays live.
     #[error("session {session_id} still has {peers} peers attached on live nodes")]
     InUse {

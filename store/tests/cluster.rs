@@ -1,4 +1,4 @@
-//! Several nodes on one PostgreSQL (issue 19, the store's part): node identities and leases,
+//! Several nodes on one PostgreSQL (the store's part): node identities and leases,
 //! claims with fences, fenced writes, notifications of committed events, and the rules that
 //! keep a PostgreSQL outage or a paused owner from turning into two owners.
 //!

@@ -1,6 +1,6 @@
 //! The in-process chaos harness: a full gateway (real store, real compute
 //! host processes) driven by in-process clients while a monkey kills its
-//! actors, then the invariants of issue 6 checked against the clients and
+//! actors, then the chaos invariants checked against the clients and
 //! the store.
 #![allow(dead_code)]
 

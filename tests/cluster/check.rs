@@ -1,4 +1,4 @@
-//! The end-of-run invariants of a loaded cluster (issue 19), judged against
+//! The end-of-run invariants of a loaded cluster, judged against
 //! the store: what the clients of `load.rs` saw and were told, and what
 //! PostgreSQL holds.
 //!

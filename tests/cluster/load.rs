@@ -1,4 +1,4 @@
-//! Steady load on a cluster (issue 19's tests 4–6): a few sessions, one
+//! Steady load on a cluster (the cluster's load, restart and chaos tests): a few sessions, one
 //! client per session on every node, each submitting its own turns one
 //! after another through the node it is connected to, so prompts arrive
 //! continuously through every node, owner or follower. Clients never panic

@@ -1,6 +1,6 @@
 //! The cluster harness: one PostgreSQL database and several `tether serve
 //! --cluster` nodes on it, each with its own `--data-dir`, listen port and
-//! compute hosts (DESIGN.md "Several gateways on one PostgreSQL").
+//! compute hosts (docs/ARCHITECTURE.md "Cluster").
 //!
 //! Cluster tests run one at a time (a process-wide lock: node leases are
 //! short, and two clusters competing for the 2 cores would make a healthy

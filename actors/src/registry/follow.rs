@@ -1,4 +1,4 @@
-//! The registry's side of following (a cluster, DESIGN.md "Followers"):
+//! The registry's side of following (a cluster, docs/ARCHITECTURE.md "Followers"):
 //! one `EventListener` per node wakes the follower of each session a
 //! notification names (a resync wakes them all), and a poll of the owners
 //! every second finds followed sessions whose owner died (a dead node

@@ -1,5 +1,5 @@
 //! A session followed on a node that does not own it (a cluster: a live
-//! other node owns it; DESIGN.md "Followers").
+//! other node owns it; docs/ARCHITECTURE.md, "Cluster").
 //!
 //! The follower writes nothing. A notification (or a resync after the
 //! listener reconnected) only says there may be something to read: it reads

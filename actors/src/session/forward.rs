@@ -1,4 +1,4 @@
-//! The forwarder's side (a cluster, DESIGN.md "Requests"): on a follower,
+//! The forwarder's side (a cluster, docs/ARCHITECTURE.md "Requests"): on a follower,
 //! a request that changes the session is written to the store for its
 //! owner with a deadline (`--forward-timeout-s`), and the owner's answer
 //! relayed to the client that asked.

@@ -1,4 +1,4 @@
-//! The owner's side of forwarding (a cluster, DESIGN.md "Requests"):
+//! The owner's side of forwarding (a cluster, docs/ARCHITECTURE.md "Requests"):
 //! requests another node forwarded for this session are read from the
 //! store when a notification (or a resync) says there may be some, run
 //! here like a local request, and answered in the store.

@@ -3,8 +3,8 @@
 //! forgot the fence). Its owner state (turns, the pipeline's rewind, owed
 //! completions) is no longer the truth; what it fanned out is, because it
 //! fanned out only what was committed under its fence. So a session with
-//! peers here becomes a follower in place (DESIGN.md: "its peers go on
-//! receiving as followers"): it reads the new owner's events after its
+//! peers here becomes a follower in place (docs/ARCHITECTURE.md, "Losing a
+//! session in place"): it reads the new owner's events after its
 //! watermark, which is exactly what its peers have not seen. Nothing is
 //! reported to clients as a storage failure.
 

@@ -37,7 +37,7 @@ impl SessionState {
     /// At start: turns the store says were running or queued when the
     /// session last stopped get their `message.complete` now, with
     /// `gateway_restart`, or `node_lost` on a cluster when the session was
-    /// taken over from a dead node (DESIGN.md "Failover"); queued ones come
+    /// taken over from a dead node (docs/ARCHITECTURE.md "Failover"); queued ones come
     /// out `dequeued` either way.
     pub(super) fn end_orphaned_turns(&mut self, marker: Option<Value>) {
         let Some(marker) = marker else {

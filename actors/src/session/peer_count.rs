@@ -1,5 +1,5 @@
 //! This node's count of a session's peers, kept in the store on a cluster
-//! (DESIGN.md "Liveness"): the owner's park counts every live node's peers
+//! (docs/ARCHITECTURE.md, "Liveness of peers"): the owner's park counts every live node's peers
 //! under the ownership row's lock and is refused (`InUse`) while any are
 //! left, so a session followed elsewhere is not parked under its clients.
 //!

@@ -1,6 +1,6 @@
-//! `tether bench cluster`: the numbers of issue 19, several gateways on
-//! one PostgreSQL (DESIGN.md, "Several gateways on one PostgreSQL";
-//! docs/BENCHMARKS.md, "Several gateways (issue 19)").
+//! `tether bench cluster`: several gateways on one PostgreSQL
+//! (docs/ARCHITECTURE.md, "Cluster"; docs/BENCHMARKS.md, "Several
+//! gateways").
 //!
 //! Two `tether serve --cluster` processes (nodes) on a fresh database of
 //! the run's own, each pinned to its CPU with its compute hosts, and this

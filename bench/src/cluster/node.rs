@@ -106,8 +106,8 @@ impl Node {
     }
 
     /// How long to wait until this node may take another node's session:
-    /// a fresh node waits one full lease of its own first (DESIGN.md,
-    /// "Nodes"), plus a heartbeat for the rounding.
+    /// a fresh node waits one full lease of its own first (docs/ARCHITECTURE.md,
+    /// "Nodes and leases"), plus a heartbeat for the rounding.
     pub fn settled_in(&self, lease: Duration) -> Duration {
         (lease + Duration::from_secs(1)).saturating_sub(self.started.elapsed())
     }

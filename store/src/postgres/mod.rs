@@ -6,7 +6,7 @@
 //! - a batch is one statement, since every statement is a round trip (`batch.rs`);
 //! - the connection can go away and come back, and a commit can be in doubt (`writer.rs`, `writer/doubt.rs`);
 //! - a second gateway could connect: the writer's advisory lock keeps it out (`connect/lock.rs`),
-//!   unless the gateways are nodes of one cluster (`cluster/`, in progress: issue 19), which
+//!   unless the gateways are nodes of one cluster (`cluster/`), which
 //!   share the database under ownership rows and fences.
 //!
 //! Commits are durable when acknowledged: the writer's connection runs with

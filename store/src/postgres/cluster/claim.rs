@@ -7,7 +7,7 @@
 //! the lock, in a statement of its own (READ COMMITTED: a fresh snapshot), and its clock reading
 //! is taken while the row is held, so no claim can slip in between judging and writing.
 //!
-//! The outage rule (DESIGN.md) is the database's too: the claimer's own run of heartbeats
+//! The outage rule (docs/ARCHITECTURE.md "Nodes and leases") is the database's too: the claimer's own run of heartbeats
 //! (`nodes.run_since`, kept by `node::heartbeat`) must be a lease long before it may take
 //! another node's session. A node that has just come back cannot claim anything of a node that
 //! merely could not heartbeat during the same outage.
@@ -32,7 +32,7 @@ pub enum PreviousOwner {
     /// moves, so a batch planned under the old one is refused.
     Itself,
     /// A node that is dead by the lease. The caller must end every turn that was running
-    /// there with `node_lost` (DESIGN.md "Failover") before it runs anything new.
+    /// there with `node_lost` (docs/ARCHITECTURE.md "Failover") before it runs anything new.
     Dead(NodeId),
 }
 

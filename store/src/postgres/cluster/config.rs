@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use super::ClusterError;
 
-/// How a node keeps its lease (`--node-lease-s`, DESIGN.md "Several gateways on one
-/// PostgreSQL").
+/// How a node keeps its lease (`--node-lease-s`, docs/ARCHITECTURE.md
+/// "Nodes and leases").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClusterConfig {
     /// A node whose heartbeat is older than this is dead (default 3 s).

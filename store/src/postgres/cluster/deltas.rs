@@ -1,5 +1,5 @@
-//! Transient events across nodes (DESIGN.md "Followers": "Transient events cross nodes best
-//! effort, unstored"): the owner of a session that has peers on other nodes sends its deltas
+//! Transient events across nodes (docs/ARCHITECTURE.md "Followers": transient events cross nodes
+//! best effort, unstored): the owner of a session that has peers on other nodes sends its deltas
 //! with `pg_notify` on a channel of their own, and every node's listener hands them to its
 //! follower of that session. Nothing is written to a table, and a notification lost (the
 //! listener reconnecting, the queue full, the owner dying) is not sent again: the stored

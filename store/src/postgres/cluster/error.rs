@@ -26,7 +26,7 @@ pub enum ClusterError {
     },
     /// The session's owner is dead, but this node's own run of heartbeats is shorter than one
     /// lease: it may just have come back from a PostgreSQL outage, in which every other node
-    /// looks dead too (DESIGN.md: "a PostgreSQL outage is not a node death"). Retry later.
+    /// looks dead too (docs/ARCHITECTURE.md: "a PostgreSQL outage is not a node death"). Retry later.
     #[error(
         "node {node} has heartbeated without a break for {run:?}, less than the lease ({lease:?}): \
          it may not claim session {session_id} of node {owner} yet"

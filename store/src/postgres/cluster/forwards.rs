@@ -1,4 +1,4 @@
-//! Requests forwarded to a session's owner through the database (DESIGN.md "Requests").
+//! Requests forwarded to a session's owner through the database (docs/ARCHITECTURE.md "Requests").
 //!
 //! A node that is not the owner writes the request into `forwards` with a deadline (by the
 //! server's clock) and notifies the owner; the owner runs it and writes the answer. Two

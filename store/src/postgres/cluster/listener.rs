@@ -1,7 +1,7 @@
 //! Being woken by committed events of other nodes: `LISTEN tether_events`.
 //!
 //! A notification is a hint, never the data: a follower reads the events from the database by
-//! seq after its own watermark (DESIGN.md "Followers"). Notifications sent while the listening
+//! seq after its own watermark (docs/ARCHITECTURE.md "Followers"). Notifications sent while the listening
 //! connection was down are lost for good, so every (re)connect yields [`Wake::Resync`] once
 //! `LISTEN` is in place again: the caller then reads each followed session once,
 //! unconditionally. The first [`EventListener::recv`] is such a connect, so "start following"

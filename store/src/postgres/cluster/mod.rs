@@ -1,7 +1,6 @@
-//! Several gateways on one PostgreSQL (issue 19; the contract is DESIGN.md "Several gateways on
-//! one PostgreSQL"): the store-level foundation, which `tether serve --cluster` (`bin/node.rs`)
-//! and the actors build on. In progress: docs/ARCHITECTURE.md, "Cluster (in progress)", says
-//! what is wired and what is left.
+//! Several gateways on one PostgreSQL: the store-level foundation, which `tether serve
+//! --cluster` (`bin/node.rs`) and the actors build on. The rules it keeps and how the gateway
+//! uses it are docs/ARCHITECTURE.md, "Cluster".
 //!
 //! One concept per file:
 //!
@@ -160,7 +159,7 @@ impl Cluster {
     }
 
     /// One heartbeat; run it every [`ClusterConfig::heartbeat_every`]. A `run_restarted`
-    /// answer means this node may have looked dead: re-check ownerships (DESIGN.md).
+    /// answer means this node may have looked dead: re-check ownerships (docs/ARCHITECTURE.md "Cluster").
     pub async fn heartbeat(&self) -> Result<Heartbeat, ClusterError> {
         node::heartbeat(&self.inner.beat, &self.inner.node, &self.inner.config).await
     }

@@ -56,7 +56,7 @@ pub struct Heartbeat {
     /// The gap since the previous heartbeat exceeded [`ClusterConfig::max_gap`]: this heartbeat
     /// started a new run. Other nodes may have judged this node dead meanwhile and claimed its
     /// sessions, so the caller re-checks its ownerships (its fences) before it sends a host
-    /// anything or fans out any frame (DESIGN.md).
+    /// anything or fans out any frame (docs/ARCHITECTURE.md "Cluster").
     pub run_restarted: bool,
     /// How long the current run is, by the database's clock.
     pub run: Duration,

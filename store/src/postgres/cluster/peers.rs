@@ -1,4 +1,4 @@
-//! Each node's peer count per session (DESIGN.md "Liveness").
+//! Each node's peer count per session (docs/ARCHITECTURE.md "Liveness of peers").
 //!
 //! A node writes only its own row; the sum counts only nodes alive by the lease, judged by
 //! the server's clock, so a dead node's counts stop pinning a session the moment its lease

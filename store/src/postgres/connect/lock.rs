@@ -18,7 +18,7 @@
 //! same host that no longer exists (a gateway killed with `kill -9` and started again: its
 //! backend may outlive it by a moment). A live gateway's connection never is.
 //!
-//! # A cluster node's writer (issue 19)
+//! # A cluster node's writer
 //!
 //! A node of a cluster (`cluster/`) must share the database with the other nodes, so its writer
 //! takes the gateway key in *shared* mode (the nodes coexist; a single gateway, which wants it
