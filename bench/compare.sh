@@ -45,7 +45,7 @@ echo "== npm ci (bench/socketio)"
 (cd bench/socketio && npm ci --no-audit --no-fund --silent)
 
 echo "== cargo build --release"
-cargo build --release -p tether -p tether-bench-limit
+cargo build --release -p tether -p tether-bench -p tether-bench-limit
 BIN=target/release/tether
 
 mkdir -p "$OUT"

@@ -1,6 +1,7 @@
 //! The `tether` binary: a thin layer over the actor system.
 #![forbid(unsafe_code)]
 
+mod bench;
 mod config;
 mod fdlimit;
 mod logging;
@@ -11,7 +12,6 @@ mod thp;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
-use tether_bench as bench;
 use tether_host as host;
 use tether_terminal as client;
 
@@ -38,8 +38,10 @@ enum Command {
     /// Run the gateway.
     // Boxed: its many flags dwarf the other commands.
     Serve(Box<config::ServeArgs>),
-    /// Measure the gateway's throughput in-process (see docs/BENCHMARKS.md).
-    Bench(bench::BenchArgs),
+    /// Measure the gateway (docs/BENCHMARKS.md): runs the `tether-bench`
+    /// binary beside this one with these arguments.
+    #[command(disable_help_flag = true)]
+    Bench(bench::BenchForward),
     /// Run a compute host: a worker that runs turns for a gateway over
     /// stdin/stdout (docs/PROTOCOL.md Part 2).
     Host(host::HostArgs),
@@ -104,13 +106,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Client(cmd) => client::main(cmd),
         Command::Host(args) => host_main(args),
-        Command::Bench(args) => match bench::run(args) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("tether bench: {e:#}");
-                ExitCode::FAILURE
-            }
-        },
+        Command::Bench(args) => bench::forward(args),
         Command::Serve(args) => serve_main(*args, matches.subcommand_matches("serve")),
     }
 }

@@ -72,7 +72,7 @@ struct ServerProcess {
 impl ServerProcess {
     fn start(b: &IdleBench, orphan_grace_s: u64) -> anyhow::Result<Self> {
         let dir = tempfile::tempdir()?;
-        let exe = std::env::current_exe()?;
+        let exe = crate::tether_exe()?;
         let mut cmd = pinned_command(b.server_cpu, &exe);
         let live_cap = (b.sessions * 2).max(10_000);
         let connection_cap = (b.connections + 1024).max(65_536);

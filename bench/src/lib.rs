@@ -13,7 +13,13 @@
 //! (tether, or a baseline from bench/limit or bench/socketio) under load
 //! from this one, for the side-by-side comparisons of bench/compare.sh.
 //!
-//! Errors are `anyhow`: this crate is the body of one subcommand, and its
+//! It is its own binary, `tether-bench` (`tether bench` runs it): the
+//! in-process scenarios reach into the actors through their test hooks,
+//! which the `tether` binary does not carry. The scenarios that start
+//! gateways or compute hosts as processes run the `tether` binary that
+//! [`tether_exe`] finds.
+//!
+//! Errors are `anyhow`: this crate is the body of one binary, and its
 //! errors are only ever printed.
 #![forbid(unsafe_code)]
 
@@ -27,7 +33,32 @@ mod storm;
 mod turns;
 mod writer;
 
+use std::path::PathBuf;
+
+use anyhow::Context;
 use clap::{Args, Subcommand};
+
+/// The variable naming the `tether` binary to benchmark; `tether bench`
+/// sets it to itself.
+pub const TETHER_BIN_ENV: &str = "TETHER_BIN";
+
+/// The `tether` binary the scenarios start as gateways and compute hosts:
+/// [`TETHER_BIN_ENV`] if set, else `tether` beside this executable (cargo
+/// builds both into one directory).
+pub fn tether_exe() -> anyhow::Result<PathBuf> {
+    if let Some(path) = std::env::var_os(TETHER_BIN_ENV).filter(|p| !p.is_empty()) {
+        return Ok(PathBuf::from(path));
+    }
+    let me = std::env::current_exe().context("the current executable")?;
+    let sibling = me.with_file_name("tether");
+    anyhow::ensure!(
+        sibling.is_file(),
+        "no tether binary beside {} (build it with `cargo build --release -p tether`, \
+         or name one with {TETHER_BIN_ENV})",
+        me.display()
+    );
+    Ok(sibling)
+}
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {

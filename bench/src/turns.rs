@@ -71,7 +71,7 @@ pub struct CrashBench {
 }
 
 fn host_config(slots: usize, delay_ms: u64) -> anyhow::Result<HostConfig> {
-    let exe = std::env::current_exe()?.to_string_lossy().into_owned();
+    let exe = crate::tether_exe()?.to_string_lossy().into_owned();
     let mut argv = vec![exe, "host".into(), "--engine".into(), "echo".into()];
     if delay_ms > 0 {
         argv.extend(["--delay-ms".into(), delay_ms.to_string()]);

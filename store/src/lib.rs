@@ -53,6 +53,7 @@ pub use postgres::{open_postgres, open_postgres_writer};
 pub use sqlite::{open_sqlite, open_sqlite_writer};
 
 #[doc(hidden)]
+#[cfg(feature = "testing")]
 pub mod testing;
 
 /// Several gateways (nodes) on one PostgreSQL: nodes, leases, claims with fences, fenced

@@ -452,57 +452,6 @@ pub fn complete(events: &[Value]) -> &Value {
     &last["payload"]
 }
 
-/// Runs `tether bench ARGS` (killed after `limit`) and returns the JSON
-/// report, the last stdout line that is an object. Both pipes are read on
-/// threads while it runs, so a chatty run never blocks on a full pipe.
-pub fn run_bench(args: &[&str], limit: Duration) -> Value {
-    use std::io::Read;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tether"))
-        .arg("bench")
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start tether bench");
-    let mut out = child.stdout.take().expect("stdout");
-    let mut err = child.stderr.take().expect("stderr");
-    let out = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        s
-    });
-    let err = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let started = std::time::Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for tether bench") {
-            break status;
-        }
-        if started.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("tether bench {args:?} did not finish within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let stdout = out.join().expect("stdout reader");
-    let stderr = err.join().expect("stderr reader");
-    assert!(
-        status.success(),
-        "tether bench {args:?} failed: {status}\nstdout: {stdout}\nstderr: {stderr}"
-    );
-    let line = stdout
-        .lines()
-        .rev()
-        .find(|l| l.starts_with('{'))
-        .unwrap_or_else(|| panic!("no report in {stdout:?}"));
-    serde_json::from_str(line).expect("report is JSON")
-}
-
 pub fn seqs(events: &[Value]) -> Vec<u64> {
     events
         .iter()

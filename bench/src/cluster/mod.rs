@@ -24,7 +24,7 @@ mod stats;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use clap::Args;
 use serde_json::{json, Value};
 
@@ -122,7 +122,7 @@ async fn measure(b: &ClusterBench) -> anyhow::Result<Value> {
     let db = RunDatabase::create(&b.database_url).await?;
     let tether = match &b.tether {
         Some(p) => p.clone(),
-        None => std::env::current_exe().context("the current executable")?,
+        None => crate::tether_exe()?,
     };
     let spec = NodeSpec {
         tether,

@@ -67,7 +67,6 @@ impl Server {
 /// The program to start for `--target`, its arguments, and (for tether)
 /// the data directory it owns while it runs.
 fn command_of(b: &LoadBench) -> anyhow::Result<(PathBuf, Vec<String>, Option<tempfile::TempDir>)> {
-    let exe = std::env::current_exe()?;
     let mut dir = None;
     let (program, args): (PathBuf, Vec<String>) = match b.target {
         TargetKind::Tether => {
@@ -88,12 +87,12 @@ fn command_of(b: &LoadBench) -> anyhow::Result<(PathBuf, Vec<String>, Option<tem
                 (b.connections + 4096).max(65_536).to_string(),
             ];
             dir = Some(d);
-            (exe, args)
+            (crate::tether_exe()?, args)
         }
         TargetKind::Limit => {
             let bin = match &b.limit_bin {
                 Some(p) => p.clone(),
-                None => exe.with_file_name("tether-limit"),
+                None => std::env::current_exe()?.with_file_name("tether-limit"),
             };
             if !bin.exists() {
                 bail!(

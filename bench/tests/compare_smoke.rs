@@ -208,7 +208,7 @@ fn limit_fanout_turns_and_storm() {
 
 #[test]
 fn socketio_fanout_turns_and_storm() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/socketio");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("socketio");
     if !dir.join("node_modules/socket.io").exists() {
         eprintln!("skipped: no bench/socketio/node_modules (run `npm ci` there)");
         return;

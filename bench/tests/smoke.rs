@@ -117,3 +117,25 @@ fn cluster_generator_reports_cross_node_delivery_and_failovers() {
     assert_eq!(f["kills"], 2, "{r}");
     assert!(f["node_lost_s"]["max"].is_number(), "{r}");
 }
+
+/// `tether bench` is the documented way in: it runs `tether-bench` beside
+/// it with the same arguments and names itself as the binary to measure.
+#[test]
+fn tether_bench_forwards_to_the_bench_binary() {
+    let tether =
+        std::path::PathBuf::from(env!("CARGO_BIN_EXE_tether-bench")).with_file_name("tether");
+    assert!(
+        tether.is_file(),
+        "{} is not built: cargo test --workspace",
+        tether.display()
+    );
+    let out = std::process::Command::new(&tether)
+        .args(["bench", "--help"])
+        .output()
+        .expect("run tether bench --help");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    for scenario in ["writer", "storm", "load", "cluster"] {
+        assert!(text.contains(scenario), "{scenario} missing from {text}");
+    }
+}
