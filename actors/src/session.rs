@@ -19,6 +19,7 @@ mod branch;
 mod close;
 mod commit;
 mod compress;
+mod deferred;
 mod encoded_history;
 mod follow;
 mod follow_deltas;
@@ -149,7 +150,6 @@ pub enum SessionMsg {
     ControlDone {
         request_id: String,
         outcome: ControlOutcome,
-        reply: CompressReply,
     },
     /// Internal: a turn's deadline passed.
     TurnDeadline { turn_id: TurnId },
@@ -159,6 +159,9 @@ pub enum SessionMsg {
     },
     /// Answered once every event emitted so far is committed and fanned out.
     Flush { reply: RpcReplyPort<()> },
+    /// On a follower: answered once it has read up to `upto` (a forwarded
+    /// write's answer waits for it, `forward.rs`); at once on an owner.
+    CatchUp { upto: u64, reply: RpcReplyPort<()> },
     /// On a follower: committed events may be waiting after the watermark
     /// (a notification, or a resync after the listener reconnected).
     FollowWake,
@@ -293,6 +296,9 @@ pub struct SessionState {
     /// On a follower: resumes waiting for it to read up to their watermark
     /// (`follow_resume.rs`).
     waiting_resumes: Vec<follow_resume::WaitingResume>,
+    /// On a follower: forwarded answers waiting for it to read up to
+    /// their seq (`forward.rs`).
+    catching_up: Vec<(u64, RpcReplyPort<()>)>,
     /// Requests forwarded to this owner, while they run (`forwarded.rs`).
     forwarded: forwarded::Forwarded,
     /// On a cluster: this node's peer count in the store (`peer_count.rs`).
@@ -301,6 +307,9 @@ pub struct SessionState {
     reported: Option<Reported>,
     /// `message.complete`s of accepted turns that a failed append lost.
     owed: owed::Owed,
+    /// The seq of the `session.closed` this actor emitted: nothing is
+    /// emitted after it (`pipeline.rs`).
+    closed_at: Option<u64>,
     ctx: Ctx,
     gauges: Arc<SessionGauges>,
 }
@@ -337,7 +346,7 @@ impl Actor for Session {
         // A follower writes nothing: the owner ends its own turns, or the
         // follower does once it takes the session over (`follow.rs`).
         if !state.following() {
-            state.end_orphaned_turns(marker);
+            state.end_orphaned_turns(&myself, marker);
             // Requests forwarded before this owner was live.
             state.forwards_wake(&myself);
         }
@@ -392,19 +401,19 @@ impl Actor for Session {
             SessionMsg::Compress { focus, reply } => state.compress(me, focus, reply),
             SessionMsg::Turn { turn_id, update } => state.turn_update(me, turn_id, update),
             SessionMsg::ControlLate { request_id, result } => {
-                state.control_late(request_id, result)
+                state.control_late(me, request_id, result)
             }
             SessionMsg::ControlDone {
                 request_id,
                 outcome,
-                reply,
-            } => state.control_done(request_id, outcome, reply),
+            } => state.control_done(me, request_id, outcome),
             SessionMsg::TurnDeadline { turn_id } => state.turn_deadline(me, turn_id),
             SessionMsg::TranscriptLoaded { result } => state.transcript_loaded(me, result),
             SessionMsg::ActiveTurn { reply } => {
                 let _ = reply.send(state.active_turn_stat());
             }
             SessionMsg::Flush { reply } => state.when_settled(me, reply),
+            SessionMsg::CatchUp { upto, reply } => state.catch_up(me, upto, reply),
             SessionMsg::Drain { reply } => state.drain(me, reply),
             SessionMsg::Committed {
                 append_gen,

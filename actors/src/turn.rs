@@ -31,6 +31,8 @@ pub mod reasons {
     pub const NODE_LOST: &str = "node_lost";
     /// A queued prompt dropped by an interrupt.
     pub const DEQUEUED: &str = "dequeued";
+    /// The session was closed while the turn ran.
+    pub const SESSION_CLOSED: &str = "session_closed";
     /// The engine reported an error (`turn.error` without its own reason).
     pub const ENGINE_ERROR: &str = "engine_error";
 }

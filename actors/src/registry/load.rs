@@ -37,7 +37,10 @@ pub(super) async fn load_session(
     let Some(first) = reader.get_session(&key.0, &key.1).await? else {
         return Ok(None);
     };
-    if first.status == SessionStatus::Closed {
+    // A closed session is read, never brought live, unless its turns
+    // never ended (closed by an older gateway): then it comes live to end
+    // them, and stops (`session/marker.rs`).
+    if first.status == SessionStatus::Closed && first.turn_marker.is_none() {
         let barrier = Barrier {
             latest_seq: first.latest_seq,
             append_gen: 0,
@@ -198,7 +201,10 @@ impl RegistryState {
         let answer = match result {
             Err(e) => Err(e.into()),
             Ok(None) => Ok(Resolved::NotFound),
-            Ok(Some(loaded)) if loaded.row.status == SessionStatus::Closed => {
+            Ok(Some(loaded))
+                if loaded.row.status == SessionStatus::Closed
+                    && loaded.row.turn_marker.is_none() =>
+            {
                 Ok(Resolved::Closed(Box::new(loaded.row)))
             }
             Ok(Some(Loaded {

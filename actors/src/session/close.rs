@@ -1,15 +1,23 @@
 //! `session.close`, and the close of a `close_on_disconnect` session its
-//! last peer left: emit `session.closed`, answer once it is on disk, stop.
+//! last peer left: end every accepted turn, emit `session.closed`, answer
+//! once it is on disk, stop.
+//!
+//! A close is one append: the turns' endings and `session.closed` are
+//! committed together or not at all, so a crash never leaves a closed
+//! session with a turn that has no ending (nor an open one that lost its
+//! endings). From the moment it is decided, nothing durable may be emitted
+//! after `session.closed` (`pipeline.rs` refuses it), and every request
+//! answers 4002.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use ractor::{ActorRef, RpcReplyPort};
-use tether_protocol::{now_ms, EventType, RpcError, SessionClosedPayload, SessionStatus};
+use tether_protocol::{EventType, RpcError, SessionClosedPayload, SessionStatus};
 use tracing::{info, warn};
 
 use super::{SessionMsg, SessionState, Waiter};
-use crate::event::EventRecord;
+use crate::turn::reasons;
 
 /// How long after a failed read of the other nodes' peers the next one waits.
 const RECHECK_LEFT: Duration = Duration::from_secs(1);
@@ -94,12 +102,14 @@ impl SessionState {
             return;
         }
         info!(session_id = %self.id, "last peer left a close_on_disconnect session; closing");
-        self.stop_turns(myself, None);
         self.close(myself, "disconnect", None);
     }
 
-    /// Emits `session.closed`; `reply` is answered once it is on disk (and
-    /// the session stops then), or with 5070/5071 if it is not written.
+    /// Ends every accepted turn (`interrupted` / `session_closed`, queued
+    /// prompts `dequeued`) and a compression in flight (answered 4002),
+    /// then emits `session.closed`; `reply` is answered once all of it is
+    /// on disk (and the session stops then), or with 5070/5071 if it is
+    /// not written (and the session is open again, its turns ended).
     pub(super) fn close(
         &mut self,
         myself: &ActorRef<SessionMsg>,
@@ -116,16 +126,15 @@ impl SessionState {
             }
             return;
         }
+        self.end_all_turns(myself, reasons::SESSION_CLOSED);
+        self.abandon_compression(RpcError::session_closed);
+        let payload = SessionClosedPayload {
+            reason: reason.to_string(),
+        };
+        let seq = self.emit_durable(EventType::SessionClosed, &payload, None);
+        // Nothing may follow it.
+        self.closed_at = Some(seq);
         self.set_status(SessionStatus::Closed);
-        let rec = EventRecord::new(
-            EventType::SessionClosed,
-            &SessionClosedPayload {
-                reason: reason.to_string(),
-            },
-            None,
-            now_ms(),
-        );
-        self.emit(rec);
         self.wait_for(myself, self.commit.last_seq(), Waiter::Close(reply));
     }
 }

@@ -5,6 +5,11 @@
 //! session keeps serving while the host thinks. An answer within the wait
 //! makes the result `compressed`; otherwise the result is `pending` and the
 //! late answer arrives later as `ControlLate`, which is still applied.
+//!
+//! The answer waits in the session's state (not on the task), so whatever
+//! ends the compression answers it: the host's answer once what it wrote
+//! is on disk (`session.compacted`, or `status.update` `compacting`), a
+//! close with 4002, a lost session with "retry".
 
 use ractor::{ActorRef, RpcReplyPort};
 use serde_json::Value;
@@ -14,7 +19,8 @@ use tether_protocol::{
 };
 use tracing::{debug, info, warn};
 
-use super::{SessionMsg, SessionState};
+use super::deferred::Deferred;
+use super::{SessionMsg, SessionState, Waiter};
 use crate::host_supervisor::HostSupervisorMsg;
 use crate::turn::ControlOutcome;
 use tether_protocol::ControlRequest;
@@ -23,6 +29,9 @@ use tether_protocol::ControlRequest;
 #[derive(Debug)]
 pub(crate) struct Compacting {
     pub request_id: String,
+    /// The request's answer, until the host's answer (or `pending`)
+    /// within the wait; `None` once `pending` was answered.
+    pub reply: Option<CompressReply>,
 }
 
 pub(crate) type CompressReply = RpcReplyPort<Result<CompressResult, RpcError>>;
@@ -87,6 +96,7 @@ impl SessionState {
         info!(session_id = %self.id, request_id = %request_id, "compression requested");
         self.compacting = Some(Compacting {
             request_id: request_id.clone(),
+            reply: Some(reply),
         });
         let myself = myself.clone();
         tokio::spawn(async move {
@@ -96,7 +106,6 @@ impl SessionState {
             let _ = myself.cast(SessionMsg::ControlDone {
                 request_id,
                 outcome,
-                reply,
             });
         });
     }
@@ -108,30 +117,39 @@ impl SessionState {
         }
     }
 
+    /// The host's answer within the compress wait (or `Pending`). One for a
+    /// compression that ended meanwhile (closed, lost) is stale: its
+    /// request was answered then.
     pub(super) fn control_done(
         &mut self,
+        myself: &ActorRef<SessionMsg>,
         request_id: String,
         outcome: ControlOutcome,
-        reply: CompressReply,
     ) {
-        if self.compacting.as_ref().map(|c| &c.request_id) != Some(&request_id) {
-            let _ = reply.send(Err(RpcError::internal("compression state lost")));
+        let Some(reply) = self
+            .compacting
+            .as_mut()
+            .filter(|c| c.request_id == request_id)
+            .and_then(|c| c.reply.take())
+        else {
+            debug!(session_id = %self.id, request_id = %request_id, "answer for a compression that ended");
             return;
-        }
+        };
         match outcome {
             ControlOutcome::Ack(result) => {
                 self.compacting = None;
-                let answer = match parse_compress(&result) {
+                match parse_compress(&result) {
                     Ok((summary, removed)) => {
-                        let history_version = self.apply_compaction(summary, removed);
-                        Ok(CompressResult::Compressed {
+                        let (seq, history_version) = self.apply_compaction(summary, removed);
+                        let result = CompressResult::Compressed {
                             history_version,
                             removed,
-                        })
+                        };
+                        // Answered once `session.compacted` is on disk.
+                        self.wait_for(myself, seq, Waiter::Reply(Deferred::new(reply, result)));
                     }
-                    Err(e) => Err(compress_failed(&e)),
-                };
-                let _ = reply.send(answer);
+                    Err(e) => drop(reply.send(Err(compress_failed(&e)))),
+                }
             }
             ControlOutcome::Error(message) => {
                 self.compacting = None;
@@ -139,7 +157,7 @@ impl SessionState {
                 let _ = reply.send(Err(compress_failed(&message)));
             }
             ControlOutcome::Pending => {
-                self.emit_durable(
+                let seq = self.emit_durable(
                     EventType::StatusUpdate,
                     &StatusUpdatePayload {
                         kind: "compacting".into(),
@@ -147,16 +165,47 @@ impl SessionState {
                     },
                     None,
                 );
-                let _ = reply.send(Ok(CompressResult::Pending { request_id }));
+                let result = CompressResult::Pending { request_id };
+                self.wait_for(myself, seq, Waiter::Reply(Deferred::new(reply, result)));
             }
         }
     }
 
-    /// The late answer of a compression that answered `pending`.
-    pub(super) fn control_late(&mut self, request_id: String, result: Result<Value, String>) {
-        if self.compacting.as_ref().map(|c| &c.request_id) != Some(&request_id) {
+    /// Ends the compression in flight, if any, and one waiting for the
+    /// transcript: a request still unanswered gets `error()` (the late
+    /// answer, if it comes, is dropped).
+    pub(super) fn abandon_compression(&mut self, error: impl Fn() -> RpcError) {
+        if let Some(reply) = self.compacting.take().and_then(|c| c.reply) {
+            let _ = reply.send(Err(error()));
+        }
+        if let Some((_, reply)) = self.pending_compress.take() {
+            let _ = reply.send(Err(error()));
+        }
+    }
+
+    /// The late answer of a compression that answered `pending` (or the
+    /// end of one the host supervisor lost before it answered).
+    pub(super) fn control_late(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        request_id: String,
+        result: Result<Value, String>,
+    ) {
+        let Some(compacting) = self
+            .compacting
+            .as_ref()
+            .filter(|c| c.request_id == request_id)
+        else {
             debug!(session_id = %self.id, request_id = %request_id, "late control answer for no pending compression");
             return;
+        };
+        if compacting.reply.is_some() {
+            // Not answered yet: this is its answer.
+            let outcome = match result {
+                Ok(v) => ControlOutcome::Ack(v),
+                Err(e) => ControlOutcome::Error(e),
+            };
+            return self.control_done(myself, request_id, outcome);
         }
         self.compacting = None;
         let outcome = result.and_then(|v| parse_compress(&v));
@@ -188,12 +237,13 @@ impl SessionState {
         );
     }
 
-    /// Starts a new history segment with the summary; returns its version.
-    fn apply_compaction(&mut self, summary: String, removed: u64) -> u64 {
+    /// Starts a new history segment with the summary; the seq of its
+    /// `session.compacted` and its version.
+    fn apply_compaction(&mut self, summary: String, removed: u64) -> (u64, u64) {
         self.history_version += 1;
         let history_version = self.history_version;
         info!(session_id = %self.id, history_version, removed, "session compacted");
-        self.emit_durable(
+        let seq = self.emit_durable(
             EventType::SessionCompacted,
             &SessionCompactedPayload {
                 history_version,
@@ -202,7 +252,7 @@ impl SessionState {
             },
             None,
         );
-        history_version
+        (seq, history_version)
     }
 }
 

@@ -12,7 +12,7 @@
 //! had not seen, then the dead node's turns end `node_lost`.
 
 use ractor::ActorRef;
-use tether_protocol::{EventType, RpcError, SessionStatus};
+use tether_protocol::{EventType, RpcError, SessionCompactedPayload, SessionStatus};
 use tether_store::cluster::NodeId;
 use tether_store::{EventRow, SessionRow, StoreError};
 use tracing::{debug, info, warn};
@@ -95,23 +95,29 @@ impl SessionState {
             return Some(msg);
         }
         match msg {
-            SessionMsg::Submit { text, reply } => {
-                self.forward_request("prompt.submit", serde_json::json!({ "text": text }), reply)
-            }
+            SessionMsg::Submit { text, reply } => self.forward_request(
+                myself,
+                "prompt.submit",
+                serde_json::json!({ "text": text }),
+                reply,
+            ),
             SessionMsg::Interrupt { reply } => {
-                self.forward_request("session.interrupt", serde_json::json!({}), reply)
+                self.forward_request(myself, "session.interrupt", serde_json::json!({}), reply)
             }
             SessionMsg::Branch { ask, reply } => self.forward_request(
+                myself,
                 "session.branch",
                 serde_json::json!({ "upto_seq": ask.upto_seq, "title": ask.title }),
                 reply,
             ),
             SessionMsg::HandoffRequest { target, reply } => self.forward_request(
+                myself,
                 "handoff.request",
                 serde_json::json!({ "target": target }),
                 reply,
             ),
             SessionMsg::Compress { focus, reply } => self.forward_request_within(
+                myself,
                 "session.compress",
                 serde_json::json!({ "focus": focus }),
                 self.ctx
@@ -124,23 +130,24 @@ impl SessionState {
                 reason,
                 reply: Some(reply),
             } => self.forward_request(
+                myself,
                 "session.close",
                 serde_json::json!({ "reason": reason }),
                 reply,
             ),
             SessionMsg::Close { reply: None, .. } => {}
-            SessionMsg::EmitIfOpen { events, reply } => self.forward_emit(events, reply),
+            SessionMsg::EmitIfOpen { events, reply } => self.forward_emit(myself, events, reply),
             // What only an owner gets or does: late, after this node lost
             // the session (`lost.rs`); its work is the new owner's now.
             SessionMsg::Turn { .. }
             | SessionMsg::TurnDeadline { .. }
             | SessionMsg::ControlLate { .. }
+            | SessionMsg::ControlDone { .. }
             | SessionMsg::TranscriptLoaded { .. }
             | SessionMsg::RepayCompletions
             | SessionMsg::HostsLost
             | SessionMsg::ForwardsWake
             | SessionMsg::ForwardsRead { .. } => {}
-            SessionMsg::ControlDone { reply, .. } => drop(reply.send(Err(self.not_here()))),
             SessionMsg::Park { reply, .. } => {
                 // Nothing to write: a follower nobody here follows just stops.
                 let idle = self.peers.is_empty();
@@ -215,6 +222,7 @@ impl SessionState {
         // Nothing more in the store (as of this read): a resume waiting for
         // a watermark beyond it is answered now.
         self.release_waiting_resumes(read && !(more || again));
+        self.release_caught_up(read && !(more || again));
         if more || again {
             self.follow_wake(myself);
         }
@@ -253,6 +261,11 @@ impl SessionState {
                 EventType::MessageUser => self.set_status(SessionStatus::Running),
                 EventType::MessageComplete => self.set_status(SessionStatus::Idle),
                 EventType::SessionClosed => self.set_status(SessionStatus::Closed),
+                EventType::SessionCompacted => {
+                    if let Ok(c) = serde_json::from_str::<SessionCompactedPayload>(&row.payload) {
+                        self.history_version = c.history_version;
+                    }
+                }
                 _ => {}
             }
             self.ring.push(RingEntry {
@@ -356,6 +369,7 @@ impl SessionState {
         self.following = None;
         self.followed_deltas = Default::default();
         self.release_waiting_resumes(true);
+        self.release_caught_up(true);
         self.commit = Commit::new(p.barrier, p.row.message_count);
         self.status = p.row.status;
         if self.status == SessionStatus::Parked {
@@ -381,7 +395,7 @@ impl SessionState {
             None => crate::turn::reasons::GATEWAY_RESTART,
         };
         info!(session_id = %self.id, latest_seq = self.commit.committed_seq(), dead = ?p.lost_from.as_ref().map(|n| n.to_string()), "follower became the owner");
-        self.end_orphaned_turns(p.row.turn_marker);
+        self.end_orphaned_turns(myself, p.row.turn_marker);
         self.send_unsent(myself);
         self.report_to_reaper(true);
         // Forwards the dead owner never took (this node's own included).

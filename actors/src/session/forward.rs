@@ -8,10 +8,15 @@
 //! withdrawn, and if the withdrawal wins it never runs (the client is told
 //! so and may retry); one the owner accepted ran exactly once, answered or
 //! not.
+//!
+//! The owner answers once what the request wrote is committed; the
+//! follower relays that answer once it has read those events too
+//! ([`SessionState::catch_up`]), so a read through this node right after
+//! the answer shows the change, as it would on the owner.
 
 use std::time::{Duration, Instant};
 
-use ractor::RpcReplyPort;
+use ractor::{ActorRef, RpcReplyPort};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tether_protocol::codes::STORAGE_UNAVAILABLE;
@@ -19,12 +24,15 @@ use tether_protocol::{RpcError, SessionId};
 use tether_store::cluster::{Cluster, ForwardId, ForwardState};
 use tracing::{debug, warn};
 
-use super::SessionState;
+use super::{SessionMsg, SessionState};
 
 /// First wait between two reads of a forward's state; doubled up to
 /// [`POLL_MAX`].
 const POLL_FIRST: Duration = Duration::from_millis(10);
 const POLL_MAX: Duration = Duration::from_millis(100);
+/// Forwarded answers waiting for this follower to read their events, at
+/// most.
+const CATCHING_UP: usize = 256;
 
 impl SessionState {
     /// Forwards `method` with `params` to the owner and relays its answer
@@ -32,18 +40,20 @@ impl SessionState {
     /// `--forward-timeout-s`.
     pub(super) fn forward_request<T: DeserializeOwned + Send + 'static>(
         &self,
+        myself: &ActorRef<SessionMsg>,
         method: &'static str,
         params: Value,
         reply: RpcReplyPort<Result<T, RpcError>>,
     ) {
         let timeout = self.ctx.config.forward_timeout;
-        self.forward_request_within(method, params, timeout, reply);
+        self.forward_request_within(myself, method, params, timeout, reply);
     }
 
     /// [`Self::forward_request`] with a deadline of its own (a compression
     /// may wait for its host up to the compress wait).
     pub(super) fn forward_request_within<T: DeserializeOwned + Send + 'static>(
         &self,
+        myself: &ActorRef<SessionMsg>,
         method: &'static str,
         params: Value,
         timeout: Duration,
@@ -54,14 +64,39 @@ impl SessionState {
             return;
         };
         let id = self.id.clone();
+        let profile = self.profile.clone();
+        let reader = self.ctx.reader.clone();
+        let catch_up_wait = self.ctx.config.forward_timeout;
+        let me = myself.clone();
         // The owner's node may have to bring the session back to run it,
         // and its notification names no profile.
         let mut params = params;
         if let Some(obj) = params.as_object_mut() {
-            obj.insert("profile".into(), Value::String(self.profile.clone()));
+            obj.insert("profile".into(), Value::String(profile.clone()));
         }
         tokio::spawn(async move {
             let answer = forward(&cluster, &id, method, &params.to_string(), timeout).await;
+            if answer.is_ok() {
+                // What the owner committed before answering, read here first.
+                match reader.get_session(&profile, &id).await {
+                    Ok(Some(row)) => {
+                        let upto = row.latest_seq;
+                        let caught = me
+                            .call(
+                                |reply| SessionMsg::CatchUp { upto, reply },
+                                Some(catch_up_wait),
+                            )
+                            .await;
+                        if !matches!(caught, Ok(ractor::rpc::CallResult::Success(()))) {
+                            debug!(session_id = %id, upto, "relaying a forwarded answer before this node read its events");
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        debug!(session_id = %id, error = %e, "could not read how far the owner wrote")
+                    }
+                }
+            }
             let _ = reply.send(answer.and_then(|v| {
                 serde_json::from_value(v).map_err(|e| {
                     RpcError::internal(format!("unreadable answer from the session's owner: {e}"))
@@ -70,18 +105,59 @@ impl SessionState {
         });
     }
 
+    /// `CatchUp`: answered once this follower has read up to `upto` (at
+    /// once on an owner, or when it already has), or once a read finds the
+    /// store has nothing more. A bounded few wait; more are answered at once.
+    pub(super) fn catch_up(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        upto: u64,
+        reply: RpcReplyPort<()>,
+    ) {
+        if !self.following()
+            || self.commit.committed_seq() >= upto
+            || self.catching_up.len() >= CATCHING_UP
+        {
+            let _ = reply.send(());
+            return;
+        }
+        self.catching_up.push((upto, reply));
+        // A read started now sees everything committed before the answer.
+        self.follow_wake(myself);
+    }
+
+    /// After a read: the catch-ups this follower has read far enough for,
+    /// or all of them when `caught_up` (a read started after they came
+    /// found nothing more) or when this node owns the session now.
+    pub(super) fn release_caught_up(&mut self, caught_up: bool) {
+        if self.catching_up.is_empty() {
+            return;
+        }
+        let h = self.commit.committed_seq();
+        let all = caught_up || !self.following();
+        let (ready, wait): (Vec<_>, Vec<_>) = std::mem::take(&mut self.catching_up)
+            .into_iter()
+            .partition(|(upto, _)| all || *upto <= h);
+        self.catching_up = wait;
+        for (_, reply) in ready {
+            let _ = reply.send(());
+        }
+    }
+
     /// Events emitted from outside (a handoff's announcement) are the
     /// owner's to write: forwarded as `session.emit`; `reply`, if any, is
     /// told whether the owner emitted them (`false` also when it could not
     /// be asked).
     pub(super) fn forward_emit(
         &self,
+        myself: &ActorRef<SessionMsg>,
         events: Vec<crate::event::EventRecord>,
         reply: Option<RpcReplyPort<bool>>,
     ) {
         let events: Vec<Value> = events.iter().map(|e| e.to_forward()).collect();
         let (tx, rx) = tokio::sync::oneshot::channel::<Result<bool, RpcError>>();
         self.forward_request(
+            myself,
             "session.emit",
             serde_json::json!({ "events": events }),
             tx.into(),

@@ -113,7 +113,7 @@ impl SessionState {
             "session.close" => {
                 let reason = text("reason").unwrap_or_else(|| "closed".into());
                 if self.status != SessionStatus::Closed {
-                    // Its first write is `session.closed`.
+                    // Its first write: a turn's ending, or `session.closed`.
                     cluster.accept_with(&self.id, self.commit.next_seq(), &id);
                 }
                 let (tx, rx) = tokio::sync::oneshot::channel();

@@ -72,10 +72,8 @@ impl SessionState {
         self.turns.marker_dirty = false;
         self.owed = super::owed::Owed::default();
         self.forwarded = super::forwarded::Forwarded::default();
-        self.compacting = None;
-        if let Some((_, reply)) = self.pending_compress.take() {
-            let _ = reply.send(Err(self.not_here()));
-        }
+        let not_here = self.not_here();
+        self.abandon_compression(|| not_here.clone());
         self.transcript = super::history::Transcript::default();
         self.row_written.forget();
     }

@@ -2,13 +2,14 @@
 //! events that change it, so that a session that starts again (after a
 //! gateway crash, or a restart of its actor) ends exactly those turns.
 
+use ractor::ActorRef;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tether_protocol::{CompleteStatus, EventType, MessageCompletePayload, SessionStatus};
 use tracing::{info, warn};
 
 use super::turns::Turns;
-use super::SessionState;
+use super::{SessionMsg, SessionState};
 use crate::event::TurnTag;
 use crate::host_supervisor::HostSupervisorMsg;
 
@@ -39,7 +40,18 @@ impl SessionState {
     /// `gateway_restart`, or `node_lost` on a cluster when the session was
     /// taken over from a dead node (docs/ARCHITECTURE.md "Failover"); queued ones come
     /// out `dequeued` either way.
-    pub(super) fn end_orphaned_turns(&mut self, marker: Option<Value>) {
+    ///
+    /// A closed session whose marker still names turns was closed by an
+    /// older gateway, whose close did not end them (a close now ends its
+    /// turns in the same append as `session.closed`, so this cannot
+    /// happen again): its turns end now all the same, after its
+    /// `session.closed` (the one case of events after it), and it stops
+    /// once they are on disk.
+    pub(super) fn end_orphaned_turns(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        marker: Option<Value>,
+    ) {
         let Some(marker) = marker else {
             return;
         };
@@ -79,6 +91,10 @@ impl SessionState {
         self.turns.marker_dirty = true;
         if self.status == SessionStatus::Running {
             self.set_status(SessionStatus::Idle);
+        }
+        if self.status == SessionStatus::Closed {
+            warn!(session_id = %self.id, "a closed session had turns without an ending; ended them");
+            self.stop_when_settled(myself);
         }
     }
 }

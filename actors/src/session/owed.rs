@@ -128,6 +128,13 @@ impl SessionState {
     /// clears the turn marker with them (the patch goes with the append).
     pub(super) fn repay_completions(&mut self, myself: &ActorRef<SessionMsg>) {
         self.owed.retry_scheduled = false;
+        self.pay_owed_now();
+        self.send_unsent(myself);
+    }
+
+    /// Emits every owed completion now, without waiting for the retry
+    /// (the session's work is ending: they go out with its last append).
+    pub(super) fn pay_owed_now(&mut self) {
         let owed = std::mem::take(&mut self.owed.completions);
         if owed.is_empty() {
             return;
@@ -137,7 +144,6 @@ impl SessionState {
             self.emit(rec);
         }
         self.turns.marker_dirty = true;
-        self.send_unsent(myself);
     }
 
     /// An append was committed: the store takes writes again, so the next

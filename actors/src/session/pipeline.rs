@@ -10,11 +10,12 @@ use bytes::Bytes;
 use ractor::{ActorRef, RpcReplyPort};
 use serde::Serialize;
 use serde_json::value::RawValue;
-use tether_protocol::{now_ms, EventType, Message, RpcError, SessionStatus, SubmitResult};
+use tether_protocol::{now_ms, EventType, Message, RpcError, SessionStatus};
 use tether_store::EventRow;
 use tracing::{debug, info, warn};
 
 use super::commit::{CommitPipeline, Frame, Rebase, Released};
+use super::deferred::Deferred;
 use super::{SessionMsg, SessionState};
 use crate::event::{frame_of, DeltaMeta, EventRecord, TurnTag};
 use crate::outbox::FrameClass;
@@ -49,14 +50,14 @@ pub(super) struct TransientFrame {
 #[derive(Debug)]
 pub(super) enum Waiter {
     Close(Option<RpcReplyPort<Result<(), RpcError>>>),
-    /// `prompt.submit` is answered once its `message.user` is on disk.
-    Submit {
-        reply: RpcReplyPort<Result<SubmitResult, RpcError>>,
-        result: SubmitResult,
-    },
+    /// A request that wrote (`prompt.submit`, `session.interrupt`,
+    /// `session.compress`) is answered once its last event is on disk.
+    Reply(Deferred),
     /// `Flush` and `Drain`: every event emitted before is committed and
     /// fanned out (or dropped by a failure).
     Settled(RpcReplyPort<()>),
+    /// As `Settled`, then the session stops.
+    Stop,
 }
 
 impl SessionState {
@@ -83,7 +84,15 @@ impl SessionState {
 
     /// Emits one event. Durable events get the next seq and wait for their
     /// commit; transient ones go out at once unless durable ones are pending.
+    /// Nothing follows the `session.closed` this session emitted: an event
+    /// emitted after it is a bug of its caller, logged and dropped (every
+    /// request refuses a closed session before it writes, and a close ends
+    /// every turn before it writes `session.closed`).
     pub(crate) fn emit(&mut self, mut rec: EventRecord) {
+        if let Some(closed_seq) = self.closed_at {
+            warn!(session_id = %self.id, kind = rec.kind.as_str(), closed_seq, "event after session.closed dropped");
+            return;
+        }
         let now = now_ms();
         self.updated_at_ms = now;
         // Every event is activity, including a running turn's host frames.
@@ -239,6 +248,14 @@ impl SessionState {
         }
     }
 
+    /// Stops the session once every event emitted so far is committed
+    /// and fanned out (or dropped by a failure).
+    pub(super) fn stop_when_settled(&mut self, myself: &ActorRef<SessionMsg>) {
+        if let Some(waiter) = self.commit.wait_settled(Waiter::Stop) {
+            self.answer(myself, waiter);
+        }
+    }
+
     /// Fans out what a commit released, in order, then answers its waiters.
     fn release(
         &mut self,
@@ -276,11 +293,13 @@ impl SessionState {
                 // the stopped session instead of it being dropped.
                 let _ = myself.drain();
             }
-            Waiter::Submit { reply, result } => {
-                let _ = reply.send(Ok(result));
-            }
+            Waiter::Reply(deferred) => deferred.send(Ok(())),
             Waiter::Settled(reply) => {
                 let _ = reply.send(());
+            }
+            Waiter::Stop => {
+                info!(session_id = %self.id, "session stopped after its last events");
+                let _ = myself.drain();
             }
         }
     }
@@ -290,17 +309,19 @@ impl SessionState {
         let err = RpcError::new(code, storage_message(code));
         match waiter {
             Waiter::Close(reply) => {
+                // Not closed after all: open again (its turns were ended).
+                self.closed_at = None;
                 self.set_status(SessionStatus::Idle);
                 if let Some(reply) = reply {
                     let _ = reply.send(Err(err));
                 }
             }
-            Waiter::Submit { reply, .. } => {
-                let _ = reply.send(Err(err));
-            }
+            Waiter::Reply(deferred) => deferred.send(Err(err)),
             Waiter::Settled(reply) => {
                 let _ = reply.send(());
             }
+            // Only ever a settled waiter, which a failure settles.
+            Waiter::Stop => {}
         }
     }
 

@@ -71,10 +71,12 @@ impl SessionState {
             following,
             followed_deltas: Default::default(),
             waiting_resumes: Vec::new(),
+            catching_up: Vec::new(),
             forwarded: forwarded::Forwarded::default(),
             peer_count,
             reported: None,
             owed: owed::Owed::default(),
+            closed_at: None,
             ctx,
             gauges,
         }

@@ -31,6 +31,7 @@ use tether_protocol::{
 };
 use tracing::info;
 
+use super::deferred::Deferred;
 use super::{SessionMsg, SessionState, Waiter};
 use crate::event::TurnTag;
 use crate::host_supervisor::HostSupervisorMsg;
@@ -143,17 +144,15 @@ impl SessionState {
         self.turns.marker_dirty = true;
         info!(session_id = %self.id, turn_id = %tag.turn_id, trace_id = %tag.trace_id, status = status.as_str(), "turn accepted");
         // Answered once `message.user` is on disk (or with 5070/5071 if not).
+        let result = SubmitResult {
+            status,
+            turn_id: tag.turn_id,
+            trace_id: tag.trace_id,
+        };
         self.wait_for(
             myself,
             user_seq,
-            Waiter::Submit {
-                reply,
-                result: SubmitResult {
-                    status,
-                    turn_id: tag.turn_id,
-                    trace_id: tag.trace_id,
-                },
-            },
+            Waiter::Reply(Deferred::new(reply, result)),
         );
     }
 

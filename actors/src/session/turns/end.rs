@@ -13,7 +13,8 @@ use tether_protocol::{
 };
 use tracing::info;
 
-use super::super::{SessionMsg, SessionState};
+use super::super::deferred::Deferred;
+use super::super::{SessionMsg, SessionState, Waiter};
 use super::{QueuedTurn, RunningTurn};
 use crate::event::TurnTag;
 use crate::host_supervisor::HostSupervisorMsg;
@@ -103,18 +104,51 @@ impl SessionState {
 
     /// `session.interrupt`: stop the running turn now and drop the queue.
     /// The turn ends here, without waiting for the host, so a hung host
-    /// cannot keep it spinning, and it is never continued.
+    /// cannot keep it spinning, and it is never continued. `interrupted`
+    /// is answered once its ending is on disk; a closed session (or one
+    /// whose close is decided) has no turn to interrupt: 4002.
     pub(in crate::session) fn interrupt(
         &mut self,
         myself: &ActorRef<SessionMsg>,
         reply: RpcReplyPort<Result<InterruptResult, RpcError>>,
     ) {
-        let status = if self.stop_turns(myself, None) {
-            InterruptStatus::Interrupted
-        } else {
-            InterruptStatus::Idle
+        if self.status == SessionStatus::Closed {
+            let _ = reply.send(Err(RpcError::session_closed()));
+            return;
+        }
+        if !self.stop_turns(myself, None) {
+            let status = InterruptStatus::Idle;
+            let _ = reply.send(Ok(InterruptResult { status }));
+            return;
+        }
+        let result = InterruptResult {
+            status: InterruptStatus::Interrupted,
         };
-        let _ = reply.send(Ok(InterruptResult { status }));
+        let last = self.commit.last_seq();
+        self.wait_for(myself, last, Waiter::Reply(Deferred::new(reply, result)));
+    }
+
+    /// Every accepted turn the session holds ends now, for good: the
+    /// completions a failed append still owes, the running turn
+    /// (`interrupted`, `reason` its `failure_reason`) and each queued
+    /// prompt (`dequeued`). Every way a session stops serving its turns
+    /// (`session.close`, the close of a `close_on_disconnect` session its
+    /// last peer left, a drain) ends them through here, in the same append
+    /// as whatever it writes next, so none can leave a turn without its
+    /// one ending. (A session this node lost, or one a crash stopped,
+    /// cannot write: its next owner ends the turns of its stored marker,
+    /// `marker.rs`.)
+    pub(in crate::session) fn end_all_turns(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        reason: &str,
+    ) {
+        self.pay_owed_now();
+        if self.turns.running.is_some() {
+            info!(session_id = %self.id, reason, "ending the running turn");
+            self.stop_turns(myself, Some(reason));
+        }
+        self.dequeue_all();
     }
 
     /// Ends the running turn as interrupted (with `reason` as its
@@ -185,12 +219,7 @@ impl SessionState {
         myself: &ActorRef<SessionMsg>,
         reply: RpcReplyPort<()>,
     ) {
-        if self.turns.running.is_some() {
-            info!(session_id = %self.id, "ending the running turn for the gateway's shutdown");
-            self.stop_turns(myself, Some(reasons::GATEWAY_SHUTDOWN));
-        } else {
-            self.dequeue_all();
-        }
+        self.end_all_turns(myself, reasons::GATEWAY_SHUTDOWN);
         self.when_settled(myself, reply);
     }
 

@@ -168,7 +168,8 @@ impl SessionState {
             );
         }
         if let Some(request_id) = self.compacting.as_ref().map(|c| c.request_id.clone()) {
-            self.control_late(request_id, Err("the host supervisor was restarted".into()));
+            let lost = Err("the host supervisor was restarted".into());
+            self.control_late(myself, request_id, lost);
         }
     }
 }
