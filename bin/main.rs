@@ -1,6 +1,7 @@
 //! The `tether` binary: a thin layer over the actor system.
 #![forbid(unsafe_code)]
 
+mod backup;
 mod bench;
 mod config;
 mod fdlimit;
@@ -42,6 +43,9 @@ enum Command {
     /// binary beside this one with these arguments.
     #[command(disable_help_flag = true)]
     Bench(bench::BenchForward),
+    /// Copy a running gateway's SQLite store to a new file, online
+    /// (docs/RELIABILITY.md, "Backup and restore").
+    Backup(backup::BackupArgs),
     /// Run a compute host: a worker that runs turns for a gateway over
     /// stdin/stdout (docs/PROTOCOL.md Part 2).
     Host(host::HostArgs),
@@ -107,6 +111,7 @@ fn main() -> ExitCode {
         Command::Client(cmd) => client::main(cmd),
         Command::Host(args) => host_main(args),
         Command::Bench(args) => bench::forward(args),
+        Command::Backup(args) => backup::run(args),
         Command::Serve(args) => serve_main(*args, matches.subcommand_matches("serve")),
     }
 }

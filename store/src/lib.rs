@@ -50,6 +50,7 @@ pub use model::{EventRow, NewSession, SessionPatch, SessionRow, WriteOp};
 pub use open::{open, Backend, Store, WriterFactory};
 pub use open_error::{mask_url, OpenError};
 pub use postgres::{open_postgres, open_postgres_writer};
+pub use sqlite::backup::{backup_sqlite, BackupError, BackupReport};
 pub use sqlite::{open_sqlite, open_sqlite_writer};
 
 #[doc(hidden)]

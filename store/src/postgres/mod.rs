@@ -103,7 +103,7 @@ pub async fn open_postgres_writer(cfg: &PostgresConfig) -> Result<Box<dyn StoreW
 }
 
 /// Test support: a handoff queue of its own on an opened store, as a second gateway would have.
-#[doc(hidden)]
+#[cfg(feature = "testing")]
 pub async fn open_postgres_handoffs(
     cfg: &PostgresConfig,
 ) -> Result<Arc<dyn crate::HandoffStore>, OpenError> {

@@ -4,6 +4,7 @@
 //! the StoreWriter actor owns its handle), and a small read-only pool (sqlx). WAL mode lets the
 //! readers see the last committed state while the writer writes.
 
+pub(crate) mod backup;
 mod checkpoint;
 mod errors;
 mod handoffs;
@@ -79,7 +80,7 @@ pub async fn open_sqlite_writer(cfg: &StoreConfig) -> Result<Box<dyn StoreWrite>
 
 /// Test support: a writer whose database may grow by at most `headroom_pages` pages
 /// (`PRAGMA max_page_count`), so that "disk full" (SQLITE_FULL) can be provoked on demand.
-#[doc(hidden)]
+#[cfg(feature = "testing")]
 pub async fn open_sqlite_writer_with_page_headroom(
     cfg: &StoreConfig,
     headroom_pages: u64,
