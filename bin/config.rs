@@ -118,7 +118,8 @@ pub struct ServeArgs {
     #[arg(long, env = "TETHER_HOSTS", default_value_t = 2)]
     pub hosts: usize,
     /// Command that starts a compute host (run with `sh -c`); default: this
-    /// binary's `host --engine echo`.
+    /// binary's `host --engine echo`. A first word `tether` is this binary,
+    /// whether or not `tether` is on PATH.
     #[arg(long, env = "TETHER_HOST_COMMAND")]
     pub host_command: Option<String>,
     /// Heartbeat interval asked of compute hosts, in seconds; three missed
@@ -132,6 +133,11 @@ pub struct ServeArgs {
     /// The window of --host-restarts, in seconds.
     #[arg(long, env = "TETHER_HOST_RESTART_PERIOD_S", default_value_t = 300)]
     pub host_restart_period_s: u64,
+    /// Exit (status 69) when no compute host has said hello this many
+    /// seconds after the start, or sooner when every host slot is past its
+    /// restart intensity before any did; 0 never exits for that.
+    #[arg(long, env = "TETHER_HOST_START_DEADLINE_S", default_value_t = 30)]
+    pub host_start_deadline_s: u64,
     /// Longest line a compute host may write, in bytes; a longer one is
     /// refused and ends the turn it belongs to (client frames have their
     /// own cap, --max-frame-bytes).
@@ -323,19 +329,38 @@ impl ServeArgs {
 
     /// argv of a compute host.
     pub fn host_argv(&self) -> anyhow::Result<Vec<String>> {
+        let exe = std::env::current_exe().context("cannot find the tether executable")?;
+        let exe = exe.to_string_lossy().into_owned();
         Ok(match &self.host_command {
-            Some(cmd) => vec!["sh".into(), "-c".into(), format!("exec {cmd}")],
-            None => {
-                let exe = std::env::current_exe().context("cannot find the tether executable")?;
-                vec![
-                    exe.to_string_lossy().into_owned(),
-                    "host".into(),
-                    "--engine".into(),
-                    "echo".into(),
-                ]
-            }
+            Some(cmd) => vec![
+                "sh".into(),
+                "-c".into(),
+                format!("exec {}", this_tether(cmd, &exe)),
+            ],
+            None => vec![exe, "host".into(), "--engine".into(), "echo".into()],
         })
     }
+}
+
+/// `cmd` with a first word `tether` replaced by `exe` (shell-quoted): the
+/// README and docs/ENGINES.md write host commands as `tether host …`, and
+/// they must run this gateway's own tether even when `tether` is not on
+/// PATH (`./target/release/tether serve`), or is another version. Only the
+/// first word: anywhere else `tether` is whatever PATH finds, as the shell
+/// would have it.
+fn this_tether(cmd: &str, exe: &str) -> String {
+    let trimmed = cmd.trim_start();
+    match trimmed.strip_prefix("tether") {
+        Some(rest) if rest.is_empty() || rest.starts_with(char::is_whitespace) => {
+            format!("{}{rest}", shell_quote(exe))
+        }
+        _ => cmd.to_string(),
+    }
+}
+
+/// `s` as one word for `sh`.
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
 }
 
 #[cfg(test)]
@@ -434,6 +459,46 @@ mod tests {
         let mut short = parse(&["--config", &file]);
         short.node_lease_s = 0.1;
         assert!(short.check().is_err());
+    }
+
+    #[test]
+    fn a_host_command_starting_with_tether_runs_this_tether() {
+        let exe = "/opt/my tether/bin/tether";
+        assert_eq!(
+            this_tether("tether host --engine echo", exe),
+            "'/opt/my tether/bin/tether' host --engine echo"
+        );
+        assert_eq!(this_tether("  tether", exe), "'/opt/my tether/bin/tether'");
+        assert_eq!(
+            this_tether("tether\thost", exe),
+            "'/opt/my tether/bin/tether'\thost"
+        );
+        for other in [
+            "tethered host",
+            "python3 agent.py tether",
+            "env X=1 tether host",
+            "./tether host",
+        ] {
+            assert_eq!(this_tether(other, exe), other);
+        }
+        assert_eq!(
+            this_tether("tether host", "/tmp/it's/tether"),
+            "'/tmp/it'\\''s/tether' host"
+        );
+        let args = parse(&[
+            "--host-command",
+            "tether host --engine command --command 'python3 a.py'",
+        ]);
+        let argv = args.host_argv().expect("argv");
+        let exe = std::env::current_exe().expect("exe");
+        assert_eq!(
+            argv[2],
+            format!(
+                "exec '{}' host --engine command --command 'python3 a.py'",
+                exe.display()
+            )
+        );
+        assert_eq!(parse(&[]).host_start_deadline_s, 30);
     }
 
     #[test]

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use tether_actors::{GatewayArgs, GatewayConfig, GatewayHandle, HostConfig, RestartPolicy};
+use tether_actors::{
+    GatewayArgs, GatewayConfig, GatewayHandle, HostConfig, HostStart, RestartPolicy, StartState,
+};
 use tether_store::{LockError, StoreLock};
 use tracing::{debug, info};
 
@@ -75,6 +77,11 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     })
     .await
     .context("cannot start the gateway")?;
+    let hosts_failed = hosts_cannot_start(
+        gateway.ctx().host_start.clone(),
+        args.hosts,
+        Duration::from_secs(args.host_start_deadline_s),
+    );
     debug!(epoch = %store_at.epoch, db = %store_at.db, "store open");
     // Consistent before it serves: the turns the last stop cut short are
     // ended on disk before any client can read them (PROTOCOL 1.5).
@@ -84,9 +91,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         _ = gateway.stopped() => return Ok(ExitCode::FAILURE),
     }
     let code = if args.stdio {
-        serve_stdio(gateway).await
+        serve_stdio(gateway, hosts_failed).await
     } else {
-        serve_http(gateway, &args, &store_at).await
+        serve_http(gateway, &args, &store_at, hosts_failed).await
     };
     // After the drain and the flush: the sessions this node owned are
     // released, so the other nodes take them over at once.
@@ -221,25 +228,96 @@ fn gateway_config(args: &ServeArgs) -> GatewayConfig {
     }
 }
 
+/// Resolves, with what to tell the operator, when the compute hosts
+/// cannot start: no host has said hello within `deadline` of the start
+/// (`--host-start-deadline-s`), or every slot is past its restart
+/// intensity before any did. Never with `--hosts 0` or a zero deadline, nor
+/// once a host said hello (later deaths are the supervisor's, and
+/// `/readyz` says so). Until then `/readyz` is 503 "no compute host up".
+fn hosts_cannot_start(
+    start: Arc<HostStart>,
+    hosts: usize,
+    deadline: Duration,
+) -> impl std::future::Future<Output = String> {
+    let at = tokio::time::Instant::now() + deadline;
+    async move {
+        if hosts == 0 || deadline.is_zero() {
+            return std::future::pending().await;
+        }
+        let last = match tokio::time::timeout_at(at, start.decided()).await {
+            Ok(StartState::Started) | Ok(StartState::Waiting) => {
+                return std::future::pending().await
+            }
+            Ok(StartState::Failed { last }) => {
+                return format!(
+                    "no compute host could start: every host slot is past its restart \
+                     intensity (--host-restarts) and none said hello ({}). \
+                     Check --host-command (its own errors are above)",
+                    death(&last)
+                )
+            }
+            Err(_) => start.last_death(),
+        };
+        let last = last.map_or_else(String::new, |l| format!(" ({})", death(&l)));
+        format!(
+            "no compute host said hello within {} s of the start \
+             (--host-start-deadline-s){last}. Check --host-command (its own errors are above)",
+            deadline.as_secs()
+        )
+    }
+}
+
+/// How a host died, for the operator: `sh` exits 127 when it found no
+/// such command, 126 when it could not run it.
+fn death(reason: &str) -> String {
+    let hint = if reason.ends_with("status 127") {
+        ": the shell found no such command; is it on PATH?"
+    } else if reason.ends_with("status 126") {
+        ": the shell could not run it; is it executable?"
+    } else {
+        ""
+    };
+    format!("the last host to die: {reason}{hint}")
+}
+
+/// The hosts could not start: said on stderr, as every start-up failure
+/// is; the caller drains and exits 69.
+fn report_hosts_failed(why: &str) {
+    eprintln!("tether: {why}");
+}
+
 /// `--stdio`: one peer on stdin/stdout until EOF or a signal.
-async fn serve_stdio(mut gateway: GatewayHandle) -> anyhow::Result<ExitCode> {
+async fn serve_stdio(
+    mut gateway: GatewayHandle,
+    hosts_failed: impl std::future::Future<Output = String>,
+) -> anyhow::Result<ExitCode> {
     let ctx = gateway.ctx().clone();
     let (drain_tx, drain_rx) = tokio::sync::watch::channel(false);
     let serve = tether_gateway::serve_stdio(&ctx, drain_rx);
     tokio::pin!(serve);
-    tokio::select! {
-        r = &mut serve => r?,
-        _ = gateway.stopped() => return Ok(ExitCode::FAILURE),
-        _ = shutdown_signal() => {
-            debug!("draining");
-            gateway.end_turns(END_TURNS_DEADLINE).await;
-            // The peer writes what it holds, then stdout is done.
-            let _ = drain_tx.send(true);
-            let _ = tokio::time::timeout(CLOSE_DEADLINE, &mut serve).await;
+    let mut code = ExitCode::SUCCESS;
+    let drain = tokio::select! {
+        r = &mut serve => {
+            r?;
+            false
         }
+        _ = gateway.stopped() => return Ok(ExitCode::FAILURE),
+        _ = shutdown_signal() => true,
+        why = hosts_failed => {
+            report_hosts_failed(&why);
+            code = ExitCode::from(crate::EX_UNAVAILABLE);
+            true
+        }
+    };
+    if drain {
+        debug!("draining");
+        gateway.end_turns(END_TURNS_DEADLINE).await;
+        // The peer writes what it holds, then stdout is done.
+        let _ = drain_tx.send(true);
+        let _ = tokio::time::timeout(CLOSE_DEADLINE, &mut serve).await;
     }
     gateway.shutdown(DRAIN_DEADLINE).await;
-    Ok(ExitCode::SUCCESS)
+    Ok(code)
 }
 
 /// WebSocket, HTTP + SSE and the console on `--listen` until a signal (or
@@ -248,6 +326,7 @@ async fn serve_http(
     mut gateway: GatewayHandle,
     args: &ServeArgs,
     store: &StoreAt,
+    hosts_failed: impl std::future::Future<Output = String>,
 ) -> anyhow::Result<ExitCode> {
     let listener = tether_gateway::bind(args.listen)
         .with_context(|| format!("cannot listen on {}", args.listen))?;
@@ -273,11 +352,17 @@ async fn serve_http(
     // at the stop); actor and session detail is at debug.
     info!(%addr, epoch = %store.epoch, db = %store.db, hosts = args.hosts, "gateway started");
 
+    let mut code = ExitCode::SUCCESS;
     let escalated = tokio::select! {
         _ = shutdown_signal() => false,
         _ = gateway.stopped() => true,
         r = &mut server => {
             r.context("server task failed")?.context("server failed")?;
+            false
+        }
+        why = hosts_failed => {
+            report_hosts_failed(&why);
+            code = ExitCode::from(crate::EX_UNAVAILABLE);
             false
         }
     };
@@ -295,7 +380,7 @@ async fn serve_http(
     let _ = tokio::time::timeout(CLOSE_DEADLINE, server).await;
     gateway.shutdown(DRAIN_DEADLINE).await;
     info!("gateway stopped");
-    Ok(ExitCode::SUCCESS)
+    Ok(code)
 }
 
 /// SIGHUP re-reads the config file's `[profiles.NAME.engine]` tables;

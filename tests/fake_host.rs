@@ -301,7 +301,13 @@ async fn a_line_that_never_ends_is_a_dead_host_and_the_replacement_serves() {
 #[tokio::test]
 async fn a_host_that_never_says_hello_is_dead_and_then_prompts_get_5019() {
     let dir = tempdir();
-    let gw = gateway(dir.path(), "no_hello", &["--host-restarts", "0"]);
+    // No host ever says hello: without `--host-start-deadline-s 0` the
+    // gateway would exit once the slot rests (tests/host_start.rs).
+    let gw = gateway(
+        dir.path(),
+        "no_hello",
+        &["--host-restarts", "0", "--host-start-deadline-s", "0"],
+    );
     let mut c = gw.client().await;
     let id = session(&mut c).await;
     // While the host is starting a prompt is accepted and waits for it.
@@ -709,10 +715,19 @@ async fn a_hello_with_a_pid_that_is_not_the_hosts_own_is_refused_and_the_slot_re
 #[tokio::test]
 async fn a_host_that_always_lies_in_its_hello_ends_up_resting_and_prompts_get_5019() {
     let dir = tempdir();
+    // No hello is ever accepted: kept serving past the slot's rest, which
+    // would otherwise end the gateway (tests/host_start.rs).
     let gw = gateway(
         dir.path(),
         "bad_protocol",
-        &["--host-restarts", "1", "--host-restart-period-s", "600"],
+        &[
+            "--host-restarts",
+            "1",
+            "--host-restart-period-s",
+            "600",
+            "--host-start-deadline-s",
+            "0",
+        ],
     );
     let mut c = gw.client().await;
     let id = session(&mut c).await;

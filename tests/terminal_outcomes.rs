@@ -12,10 +12,11 @@ use std::process::Command;
 use common::terminal::{count_lines, new_session, stderr, tether, Attached};
 use common::{tempdir, Gateway};
 
-const ERROR: &str = "[turn failed: boom (engine_error)]";
+const ERROR: &str = "[turn failed: boom (engine_error); sending it again may fail the same way]";
 const CRASH_SUFFIX: &str = "(host_crash); send it again]";
 const INTERRUPTED: &str = "[interrupted]";
-const DEQUEUED: &str = "[dropped from the queue before it ran (dequeued)]";
+const DEQUEUED: &str =
+    "[dropped from the queue before it ran (dequeued); send it again if you still want it]";
 const SHUTDOWN: &str = "[interrupted: the gateway was shut down (gateway_shutdown); send it again]";
 const RESTART: &str = "[turn failed: the gateway stopped mid-turn and was restarted \
                        (gateway_restart); send it again]";

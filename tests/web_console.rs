@@ -200,6 +200,13 @@ async fn two_pages_share_a_session_and_a_cut_page_catches_up_exactly_once() {
         "() => document.querySelector('#transcript li.msg.assistant.status-interrupted')";
     b.wait("a", interrupted).await;
     b.wait("b", interrupted).await;
+    // A failed turn's footer says what happened and whether to send it
+    // again (gateway/src/console/endings.js; every reason: tests/ending_words.rs).
+    b.send_prompt("a", "/crash").await;
+    let told = "() => [...document.querySelectorAll('#transcript li.msg.assistant.status-error .foot')]\
+                .some((f) => f.textContent === 'turn failed: the compute host died (host_crash); send it again')";
+    b.wait("a", told).await;
+    b.wait("b", told).await;
     // Compress asks first: declined, nothing happens; accepted, one
     // summary.
     b.dialogs("b", &[false, true]).await;

@@ -64,6 +64,9 @@ pub struct CtxParts {
     pub metrics: Arc<Metrics>,
     /// Recovering, serving or draining.
     pub lifecycle: Arc<Lifecycle>,
+    /// Whether a compute host ever said hello (`tether serve` exits when
+    /// none can).
+    pub host_start: Arc<crate::HostStart>,
     /// The node this gateway is, on a cluster (`node.rs`).
     pub(crate) cluster: Option<tether_store::cluster::Cluster>,
     /// On a cluster: deltas of owned sessions to the other nodes.

@@ -269,6 +269,7 @@ impl GatewayState {
                     config,
                     up_slots: self.ctx.hosts_up.clone(),
                     metrics: self.ctx.metrics.clone(),
+                    start: self.ctx.host_start.clone(),
                 };
                 let (actor, _) =
                     Actor::spawn_linked(None, HostSupervisor, args, supervisor).await?;
@@ -383,6 +384,7 @@ impl GatewayHandle {
             outbox_metrics: metrics.outbox.clone(),
             metrics,
             lifecycle: Default::default(),
+            host_start: Default::default(),
             deltas: args
                 .cluster
                 .clone()

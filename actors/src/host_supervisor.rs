@@ -29,6 +29,9 @@ mod edge;
 mod held;
 mod lifecycle;
 mod routing;
+mod start;
+
+pub use start::{HostStart, StartState};
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicUsize;
@@ -120,6 +123,8 @@ pub struct HostSupervisorArgs {
     pub up_slots: Arc<AtomicUsize>,
     /// Host restarts and late acks are counted here.
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Told the first `hello`, and when no slot is left before one.
+    pub start: Arc<HostStart>,
 }
 
 /// Where a slot is in its life.
@@ -199,6 +204,7 @@ pub struct HostSupervisorState {
     config: Arc<HostConfig>,
     up_slots: Arc<AtomicUsize>,
     metrics: Arc<crate::metrics::Metrics>,
+    start: Arc<HostStart>,
     slots: Vec<Slot>,
     /// Host actor → (slot, incarnation).
     by_actor: HashMap<ActorId, (u32, u64)>,
@@ -231,6 +237,7 @@ impl Actor for HostSupervisor {
             config,
             up_slots,
             metrics,
+            start,
         } = args;
         let slots = (0..config.slots)
             .map(|i| Slot {
@@ -253,6 +260,7 @@ impl Actor for HostSupervisor {
             config: Arc::new(config),
             up_slots,
             metrics,
+            start,
             slots,
             by_actor: HashMap::new(),
             turns: HashMap::new(),

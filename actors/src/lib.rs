@@ -14,7 +14,8 @@
 //! - what `/metrics`, `/readyz` and the client rate limits read:
 //!   [`metrics`], [`Lifecycle`], [`rate`];
 //! - the start-up cleanup of host processes a crashed gateway left behind
-//!   ([`kill_leftovers`]).
+//!   ([`kill_leftovers`]), and whether the hosts could start at all
+//!   ([`HostStart`], in the [`Ctx`]).
 //!
 //! The actors themselves and their messages are private: they talk to each
 //! other, a transport talks only to its peer. tether's own benchmarks and
@@ -56,6 +57,7 @@ pub use config::{GatewayConfig, HostConfig, ProfileEngines};
 pub use ctx::{Ctx, CtxParts};
 pub use gateway::{spawn_peer, GatewayArgs, GatewayHandle};
 pub use host_registry::kill_leftovers;
+pub use host_supervisor::{HostStart, StartState};
 pub use lifecycle::Lifecycle;
 pub use outbox::{Outbound, OutboxReceiver, CLOSE_GOING_AWAY, CLOSE_SLOW_CONSUMER};
 pub use peer::{Identity, PeerMsg};

@@ -341,8 +341,10 @@ fn refusal(url: &str, had_token: bool, e: WsError) -> ClientError {
     }
 }
 
-/// Normalizes `--url`: `ws://`/`wss://` as given, `http(s)://HOST:PORT`
-/// and bare `HOST:PORT` (what `tether serve` prints) to the `/ws` route.
+/// Normalizes `--url`, for every client command: `ws://`/`wss://` as
+/// given, `http(s)://HOST:PORT` and bare `HOST:PORT` (what `tether serve`
+/// prints) to the `/ws` route, and a missing host (`:PORT`, as `tether
+/// serve --listen :PORT` takes it) to 127.0.0.1.
 fn ws_url(raw: &str) -> Result<String, ClientError> {
     let raw = raw.trim();
     let (scheme, rest) = if let Some(rest) = raw.strip_prefix("ws://") {
@@ -367,6 +369,21 @@ fn ws_url(raw: &str) -> Result<String, ClientError> {
             reason: "no host".into(),
         });
     }
+    let loopback;
+    let rest = match rest.strip_prefix(':') {
+        Some(after) => {
+            let port = after.split(['/', '?']).next().unwrap_or_default();
+            if port.parse::<u16>().is_err() {
+                return Err(ClientError::BadUrl {
+                    url: raw.to_string(),
+                    reason: ":PORT needs a port number (1-65535)".into(),
+                });
+            }
+            loopback = format!("127.0.0.1:{after}");
+            loopback.as_str()
+        }
+        None => rest,
+    };
     let has_path = rest.trim_end_matches('/').contains('/');
     Ok(if has_path {
         format!("{scheme}{rest}")
@@ -389,5 +406,19 @@ mod tests {
         assert_eq!(ok("ws://h:1/ws?token=x"), "ws://h:1/ws?token=x");
         assert!(ws_url("ftp://h").is_err());
         assert!(ws_url("").is_err());
+    }
+
+    #[test]
+    fn a_missing_host_is_loopback_as_for_listen() {
+        let ok = |s: &str| ws_url(s).expect("valid");
+        assert_eq!(ok(":9000"), "ws://127.0.0.1:9000/ws");
+        assert_eq!(ok(":9000/"), "ws://127.0.0.1:9000/ws");
+        assert_eq!(ok(":9000/ws"), "ws://127.0.0.1:9000/ws");
+        assert_eq!(ok("ws://:9000/ws"), "ws://127.0.0.1:9000/ws");
+        assert_eq!(ok("http://:9000"), "ws://127.0.0.1:9000/ws");
+        assert_eq!(ok(" :9000 "), "ws://127.0.0.1:9000/ws");
+        for bad in [":", ":x", ":70000", "http://:"] {
+            assert!(ws_url(bad).is_err(), "{bad}");
+        }
     }
 }

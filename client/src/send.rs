@@ -164,7 +164,8 @@ impl Turn {
     fn verdict(&self, e: &Event) -> u8 {
         let status = e.payload["status"].as_str().unwrap_or("error");
         let reason = e.payload["failure_reason"].as_str();
-        match outcome::line(status, reason, self.error.as_deref()) {
+        let recoverable = e.payload["recoverable"].as_bool();
+        match outcome::line(status, reason, recoverable, self.error.as_deref()) {
             None => exit::OK,
             Some(ending) => {
                 eprintln!("tether send: {ending}");

@@ -263,6 +263,7 @@ impl View {
                     let ending = outcome::line(
                         status.as_str(),
                         m.failure_reason.as_deref(),
+                        None,
                         m.error.as_deref(),
                     );
                     if let Some(ending) = ending {
@@ -345,6 +346,7 @@ impl View {
                 let ending = outcome::line(
                     e.payload["status"].as_str().unwrap_or("complete"),
                     e.payload["failure_reason"].as_str(),
+                    e.payload["recoverable"].as_bool(),
                     error.as_deref(),
                 );
                 if let Some(ending) = ending {

@@ -30,6 +30,7 @@ const INDEX_HTML: &str = include_str!("console/index.html");
 const CONSOLE_JS: &str = include_str!("console/console.js");
 const SESSION_VIEW_JS: &str = include_str!("console/session_view.js");
 const TRANSCRIPT_JS: &str = include_str!("console/transcript.js");
+const ENDINGS_JS: &str = include_str!("console/endings.js");
 const CONSOLE_CSS: &str = include_str!("console/console.css");
 const ICON_SVG: &str = include_str!("console/icon.svg");
 
@@ -88,6 +89,7 @@ async fn asset(Path(name): Path<String>) -> Response {
         "console.js" => file(CONSOLE_JS, JS),
         "session_view.js" => file(SESSION_VIEW_JS, JS),
         "transcript.js" => file(TRANSCRIPT_JS, JS),
+        "endings.js" => file(ENDINGS_JS, JS),
         "console.css" => file(CONSOLE_CSS, "text/css; charset=utf-8"),
         "icon.svg" => file(ICON_SVG, "image/svg+xml"),
         _ => status_text(StatusCode::NOT_FOUND, "not found"),

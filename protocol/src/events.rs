@@ -13,6 +13,9 @@ use serde_json::Value;
 
 use crate::ids::{PeerId, SessionId, TraceId, TurnId};
 
+mod failure;
+pub use failure::FailureReason;
+
 wire_enum! {
     /// Every event type, with its dotted wire name.
     pub enum EventType {
@@ -138,7 +141,8 @@ wire_enum! {
 pub struct MessageCompletePayload {
     pub text: String,
     pub status: CompleteStatus,
-    /// e.g. `host_crash`, `host_timeout`, `gateway_restart`, `dequeued`.
+    /// One of [`FailureReason`] (`host_crash`, `gateway_restart`, ...), or
+    /// an engine's own reason, passed through.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_reason: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

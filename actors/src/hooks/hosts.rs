@@ -43,6 +43,7 @@ impl HostsUnderTest {
             config,
             up_slots: up.clone(),
             metrics: Default::default(),
+            start: Default::default(),
         };
         let (supervisor, _) = Actor::spawn(None, HostSupervisor, args)
             .await

@@ -136,6 +136,7 @@ impl HostSupervisorState {
             return;
         }
         warn!(host_id = slot, pid, reason, "compute host died");
+        self.start.died(reason);
         match s.tracker.on_stop(now()) {
             Decision::Restart { after, attempt } => {
                 info!(
@@ -221,7 +222,10 @@ impl HostSupervisorState {
     /// Keeps the shared gauge equal to the number of slots that can take
     /// work (now, or once their start or restart finishes) and
     /// `hosts_ready` to those whose host said hello; fails held work when
-    /// no slot is left that could take it.
+    /// no slot is left that could take it. Tells [`HostStart`] the first
+    /// hello, and a start where no slot is left before any.
+    ///
+    /// [`HostStart`]: super::HostStart
     pub(super) fn publish_up(&mut self) {
         let (up, ready) = if self.stopping {
             (0, 0)
@@ -233,6 +237,11 @@ impl HostSupervisorState {
         };
         self.up_slots.store(up, Ordering::Relaxed);
         self.metrics.hosts_ready.set(ready as i64);
+        if ready > 0 {
+            self.start.hello();
+        } else if up == 0 && !self.stopping {
+            self.start.none_left();
+        }
         if up == 0 {
             self.fail_held("no compute host is up");
         }

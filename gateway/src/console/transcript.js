@@ -8,6 +8,8 @@
 // and a gap is noticed instead of drawn as if nothing was missing.
 // Everything from the wire goes in as text (`textContent`), never as markup.
 
+import { ending } from "./endings.js";
+
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 
@@ -273,13 +275,8 @@ export class Transcript {
     b.li.classList.remove("streaming");
     const status = p.status || "complete";
     b.li.classList.add("status-" + status);
-    let what = status;
-    if (p.failure_reason) {
-      what += " · " + p.failure_reason;
-    }
-    if (p.recoverable) {
-      what += " · recoverable";
-    }
-    b.li.append(stamp(el("div", "foot", what), ev));
+    // A turn that did not complete says how it ended and whether to send
+    // it again (endings.js).
+    b.li.append(stamp(el("div", "foot", ending(p) || status), ev));
   }
 }
