@@ -128,7 +128,7 @@ fn host_main(args: host::HostArgs) -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("tether host: cannot start the runtime: {e}");
+            logging::stderr_line(format_args!("tether host: cannot start the runtime: {e}"));
             return ExitCode::FAILURE;
         }
     };
@@ -140,7 +140,7 @@ fn host_main(args: host::HostArgs) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = format!("{e:#}"), "tether host stopped");
-            eprintln!("tether host: {e:#}");
+            logging::stderr_line(format_args!("tether host: {e:#}"));
             ExitCode::FAILURE
         }
     }
@@ -152,7 +152,7 @@ fn serve_main(args: config::ServeArgs, sub: Option<&clap::ArgMatches>) -> ExitCo
     let args = match sub.map(|m| args.clone().resolve(m)).unwrap_or(Ok(args)) {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("tether: {e:#}");
+            logging::stderr_line(format_args!("tether: {e:#}"));
             return ExitCode::from(EX_USAGE);
         }
     };
@@ -167,7 +167,7 @@ fn serve_main(args: config::ServeArgs, sub: Option<&clap::ArgMatches>) -> ExitCo
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("tether: cannot start the runtime: {e}");
+            logging::stderr_line(format_args!("tether: cannot start the runtime: {e}"));
             return ExitCode::FAILURE;
         }
     };
@@ -175,7 +175,7 @@ fn serve_main(args: config::ServeArgs, sub: Option<&clap::ArgMatches>) -> ExitCo
         Ok(code) => code,
         Err(e) => {
             tracing::error!(error = format!("{e:#}"), "tether stopped");
-            eprintln!("tether: {e:#}");
+            logging::stderr_line(format_args!("tether: {e:#}"));
             ExitCode::FAILURE
         }
     }

@@ -35,7 +35,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let _lock = match StoreLock::data_dir(&args.data_dir) {
         Ok(lock) => lock,
         Err(e @ LockError::Held { .. }) => {
-            eprintln!("tether: {e}");
+            crate::logging::stderr_line(format_args!("tether: {e}"));
             return Ok(ExitCode::from(crate::EX_USAGE));
         }
         Err(e) => return Err(e.into()),
@@ -119,11 +119,11 @@ async fn open_store(
     backend: &tether_store::Backend,
 ) -> anyhow::Result<Result<OpenedStore, ExitCode>> {
     let usage = |e: &dyn std::fmt::Display| {
-        eprintln!("tether: {e}");
+        crate::logging::stderr_line(format_args!("tether: {e}"));
         Ok(Err(ExitCode::from(crate::EX_USAGE)))
     };
     let unreachable = |e: &dyn std::fmt::Display| {
-        eprintln!("tether: {e}");
+        crate::logging::stderr_line(format_args!("tether: {e}"));
         Ok(Err(ExitCode::from(crate::EX_UNAVAILABLE)))
     };
     if args.cluster {
@@ -347,7 +347,7 @@ async fn serve_http(
     let server = tether_gateway::serve(listener, app, limits);
     let mut server = tokio::spawn(server);
     // The start-up line scripts and tests wait for; logs go to stderr.
-    println!("tether listening on http://{addr}");
+    crate::logging::stdout_line(format_args!("tether listening on http://{addr}"));
     // The one line a quiet default shows while all is well (with the one
     // at the stop); actor and session detail is at debug.
     info!(%addr, epoch = %store.epoch, db = %store.db, hosts = args.hosts, "gateway started");

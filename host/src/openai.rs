@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use clap::Args;
 use serde_json::Value;
-use tether_protocol::{Message, TurnStart};
+use tether_protocol::{mask_urls, Message, TurnStart};
 
 use super::engine::{AsyncEngine, Cancel, CompressResult, TurnOutcome, TurnSink};
 use crate::HostError;
@@ -76,7 +76,7 @@ impl OpenAiEngine {
             .ok()
             .filter(|k| !k.is_empty());
         tracing::info!(
-            %base_url,
+            base_url = %mask_urls(base_url),
             %model,
             api_key_env = args.api_key_env,
             api_key = api_key.is_some(),

@@ -18,6 +18,7 @@ pub mod events;
 pub mod host;
 pub mod ids;
 pub mod methods;
+pub mod secrets;
 pub mod time;
 
 pub use envelope::*;
@@ -26,4 +27,5 @@ pub use events::*;
 pub use host::*;
 pub use ids::*;
 pub use methods::*;
+pub use secrets::*;
 pub use time::*;

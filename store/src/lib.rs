@@ -48,10 +48,13 @@ pub use handoff::{
 pub use lock::{LockError, StoreLock, LOCK_FILE};
 pub use model::{EventRow, NewSession, SessionPatch, SessionRow, WriteOp};
 pub use open::{open, Backend, Store, WriterFactory};
-pub use open_error::{mask_url, OpenError};
+pub use open_error::OpenError;
 pub use postgres::{open_postgres, open_postgres_writer};
 pub use sqlite::backup::{backup_sqlite, BackupError, BackupReport};
 pub use sqlite::{open_sqlite, open_sqlite_writer};
+/// A database URL as it may be shown: the one masking rule of
+/// [`tether_protocol::mask_urls`].
+pub use tether_protocol::mask_urls as mask_url;
 
 #[doc(hidden)]
 #[cfg(feature = "testing")]

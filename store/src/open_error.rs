@@ -3,7 +3,7 @@
 //! A running store answers with [`StoreError`]s (wire codes). Opening is different: the gateway
 //! has not started, and what matters is whether to fix the configuration (exit 64), to wait for
 //! the database (exit 69: it was retried for the configured time), or something else. Every
-//! message names the database with its password masked ([`mask_url`]).
+//! message names the database with its password masked ([`crate::mask_url`]).
 
 use std::time::Duration;
 
@@ -78,61 +78,9 @@ impl OpenError {
     }
 }
 
-/// `url` with its password replaced by `***`, in the user-info part
-/// (`postgres://user:secret@host/db`) and in a `password=` query parameter, for every message
-/// and log line that names the database.
-pub fn mask_url(url: &str) -> String {
-    let mut out = url.to_string();
-    if let Some(scheme_end) = out.find("://") {
-        let rest_start = scheme_end + 3;
-        let authority_end = out[rest_start..]
-            .find(['/', '?'])
-            .map_or(out.len(), |i| rest_start + i);
-        if let Some(at) = out[rest_start..authority_end].rfind('@') {
-            let at = rest_start + at;
-            if let Some(colon) = out[rest_start..at].find(':') {
-                out.replace_range(rest_start + colon + 1..at, "***");
-            }
-        }
-    }
-    if let Some(q) = out.find('?') {
-        let (head, query) = out.split_at(q + 1);
-        let masked: Vec<String> = query
-            .split('&')
-            .map(|pair| match pair.split_once('=') {
-                Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
-                _ => pair.to_string(),
-            })
-            .collect();
-        out = format!("{head}{}", masked.join("&"));
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn passwords_are_masked_wherever_they_are() {
-        assert_eq!(
-            mask_url("postgres://tether:s3cret@db:5432/tether"),
-            "postgres://tether:***@db:5432/tether"
-        );
-        assert_eq!(
-            mask_url("postgres://tether@db/tether"),
-            "postgres://tether@db/tether"
-        );
-        assert_eq!(
-            mask_url("postgresql://u:p@ss:w@h/d?sslmode=disable&password=x"),
-            "postgresql://u:***@h/d?sslmode=disable&password=***"
-        );
-        assert_eq!(
-            mask_url("postgres://h/d?password=x"),
-            "postgres://h/d?password=***"
-        );
-        assert_eq!(mask_url("not a url"), "not a url");
-    }
 
     #[test]
     fn exit_kinds() {

@@ -17,6 +17,7 @@ use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use reqwest::header::{HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
 use serde_json::Value;
+use tether_protocol::mask_urls;
 use tokio::time::Instant;
 
 use super::chunk::{self, Chunk, Malformed};
@@ -59,6 +60,9 @@ pub struct ModelClient {
     http: reqwest::Client,
     /// `BASE_URL/chat/completions`.
     endpoint: String,
+    /// The endpoint as errors show it, with any credentials in it masked
+    /// (an error reaches the turn's clients and the logs).
+    shown: String,
     /// `Bearer KEY`, marked sensitive so that it is never printed.
     authorization: Option<HeaderValue>,
     stall: Duration,
@@ -72,12 +76,15 @@ impl ModelClient {
         stall: Duration,
         total: Duration,
     ) -> Result<Self, HostError> {
-        let base = reqwest::Url::parse(base_url)
-            .map_err(|e| HostError::Usage(format!("--base-url {base_url:?} is not a URL: {e}")))?;
+        let base = reqwest::Url::parse(base_url).map_err(|e| {
+            HostError::Usage(mask_urls(&format!(
+                "--base-url {base_url:?} is not a URL: {e}"
+            )))
+        })?;
         if !matches!(base.scheme(), "http" | "https") {
-            return Err(HostError::Usage(format!(
+            return Err(HostError::Usage(mask_urls(&format!(
                 "--base-url must be an http:// or https:// URL, not {base_url:?}"
-            )));
+            ))));
         }
         let authorization = match api_key {
             Some(key) => {
@@ -93,9 +100,11 @@ impl ModelClient {
             .user_agent(concat!("tether/", env!("CARGO_PKG_VERSION")))
             .connect_timeout(stall)
             .build()?;
+        let endpoint = format!("{}/chat/completions", base_url.trim_end_matches('/'));
         Ok(Self {
             http,
-            endpoint: format!("{}/chat/completions", base_url.trim_end_matches('/')),
+            shown: mask_urls(&endpoint),
+            endpoint,
             authorization,
             stall,
             total,
@@ -122,7 +131,7 @@ impl ModelClient {
             .wait(request.send())
             .await?
             .map_err(|e| CompletionError::Connect {
-                url: self.endpoint.clone(),
+                url: self.shown.clone(),
                 detail: causes(&e),
             })?;
         let status = response.status();
@@ -232,7 +241,8 @@ impl Clock {
 
 /// An error's causes, outermost first, without reqwest's "error sending
 /// request for url (...)" (the URL is said elsewhere): "client error
-/// (Connect): tcp connect error: Connection refused (os error 111)".
+/// (Connect): tcp connect error: Connection refused (os error 111)". Any
+/// URL a cause names is shown masked.
 fn causes(e: &reqwest::Error) -> String {
     let mut parts = Vec::new();
     let mut source = e.source();
@@ -240,9 +250,10 @@ fn causes(e: &reqwest::Error) -> String {
         parts.push(s.to_string());
         source = s.source();
     }
-    if parts.is_empty() {
+    let text = if parts.is_empty() {
         e.to_string()
     } else {
         parts.join(": ")
-    }
+    };
+    mask_urls(&text)
 }
