@@ -83,7 +83,7 @@ export class ClosedError extends TetherError {
 // sent, so it changed nothing.
 export class UnreachableError extends TetherError {
   constructor(url, waitedMs, attempts, last) {
-    super("could not connect to " + url + " within " + Math.round(waitedMs / 100) / 10 + " s (" +
+    super("could not connect to " + url + " within " + (waitedMs / 1000).toFixed(1) + " s (" +
       attempts + (attempts === 1 ? " attempt" : " attempts") + (last ? "; last: " + last : "") +
       "); still trying: is the gateway running there?");
     this.name = "UnreachableError";
