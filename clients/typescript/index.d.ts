@@ -45,12 +45,37 @@ export declare class AuthError extends TetherError {
   readonly status: number;
 }
 
+/**
+ * No connection opened within the connect timeout (`connectTimeoutMs`)
+ * while the request waited; it was never sent. The gateway object keeps
+ * trying (see its `state` events).
+ */
+export declare class UnreachableError extends TetherError {
+  readonly url: string;
+  /** Failed attempts since the last open connection. */
+  readonly attempts: number;
+  /** Why the last one failed (`connect ECONNREFUSED 127.0.0.1:7878`, `HTTP 404`, ...). */
+  readonly last: string;
+}
+
+/**
+ * Nothing to open a WebSocket with: no global `WebSocket` (Node 20) and no
+ * `ws` package next to the library or the application. The gateway object
+ * closes with it at once.
+ */
+export declare class NoWebSocketError extends TetherError {}
+
 /** The application closed the gateway object. */
 export declare class ClosedError extends TetherError {}
 
-/** The gateway's store changed (new epoch): a turn of the old store has no knowable end. */
+/**
+ * A turn whose end can never be known: the gateway's store changed
+ * (`reason` "epoch"), or the session's history went back and the turn was
+ * in the lost part (`reason` "rollback").
+ */
 export declare class ResetError extends TetherError {
   readonly epoch: string;
+  readonly reason: "epoch" | "rollback";
 }
 
 export type SessionStatus = "idle" | "running" | "parked" | "closed";
@@ -132,13 +157,15 @@ export interface TetherEvent {
 /**
  * Yielded by `session.events()` when what the stream held no longer
  * applies: `epoch` (the gateway's store changed; the stream starts over at
- * seq 1 of the new store, or ends with 4001 if the session is not there) or
- * `truncated` (events `after`+1..`upto` were removed by retention).
+ * seq 1 of the new store, or ends with 4001 if the session is not there),
+ * `truncated` (events `after`+1..`upto` were removed by retention) or
+ * `rollback` (the session's history went back: events `after`+1..`upto`
+ * that were yielded are gone, and the events that follow reuse those seqs).
  */
 export interface ResetEvent {
   type: "reset";
   session_id: string;
-  reason: "epoch" | "truncated";
+  reason: "epoch" | "truncated" | "rollback";
   epoch?: string;
   previous_epoch?: string;
   after?: number;
@@ -172,14 +199,31 @@ export interface StateChange {
   reason?: string;
   /** HTTP status of a refused upgrade, where the runtime shows it. */
   status?: number;
-  /** `closed` because retrying cannot help. */
+  /**
+   * `reconnecting`: why the attempt failed, where the runtime shows it
+   * (`connect ECONNREFUSED ...`, `no answer within 10000 ms`);
+   * `closed`: why retrying cannot help (AuthError, NoWebSocketError).
+   */
   error?: Error;
 }
 
-export interface ResetInfo {
+/** The gateway's store changed: every session starts over. */
+export interface EpochReset {
+  reason: "epoch";
   epoch: string;
   previousEpoch: string;
 }
+
+/** A session's history went back to `after` (it had been read up to `upto`). */
+export interface RollbackReset {
+  reason: "rollback";
+  sessionId: string;
+  epoch: string;
+  after: number;
+  upto: number;
+}
+
+export type ResetInfo = EpochReset | RollbackReset;
 
 export interface GatewayEvents {
   state: StateChange;
@@ -209,6 +253,13 @@ export interface ConnectOptions {
   backoff?: BackoffOptions;
   /** Items a stream holds for a slow reader before it reads the store instead (default 10000). */
   maxBuffered?: number;
+  /**
+   * How long one connection attempt may take, and how long a request (or
+   * `opened()`) waits for a connection before it rejects with
+   * UnreachableError (default 10000; 0 or null: no limit). Streams of
+   * `events()` and turns wait as long as it takes.
+   */
+  connectTimeoutMs?: number | null;
 }
 
 export interface CreateSessionOptions {
@@ -240,10 +291,17 @@ export interface ResumeResult {
   resync?: boolean;
 }
 
+/** Throws a TypeError at once for a URL that cannot work. */
 export declare function connect(url: string, options?: ConnectOptions): Gateway;
 
-/** `ws://HOST:PORT/ws` from what a user may give (`http://HOST:PORT`, `HOST:PORT`). */
+/** `ws://HOST:PORT/ws` from what a user may give (`http://HOST:PORT`, `HOST:PORT`, `:PORT`). */
 export declare function wsUrl(raw: string): string;
+
+/** The default `connectTimeoutMs`. */
+export declare const DEFAULT_CONNECT_TIMEOUT_MS: number;
+/** Values nested deeper than this in a frame are replaced by `TOO_DEEP`. */
+export declare const MAX_DEPTH: number;
+export declare const TOO_DEEP: string;
 
 export declare function backoffDelay(attempt: number, options?: Required<BackoffOptions>, random?: () => number): number;
 export declare const DEFAULT_BACKOFF: Readonly<Required<BackoffOptions>>;
@@ -256,9 +314,9 @@ export declare class Gateway {
   readonly epoch: string | null;
   on<K extends keyof GatewayEvents>(name: K, listener: (value: GatewayEvents[K]) => void): () => void;
   off<K extends keyof GatewayEvents>(name: K, listener: (value: GatewayEvents[K]) => void): void;
-  /** Resolves once a connection is open. */
+  /** Resolves once a connection is open; rejects with UnreachableError after the connect timeout. */
   opened(): Promise<ReadyPayload>;
-  /** Any method of PROTOCOL 1.4; waits for a connection. */
+  /** Any method of PROTOCOL 1.4; waits for a connection (the connect timeout at most). */
   call<T = any>(method: string, params?: { [key: string]: unknown }): Promise<T>;
   createSession(options?: CreateSessionOptions): Promise<Session>;
   session(id: string): Session;

@@ -57,6 +57,9 @@ const CLIENT_LIBRARY: &[(&str, &str)] = &[
     client_module!("backoff.js"),
     client_module!("emitter.js"),
     client_module!("errors.js"),
+    client_module!("decode.js"),
+    client_module!("options.js"),
+    client_module!("requests.js"),
 ];
 
 /// Same-origin only. `connect-src 'self'` covers `ws://` to the page's own

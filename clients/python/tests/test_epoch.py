@@ -31,7 +31,7 @@ async def test_a_new_epoch_is_surfaced_as_a_reset(start_gateway):
             reopened = await next_state(gw, "open")
             g.restart(data_dir=other_dir)
             await reopened
-            assert resets == [{"epoch": gw.epoch, "previous_epoch": old_epoch}]
+            assert resets == [{"reason": "epoch", "epoch": gw.epoch, "previous_epoch": old_epoch}]
             assert gw.epoch != old_epoch
 
             marker = await stream.__anext__()

@@ -36,6 +36,9 @@ class Stub:
     async def _call_on(self, generation, method, params):
         return await self.call(method, params)
 
+    async def _request(self, method, params, timeout):
+        return await self.call(method, params)
+
     def _emit(self, name, value):
         pass
 

@@ -77,12 +77,35 @@ export class ClosedError extends TetherError {
   }
 }
 
-// The gateway's store was replaced (a new epoch, PROTOCOL 1.3): a turn that
-// was running in the old store can never be reported on.
+// The gateway could not be reached within the connect timeout (option
+// `connectTimeoutMs`) while a request waited for a connection. The gateway
+// object keeps trying (its `state` events say how); the request was never
+// sent, so it changed nothing.
+export class UnreachableError extends TetherError {
+  constructor(url, waitedMs, attempts, last) {
+    super("could not connect to " + url + " within " + (waitedMs / 1000).toFixed(1) + " s (" +
+      attempts + (attempts === 1 ? " attempt" : " attempts") + (last ? "; last: " + last : "") +
+      "); still trying: is the gateway running there?");
+    this.name = "UnreachableError";
+    this.url = url;
+    this.attempts = attempts;
+    this.last = last;
+  }
+}
+
+// What the library knew of a session no longer holds, so a turn of it can
+// never be reported on: `reason` "epoch" when the gateway's store was
+// replaced (a new epoch, PROTOCOL 1.3), "rollback" when the session's
+// history went back (a store restored from an older copy: the events this
+// turn had are gone).
 export class ResetError extends TetherError {
-  constructor(epoch) {
-    super("the gateway's event store changed (new epoch " + epoch + "); this turn's end is unknowable");
+  constructor(epoch, reason = "epoch") {
+    super(reason === "rollback"
+      ? "the session's history went back (the gateway's store is older than what this client saw); " +
+        "this turn was in the lost part and its end is unknowable"
+      : "the gateway's event store changed (new epoch " + epoch + "); this turn's end is unknowable");
     this.name = "ResetError";
     this.epoch = epoch;
+    this.reason = reason;
   }
 }

@@ -3,27 +3,22 @@
 // cap), re-attaches every session in use, and notices a changed store
 // (`gateway.ready`'s epoch, PROTOCOL 1.3).
 //
-// Requests made while disconnected wait for the next connection. A request
-// in flight when the connection drops is sent again only if it changes
-// nothing (a read); any other fails with ConnectionLostError, since the
-// gateway may have executed it (a prompt sent twice would run twice).
+// Requests made while disconnected wait for the next connection, for the
+// connect timeout at most (then UnreachableError, while the object keeps
+// trying). A request in flight when the connection drops is sent again only
+// if it changes nothing (a read); any other fails with ConnectionLostError,
+// since the gateway may have executed it (a prompt sent twice would run
+// twice). What cannot work at all (no WebSocket implementation, a refused
+// token) closes the object at once with that error.
 
 import { backoffDelay, DEFAULT_BACKOFF } from "./backoff.js";
 import { Emitter } from "./emitter.js";
-import { AuthError, ClosedError, ConnectionLostError, RpcError, codes } from "./errors.js";
+import { decodeFrame, MAX_DEPTH, TOO_DEEP } from "./decode.js";
+import { AuthError, ClosedError, RpcError, TetherError, UnreachableError, codes } from "./errors.js";
+import { connectTimeout, wsUrl } from "./options.js";
+import { READS, Requests } from "./requests.js";
 import { Session } from "./session.js";
-import { byteLength } from "./text.js";
-import { openSocket } from "./transport.js";
-
-// Methods that change nothing, so they may be sent again on a new
-// connection when the old one dropped before their answer.
-const READS = new Set([
-  "gateway.ping",
-  "session.list",
-  "session.events.since",
-  "session.events.stats",
-  "handoff.state",
-]);
+import { NoWebSocketError, openSocket } from "./transport.js";
 
 // A socket the runtime still thinks is open may be dead (a laptop that
 // slept, a NAT that forgot us). The gateway's pings are answered out of
@@ -32,6 +27,7 @@ const READS = new Set([
 const PING_TIMEOUT_MS = 10000;
 
 const LIST_PAGE = 100;
+
 
 export function connect(url, options = {}) {
   const gw = new Gateway(url, options);
@@ -48,6 +44,7 @@ export class Gateway {
       impl: options.WebSocket,
       backoff: Object.assign({}, DEFAULT_BACKOFF, options.backoff || {}),
       maxBuffered: options.maxBuffered,
+      connectTimeoutMs: connectTimeout(options.connectTimeoutMs),
     };
     this.state = "connecting";
     this.ready = null;
@@ -57,9 +54,7 @@ export class Gateway {
     this.generation = 0;
     this.socket = null;
     this.attempt = 0;
-    this.nextId = 1;
-    this.pending = new Map();
-    this.waiting = [];
+    this.requests = new Requests(this);
     this.sessionsById = new Map();
     this.emitter = new Emitter();
     this.failure = null;
@@ -70,7 +65,12 @@ export class Gateway {
     this.lastHeard = 0;
     this.pingTimer = null;
     this.retryTimer = null;
+    this.attemptTimer = null;
     this.openWaiters = [];
+    // Failed attempts since the last open connection, and why the last
+    // one failed: what an UnreachableError tells.
+    this.failedAttempts = 0;
+    this.lastProblem = "";
   }
 
   on(name, fn) {
@@ -81,26 +81,58 @@ export class Gateway {
     this.emitter.off(name, fn);
   }
 
-  // Resolves with `gateway.ready`'s payload once a connection is open.
+  // Resolves with `gateway.ready`'s payload once a connection is open;
+  // rejects with UnreachableError after the connect timeout.
   opened() {
+    return this._whenOpen(this.options.connectTimeoutMs);
+  }
+
+  // Resolves once a connection is open; rejects with the object's failure,
+  // or with UnreachableError after `timeoutMs` (Infinity: never) of a wait
+  // that began at `since`.
+  _whenOpen(timeoutMs, since = Date.now()) {
     if (this.failure) {
       return Promise.reject(this.failure);
     }
     if (this.state === "open") {
       return Promise.resolve(this.ready);
     }
-    return new Promise((resolve, reject) => this.openWaiters.push({ resolve, reject }));
+    return new Promise((resolve, reject) => {
+      const w = { resolve, reject, timer: null };
+      if (Number.isFinite(timeoutMs)) {
+        w.timer = setTimeout(() => {
+          const i = this.openWaiters.indexOf(w);
+          if (i >= 0) {
+            this.openWaiters.splice(i, 1);
+            reject(this._unreachable(since));
+          }
+        }, timeoutMs);
+      }
+      this.openWaiters.push(w);
+    });
+  }
+
+  _unreachable(since) {
+    return new UnreachableError(this.url, Date.now() - since, this.failedAttempts, this.lastProblem);
   }
 
   // A JSON-RPC call: resolves with `result`, rejects with an RpcError (the
-  // gateway's code in `.code`), ConnectionLostError, AuthError or
-  // ClosedError. A read refused for the rate limit (4029) is asked again
+  // gateway's code in `.code`), ConnectionLostError, AuthError,
+  // ClosedError, or UnreachableError when no connection opened within the
+  // connect timeout. A read refused for the rate limit (4029) is asked again
   // after the wait the gateway names: a burst of reads (every stream
   // catching up after a reconnect) is the library's doing, not the app's.
-  async call(method, params = {}) {
+  call(method, params = {}) {
+    return this._request(method, params, this.options.connectTimeoutMs);
+  }
+
+  // A call that waits for a connection for `timeoutMs` at most (Infinity
+  // for the library's own reads, which follow the session through any
+  // outage).
+  async _request(method, params, timeoutMs) {
     for (;;) {
       try {
-        return await this._call(method, params);
+        return await this._call(method, params, timeoutMs);
       } catch (err) {
         if (!(err instanceof RpcError) || err.code !== codes.RATE_LIMITED || !READS.has(method)) {
           throw err;
@@ -111,18 +143,11 @@ export class Gateway {
     }
   }
 
-  _call(method, params) {
+  _call(method, params, timeoutMs) {
     if (this.failure) {
       return Promise.reject(this.failure);
     }
-    return new Promise((resolve, reject) => {
-      const call = { method, params: this._withProfile(params), resolve, reject, retry: READS.has(method), generation: 0 };
-      if (this.state === "open") {
-        this._send(call);
-      } else {
-        this.waiting.push(call);
-      }
-    });
+    return this.requests.call(method, this._withProfile(params), timeoutMs);
   }
 
   // Like `call`, but only on connection `generation` and never sent again:
@@ -131,12 +156,7 @@ export class Gateway {
     if (this.failure) {
       return Promise.reject(this.failure);
     }
-    if (this.state !== "open" || this.generation !== generation) {
-      return Promise.reject(new ConnectionLostError(method));
-    }
-    return new Promise((resolve, reject) => {
-      this._send({ method, params: this._withProfile(params), resolve, reject, retry: false, generation });
-    });
+    return this.requests.callOn(generation, method, this._withProfile(params));
   }
 
   async createSession(options = {}) {
@@ -211,6 +231,9 @@ export class Gateway {
   }
 
   _setState(state, detail = {}) {
+    if (state === "reconnecting" || state === "closed") {
+      this._clearAttemptTimer();
+    }
     this.state = state;
     const change = Object.assign({ state }, detail);
     this.emitter.emit("state", change);
@@ -226,6 +249,13 @@ export class Gateway {
     try {
       socket = await openSocket(this.url, { token: this.options.token, impl: this.options.impl });
     } catch (err) {
+      if (err instanceof NoWebSocketError || err instanceof SyntaxError || err instanceof TypeError) {
+        // Nothing to connect with, or a URL the runtime refuses: trying
+        // again cannot help.
+        this._shutdown(err instanceof TetherError ? err : new TetherError("tether-client: cannot open " +
+          this.url + ": " + err.message, { cause: err }), true);
+        return;
+      }
       this.emitter.emit("error", err);
       this._scheduleReconnect({ error: err });
       return;
@@ -235,6 +265,19 @@ export class Gateway {
       return;
     }
     this.socket = socket;
+    // An attempt that neither fails nor reaches `gateway.ready` (a host
+    // that drops packets, a server that is not a tether gateway) is given
+    // up after the connect timeout, and tried again.
+    const limit = this.options.connectTimeoutMs;
+    if (Number.isFinite(limit)) {
+      this.attemptTimer = setTimeout(() => {
+        this.attemptTimer = null;
+        if (this.socket === socket) {
+          socket.error = socket.error || new Error("no answer within " + limit + " ms");
+          socket.abandon("connect timeout");
+        }
+      }, limit);
+    }
     socket.onmessage = (text) => {
       if (this.socket === socket) {
         this.lastHeard = Date.now();
@@ -251,22 +294,29 @@ export class Gateway {
   _onText(text) {
     let frame;
     try {
-      frame = JSON.parse(text);
+      const decoded = decodeFrame(text);
+      frame = decoded.value;
+      if (decoded.cut) {
+        this.emitter.emit("error", new TetherError("tether-client: a frame from the gateway nested deeper than " +
+          MAX_DEPTH + " levels; what was deeper was replaced by " + JSON.stringify(TOO_DEEP) + ": " + text.slice(0, 200)));
+      }
     } catch (err) {
-      this.emitter.emit("error", new Error("tether-client: a frame that is not JSON: " + text.slice(0, 200)));
+      // A frame we cannot read may be the answer someone waits for: rather
+      // than wait forever, start over on a new connection (reads are asked
+      // again, sessions resume from their watermarks).
+      this.emitter.emit("error", new TetherError("tether-client: a frame that is not JSON; reconnecting: " +
+        text.slice(0, 200), { cause: err }));
+      if (this.socket) {
+        this.socket.error = new Error("the gateway sent a frame that is not JSON");
+        this.socket.abandon("a frame that is not JSON");
+      }
       return;
     }
     for (const f of Array.isArray(frame) ? frame : [frame]) {
       if (f && f.method === "event" && f.params) {
         this._onEvent(f.params);
-      } else if (f && f.id !== undefined && f.id !== null && this.pending.has(f.id)) {
-        const call = this.pending.get(f.id);
-        this.pending.delete(f.id);
-        if (f.error) {
-          call.reject(new RpcError(call.method, f.error));
-        } else {
-          call.resolve(f.result);
-        }
+      } else if (f && f.id !== undefined && f.id !== null && this.requests.answered(f)) {
+        // An answer, taken.
       } else if (f && f.error) {
         this.emitter.emit("error", new RpcError("(a frame)", f.error));
       }
@@ -300,6 +350,8 @@ export class Gateway {
     this.ready = ready;
     this.generation += 1;
     this.attempt = 0;
+    this.failedAttempts = 0;
+    this._clearAttemptTimer();
     const reset = previous !== null && typeof ready.epoch === "string" && ready.epoch !== previous;
     if (typeof ready.epoch === "string") {
       this.epoch = ready.epoch;
@@ -309,64 +361,33 @@ export class Gateway {
       for (const s of this.sessionsById.values()) {
         s._reset(ready.epoch, previous);
       }
-      this.emitter.emit("reset", { epoch: ready.epoch, previousEpoch: previous });
+      this.emitter.emit("reset", { reason: "epoch", epoch: ready.epoch, previousEpoch: previous });
     }
     this._setState("open", { ready });
     this._startPings();
     for (const s of this.sessionsById.values()) {
       s._connected(this.generation);
     }
-    const waiting = this.waiting;
-    this.waiting = [];
-    for (const call of waiting) {
-      this._send(call);
-    }
+    this.requests.opened();
     const waiters = this.openWaiters;
     this.openWaiters = [];
     for (const w of waiters) {
+      clearTimeout(w.timer);
       w.resolve(ready);
     }
   }
 
-  _send(call) {
-    const id = this.nextId++;
-    const frame = JSON.stringify({ jsonrpc: "2.0", id, method: call.method, params: call.params });
-    const limit = this.ready && this.ready.limits && this.ready.limits.max_frame_bytes;
-    if (typeof limit === "number" && frame.length > limit / 4 && byteLength(frame) > limit) {
-      // The gateway would answer 4013 with `id` null: no way to tell which
-      // request it was, so refuse it here with the same code.
-      call.reject(new RpcError(call.method, {
-        code: codes.FRAME_TOO_LARGE,
-        message: "the request is larger than the gateway's max_frame_bytes (" + limit + ")",
-      }));
-      return;
-    }
-    this.pending.set(id, call);
-    if (!this.socket || !this.socket.send(frame)) {
-      // Never left: safe to send on the next connection, whatever it is.
-      this.pending.delete(id);
-      if (call.generation) {
-        call.reject(new ConnectionLostError(call.method));
-      } else {
-        this.waiting.push(call);
-      }
+  _clearAttemptTimer() {
+    if (this.attemptTimer !== null) {
+      clearTimeout(this.attemptTimer);
+      this.attemptTimer = null;
     }
   }
 
-  _dropped({ code, reason, status }) {
+  _dropped({ code, reason, status, error }) {
     this.socket = null;
     this._stopPings();
-    const pending = [...this.pending.values()];
-    this.pending.clear();
-    const again = [];
-    for (const call of pending) {
-      if (call.retry && !call.generation) {
-        again.push(call);
-      } else {
-        call.reject(new ConnectionLostError(call.method));
-      }
-    }
-    this.waiting = again.concat(this.waiting);
+    this.requests.dropped();
     for (const s of this.sessionsById.values()) {
       s._disconnected();
     }
@@ -377,7 +398,11 @@ export class Gateway {
       this._shutdown(new AuthError(status), true);
       return;
     }
-    this._scheduleReconnect({ code, reason, status });
+    const detail = { code, reason, status };
+    if (error) {
+      detail.error = error;
+    }
+    this._scheduleReconnect(detail);
   }
 
   _scheduleReconnect(detail) {
@@ -386,6 +411,8 @@ export class Gateway {
     }
     const delay = backoffDelay(this.attempt, this.options.backoff);
     this.attempt += 1;
+    this.failedAttempts += 1;
+    this.lastProblem = problem(detail);
     this._setState("reconnecting", Object.assign({ delay, attempt: this.attempt }, detail));
     this.retryTimer = setTimeout(() => this._open(), delay);
   }
@@ -405,12 +432,9 @@ export class Gateway {
     if (socket) {
       socket.close(1000, "");
     }
-    for (const call of [...this.pending.values(), ...this.waiting]) {
-      call.reject(err);
-    }
-    this.pending.clear();
-    this.waiting = [];
+    this.requests.fail(err);
     for (const w of this.openWaiters) {
+      clearTimeout(w.timer);
       w.reject(err);
     }
     this.openWaiters = [];
@@ -463,23 +487,13 @@ export class Gateway {
   }
 }
 
-// `ws://HOST:PORT/ws` as given; `http(s)://HOST:PORT` (what `tether serve`
-// prints) and a bare `HOST:PORT` mean its `/ws` route.
-export function wsUrl(raw) {
-  let url = String(raw).trim();
-  if (!/^[a-z]+:\/\//i.test(url)) {
-    url = "ws://" + url;
+// Why an attempt failed, in a few words, from a `reconnecting` change.
+function problem({ error, status, code, reason }) {
+  if (error) {
+    return error.message || String(error);
   }
-  const u = new URL(url);
-  if (u.protocol === "http:") {
-    u.protocol = "ws:";
-  } else if (u.protocol === "https:") {
-    u.protocol = "wss:";
-  } else if (u.protocol !== "ws:" && u.protocol !== "wss:") {
-    throw new TypeError("tether-client: not a gateway URL: " + raw + " (use ws://HOST:PORT/ws)");
+  if (status) {
+    return "HTTP " + status;
   }
-  if (u.pathname === "/" || u.pathname === "") {
-    u.pathname = "/ws";
-  }
-  return u.toString();
+  return "closed" + (code ? " " + code : "") + (reason ? " (" + reason + ")" : "");
 }

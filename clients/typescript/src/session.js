@@ -11,9 +11,17 @@
 // - a `resync` (more missed than a resume replays) and a gap are filled by
 //   paging `session.events.since` through `has_more`;
 // - a changed epoch (another store) empties the watermark: every stream is
-//   told (a `reset` item) and starts over from the new store.
+//   told (a `reset` item) and starts over from the new store;
+// - a resume whose `latest_seq` is below the watermark, in the same epoch,
+//   means the session's history went back (a store restored from an older
+//   copy; the gateway answers it as a `resync`): the events after
+//   `latest_seq` that were taken in are gone, and the store's next events
+//   reuse their seqs. The watermark goes back to `latest_seq`, every
+//   stream that yielded beyond it is told (a `reset` item, reason
+//   `rollback`), and the new events are taken in as new, never dropped as
+//   duplicates of the lost ones.
 
-import { ConnectionLostError, RpcError, codes } from "./errors.js";
+import { ConnectionLostError, ResetError, RpcError, codes } from "./errors.js";
 import { EventStream } from "./stream.js";
 import { Turn, TurnRecord } from "./turn.js";
 
@@ -153,15 +161,26 @@ export class Session {
   }
 
   // Resolves once attached on the current connection (or closed, where the
-  // gateway answers for itself).
+  // gateway answers for itself); rejects with UnreachableError when no
+  // connection opens within the connect timeout.
   async _attached() {
     this._want();
+    const timeout = this.gw.options.connectTimeoutMs;
+    const since = Date.now();
     for (;;) {
       if (this.failure || this.gw.failure) {
         throw this.failure || this.gw.failure;
       }
       if (this.closed || (this.gw.state === "open" && this.attachedOn === this.gw.generation)) {
         return;
+      }
+      if (this.gw.state !== "open") {
+        const left = since + timeout - Date.now();
+        if (left <= 0) {
+          throw this.gw._unreachable(since);
+        }
+        await this.gw._whenOpen(left, since);
+        continue;
       }
       await new Promise((resolve) => this.waiters.push(resolve));
     }
@@ -226,6 +245,30 @@ export class Session {
       s._reset(marker);
     }
     this._wake();
+  }
+
+  // The session's history went back to `latest` (see the rules above).
+  _rolledBack(latest) {
+    const seen = this.watermark;
+    this.watermark = latest;
+    // Whatever closed it was lost too, or the resume would have said 4002.
+    this.closed = false;
+    this.readToEnd = false;
+    // A turn not ended whose events were all lost will never be heard of
+    // again; one with an event still in the store is ended by the gateway
+    // (its restart ends every turn it finds running).
+    const err = new ResetError(this.gw.epoch, "rollback");
+    for (const [id, rec] of this.turns) {
+      if (!rec.complete && !(rec.firstSeq !== null && rec.firstSeq <= latest)) {
+        rec.fail(err);
+        this.turns.delete(id);
+      }
+    }
+    const marker = { type: "reset", session_id: this.id, reason: "rollback", after: latest, upto: seen };
+    for (const s of this.streams) {
+      s._rolledBack(marker, latest);
+    }
+    this.gw.emitter.emit("reset", { reason: "rollback", sessionId: this.id, epoch: this.gw.epoch, after: latest, upto: seen });
   }
 
   _shutdown(err, failed) {
@@ -298,6 +341,8 @@ export class Session {
         // First attach: the stream(s) read the history from the store.
         this.watermark = r.latest_seq;
         this.known = true;
+      } else if (typeof r.latest_seq === "number" && r.latest_seq < this.watermark) {
+        this._rolledBack(r.latest_seq);
       } else if (r.resync) {
         await this._fill(generation, r.latest_seq);
       } else {

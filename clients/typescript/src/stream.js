@@ -128,9 +128,10 @@ export class EventStream {
   async _fill(upto) {
     const s = this.session;
     const from = this.cursor;
-    const r = await s.gw.call("session.events.since", {
+    // No connect timeout: a stream follows its session through any outage.
+    const r = await s.gw._request("session.events.since", {
       session_id: s.id, last_seen: from, limit: SINCE_PAGE,
-    });
+    }, Infinity);
     if (this.finished || this.cursor !== from) {
       return false;
     }
@@ -158,6 +159,21 @@ export class EventStream {
       this.queue = [];
     }
     this.queue.push({ ev, mark });
+    this._wake();
+  }
+
+  // The session's history went back to `latest`: what this stream holds
+  // may be of the lost part (durable events up to `latest` are read from
+  // the store again); if it yielded beyond `latest`, it says so before the
+  // new events that reuse those seqs.
+  _rolledBack(marker, latest) {
+    this.queue = [];
+    this.front = [];
+    if (this.cursor > latest) {
+      this.queue.push({ marker: Object.assign({}, marker, { upto: this.cursor }) });
+      this.cursor = latest;
+    }
+    this.ended = false;
     this._wake();
   }
 

@@ -20,6 +20,8 @@ export class TurnRecord {
     // Turn object, or a submit whose answer has not come yet.
     this.events = [];
     this.keep = false;
+    // The seq of its first durable event taken in.
+    this.firstSeq = null;
     this.complete = null;
     this.error = null;
     this.wakers = new Set();
@@ -32,6 +34,9 @@ export class TurnRecord {
   }
 
   push(ev, keepAnyway) {
+    if (this.firstSeq === null && typeof ev.seq === "number") {
+      this.firstSeq = ev.seq;
+    }
     if (this.keep || keepAnyway) {
       this.events.push(ev);
     }
@@ -53,7 +58,7 @@ export class TurnRecord {
   }
 
   reset(epoch) {
-    this.fail(new ResetError(epoch));
+    this.fail(new ResetError(epoch, "epoch"));
   }
 
   wake() {

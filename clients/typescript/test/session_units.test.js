@@ -33,6 +33,7 @@ function stub(store) {
     options: { backoff: { maxMs: 1000 } },
     emitter: { emit() {} },
     _callOn: (gen, method, params) => since(method, params),
+    _request: (method, params) => since(method, params),
     call: since,
   };
 }

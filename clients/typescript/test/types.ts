@@ -1,11 +1,17 @@
 // Compiled by `tsc --noEmit` only (never run): the declarations in
 // index.d.ts must describe the API as docs/CLIENTS.md uses it.
-import { connect, codes, RpcError, type StreamItem, type TurnResult } from "tether-client";
+import { connect, codes, RpcError, UnreachableError, type StreamItem, type TurnResult } from "tether-client";
 
 export async function usage(): Promise<void> {
-  const gw = connect("ws://127.0.0.1:7878/ws", { token: "secret", backoff: { maxMs: 2000 } });
+  const gw = connect("ws://127.0.0.1:7878/ws", { token: "secret", backoff: { maxMs: 2000 }, connectTimeoutMs: 30000 });
   const off = gw.on("state", (s) => console.log(s.state, s.delay ?? "", s.code ?? ""));
-  gw.on("reset", (r) => console.log("store changed", r.previousEpoch, "->", r.epoch));
+  gw.on("reset", (r) => {
+    if (r.reason === "epoch") {
+      console.log("store changed", r.previousEpoch, "->", r.epoch);
+    } else {
+      console.log("session", r.sessionId, "went back from", r.upto, "to", r.after);
+    }
+  });
   const session = await gw.createSession({ title: "demo" });
   const turn = await session.submit("hello");
   let text = "";
@@ -30,6 +36,8 @@ export async function usage(): Promise<void> {
   } catch (err) {
     if (err instanceof RpcError && err.code === codes.SESSION_NOT_FOUND) {
       console.log("no such session");
+    } else if (err instanceof UnreachableError) {
+      console.log("no gateway at", err.url, "after", err.attempts, "attempts:", err.last);
     }
   }
   const all = await gw.sessions({ includeClosed: true });

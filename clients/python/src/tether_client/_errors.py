@@ -78,13 +78,39 @@ class GatewayClosed(TetherError):
         super().__init__("the tether connection was closed by the application")
 
 
-class ResetError(TetherError):
-    """The gateway's store changed (a new epoch, PROTOCOL 1.3): a turn of
-    the old store can never be reported on."""
+class Unreachable(TetherError):
+    """The gateway could not be reached within the connect timeout
+    (`connect_timeout`) while a request waited for a connection. The
+    gateway object keeps trying (its "state" events say how); the request
+    was never sent, so it changed nothing."""
 
-    def __init__(self, epoch: str) -> None:
-        self.epoch = epoch
+    def __init__(self, url: str, waited: float, attempts: int, last: str) -> None:
+        self.url = url
+        self.attempts = attempts
+        self.last = last
+        tried = f"{attempts} attempt" + ("" if attempts == 1 else "s")
         super().__init__(
-            f"the gateway's event store changed (new epoch {epoch}); "
-            "this turn's end is unknowable"
+            f"could not connect to {url} within {waited:.1f} s ({tried}"
+            + (f"; last: {last}" if last else "")
+            + "); still trying: is the gateway running there?"
         )
+
+
+class ResetError(TetherError):
+    """What the library knew of a session no longer holds, so a turn of it
+    can never be reported on: `reason` "epoch" when the gateway's store was
+    replaced (a new epoch, PROTOCOL 1.3), "rollback" when the session's
+    history went back (a store restored from an older copy: the events
+    this turn had are gone)."""
+
+    def __init__(self, epoch: str, reason: str = "epoch") -> None:
+        self.epoch = epoch
+        self.reason = reason
+        if reason == "rollback":
+            text = (
+                "the session's history went back (the gateway's store is older than what "
+                "this client saw); this turn was in the lost part and its end is unknowable"
+            )
+        else:
+            text = f"the gateway's event store changed (new epoch {epoch}); this turn's end is unknowable"
+        super().__init__(text)

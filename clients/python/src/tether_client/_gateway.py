@@ -3,56 +3,40 @@ reconnects after every drop (backing off exponentially, with jitter and a
 cap), re-attaches every session in use, and notices a changed store
 (`gateway.ready`'s epoch, PROTOCOL 1.3).
 
-Requests made while disconnected wait for the next connection. A request in
-flight when the connection drops is sent again only if it changes nothing
-(a read); any other fails with ConnectionLost, since the gateway may have
-executed it (a prompt sent twice would run twice)."""
+Requests made while disconnected wait for the next connection, for the
+connect timeout at most (then Unreachable, while the object keeps trying).
+A request in flight when the connection drops is sent again only if it
+changes nothing (a read); any other fails with ConnectionLost, since the
+gateway may have executed it (a prompt sent twice would run twice). A
+refused token closes the object at once with AuthError."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from typing import Any, Callable, Generator
-from urllib.parse import urlsplit, urlunsplit
 
 from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
 from ._backoff import Backoff
-from ._errors import AuthError, Code, ConnectionLost, GatewayClosed, RpcError
+from ._decode import MAX_DEPTH, TOO_DEEP, decode_frame
+from ._errors import AuthError, Code, GatewayClosed, RpcError, TetherError, Unreachable
+from ._requests import READS, Requests
 from ._session import Session
+from ._options import timeout_of, ws_url
 
 log = logging.getLogger("tether_client")
 
 Event = dict[str, Any]
 
-# Methods that change nothing, so they may be sent again on a new connection
-# when the old one dropped before their answer.
-READS = frozenset(
-    {"gateway.ping", "session.list", "session.events.since", "session.events.stats", "handoff.state"}
-)
 LIST_PAGE = 100
 
-
-class _Call:
-    __slots__ = ("method", "params", "future", "retry", "generation")
-
-    def __init__(self, method: str, params: dict[str, Any], retry: bool, generation: int) -> None:
-        self.method = method
-        self.params = params
-        self.future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self.retry = retry
-        self.generation = generation
-
-    def resolve(self, value: Any) -> None:
-        if not self.future.done():
-            self.future.set_result(value)
-
-    def reject(self, err: BaseException) -> None:
-        if not self.future.done():
-            self.future.set_exception(err)
+#: How long one connection attempt may take (TCP, the WebSocket upgrade and
+#: the gateway's first frame), and how long a request waits for a
+#: connection before it raises Unreachable, in seconds.
+DEFAULT_CONNECT_TIMEOUT = 10.0
 
 
 def connect(
@@ -62,10 +46,14 @@ def connect(
     profile: str | None = None,
     backoff: Backoff | None = None,
     max_buffered: int | None = None,
+    connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
 ) -> Gateway:
     """A gateway connection: `async with connect(url) as gw:` (or
-    `gw = await connect(url)`, then `await gw.close()`)."""
-    return Gateway(url, token=token, profile=profile, backoff=backoff, max_buffered=max_buffered)
+    `gw = await connect(url)`, then `await gw.close()`). A URL that cannot
+    work raises ValueError here, at once."""
+    return Gateway(
+        url, token=token, profile=profile, backoff=backoff, max_buffered=max_buffered, connect_timeout=connect_timeout
+    )
 
 
 class Gateway:
@@ -77,8 +65,10 @@ class Gateway:
         profile: str | None = None,
         backoff: Backoff | None = None,
         max_buffered: int | None = None,
+        connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
     ) -> None:
         self.url = ws_url(url)
+        self._connect_timeout = timeout_of(connect_timeout)
         self._token = token
         self._profile = profile
         self._backoff = backoff or Backoff()
@@ -94,9 +84,7 @@ class Gateway:
         self._ws: ClientConnection | None = None
         self._outbox: asyncio.Queue[str] | None = None
         self._attempt = 0
-        self._next_id = 1
-        self._pending: dict[int, _Call] = {}
-        self._waiting: list[_Call] = []
+        self._requests = Requests(self)
         self._sessions: dict[str, Session] = {}
         self._listeners: dict[str, list[Callable[[Any], None]]] = {}
         self._failure: BaseException | None = None
@@ -106,6 +94,14 @@ class Gateway:
         self._stash: dict[str, list[Event]] = {}
         self._task: asyncio.Task[None] | None = None
         self._open_waiters: list[asyncio.Future[dict[str, Any]]] = []
+        # Failed attempts since the last open connection, and why the last
+        # one failed: what an Unreachable tells.
+        self._failed_attempts = 0
+        self._last_problem = ""
+        # The connection that said `gateway.ready`, and why the library
+        # gave up on one itself (a frame it could not read, no answer).
+        self._ready_on: ClientConnection | None = None
+        self._abandoned: str | None = None
 
     # --- lifecycle ---
 
@@ -156,54 +152,73 @@ class Gateway:
         return off
 
     async def opened(self) -> dict[str, Any]:
-        """The `gateway.ready` payload, once a connection is open."""
+        """The `gateway.ready` payload, once a connection is open; raises
+        Unreachable after the connect timeout."""
+        return await self._when_open(self._connect_timeout)
+
+    async def _when_open(self, timeout: float | None, since: float | None = None) -> dict[str, Any]:
+        """Returns once a connection is open; raises the object's failure,
+        or Unreachable after `timeout` seconds (None: never) of a wait that
+        began at `since` (the loop's clock)."""
         self.start()
         if self._failure is not None:
             raise self._failure
         if self.state == "open" and self.ready is not None:
             return self.ready
-        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        since = loop.time() if since is None else since
+        fut: asyncio.Future[dict[str, Any]] = loop.create_future()
         self._open_waiters.append(fut)
-        return await fut
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), timeout)
+        except asyncio.TimeoutError:
+            raise self._unreachable(since) from None
+        finally:
+            if not fut.done():
+                fut.cancel()
+            if fut in self._open_waiters:
+                self._open_waiters.remove(fut)
+
+    def _unreachable(self, since: float) -> Unreachable:
+        waited = asyncio.get_running_loop().time() - since
+        return Unreachable(self.url, waited, self._failed_attempts, self._last_problem)
 
     # --- requests ---
 
     async def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
         """Any method of PROTOCOL 1.4. Raises RpcError (the gateway's code in
-        `.code`), ConnectionLost, AuthError or GatewayClosed. A read refused
+        `.code`), ConnectionLost, AuthError, GatewayClosed, or Unreachable
+        when no connection opened within the connect timeout. A read refused
         for the rate limit (4029) is asked again after the wait the gateway
         names: a burst of reads (every stream catching up after a reconnect)
         is the library's doing, not the application's."""
+        return await self._request(method, params, self._connect_timeout)
+
+    async def _request(self, method: str, params: dict[str, Any] | None, timeout: float | None) -> Any:
+        """A call that waits for a connection for `timeout` seconds at most
+        (None for the library's own reads, which follow a session through
+        any outage)."""
         while True:
             try:
-                return await self._call(method, params)
+                return await self._call(method, params, timeout)
             except RpcError as err:
                 if err.code != Code.RATE_LIMITED or method not in READS:
                     raise
                 data = err.data if isinstance(err.data, dict) else {}
                 await asyncio.sleep(float(data.get("retry_after_ms") or 100) / 1000)
 
-    async def _call(self, method: str, params: dict[str, Any] | None) -> Any:
+    async def _call(self, method: str, params: dict[str, Any] | None, timeout: float | None) -> Any:
         self.start()
         if self._failure is not None:
             raise self._failure
-        call = _Call(method, self._with_profile(params), method in READS, 0)
-        if self.state == "open":
-            self._send(call)
-        else:
-            self._waiting.append(call)
-        return await call.future
+        return await self._requests.call(method, self._with_profile(params), timeout)
 
     async def _call_on(self, generation: int, method: str, params: dict[str, Any]) -> Any:
         """Like `call`, but only on connection `generation` and never sent
         again: for the steps of a re-attach, which the next connection redoes."""
         if self._failure is not None:
             raise self._failure
-        if self.state != "open" or self.generation != generation:
-            raise ConnectionLost(method)
-        call = _Call(method, self._with_profile(params), False, generation)
-        self._send(call)
-        return await call.future
+        return await self._requests.call_on(generation, method, self._with_profile(params))
 
     async def create_session(self, **params: Any) -> Session:
         """`session.create` (title=..., attach=True, ...); the new session's
@@ -260,7 +275,7 @@ class Gateway:
                     max_size=None,
                     compression=None,
                     proxy=None,
-                    open_timeout=10,
+                    open_timeout=self._connect_timeout,
                 )
             except InvalidStatus as err:
                 status = err.response.status_code
@@ -268,6 +283,11 @@ class Gateway:
                     self._shutdown(AuthError(status), failed=True)
                     return
                 await self._retry({"status": status})
+                continue
+            except (TimeoutError, asyncio.TimeoutError):
+                late = TimeoutError(f"no answer within {self._connect_timeout} s")
+                self._emit("error", late)
+                await self._retry({"error": late})
                 continue
             except (OSError, InvalidHandshake, TimeoutError, asyncio.TimeoutError) as err:
                 self._emit("error", err)
@@ -283,23 +303,58 @@ class Gateway:
                 return
             await self._serve(ws)
             if self.state != "closed":
-                await self._retry({"code": ws.close_code, "reason": ws.close_reason or ""})
+                abandoned, self._abandoned = self._abandoned, None
+                detail: dict[str, Any] = {"code": ws.close_code, "reason": ws.close_reason or ""}
+                if abandoned is not None:
+                    detail = {"code": 1006, "reason": abandoned, "error": TetherError(abandoned)}
+                await self._retry(detail)
+
+    def _abandon(self, ws: ClientConnection, why: str) -> None:
+        """Gives up on a connection at once, without a close handshake."""
+        if self._ws is ws:
+            self._abandoned = why
+            ws.transport.abort()
 
     async def _serve(self, ws: ClientConnection) -> None:
         self._ws = ws
         outbox: asyncio.Queue[str] = asyncio.Queue()
         self._outbox = outbox
-        writer = asyncio.get_running_loop().create_task(self._write(ws, outbox))
+        loop = asyncio.get_running_loop()
+        writer = loop.create_task(self._write(ws, outbox))
+        # A connection that never says `gateway.ready` (a server that is not
+        # a tether gateway) is given up after the connect timeout.
+        no_ready: asyncio.TimerHandle | None = None
+        if self._connect_timeout is not None:
+            limit = self._connect_timeout
+
+            def not_ready() -> None:
+                if self._ready_on is not ws:
+                    self._abandon(ws, f"no gateway.ready within {limit} s")
+
+            no_ready = loop.call_later(limit, not_ready)
         try:
             async for message in ws:
                 if isinstance(message, str):
                     try:
-                        self._on_text(message)
+                        frame, cut = decode_frame(message)
+                    except ValueError as err:
+                        # A frame we cannot read may be the answer someone
+                        # waits for: rather than wait forever, start over on
+                        # a new connection (reads are asked again, sessions
+                        # resume from their watermarks).
+                        self._emit("error", TetherError(f"a frame that is not JSON; reconnecting: {message[:200]}"))
+                        log.warning("a frame that is not JSON (%s); reconnecting: %.200s", err, message)
+                        self._abandon(ws, "a frame that is not JSON")
+                        continue
+                    try:
+                        self._on_frame(frame, cut, message)
                     except Exception:  # noqa: BLE001 - one bad frame must not end the connection
                         log.exception("could not handle a frame: %.200s", message)
         except ConnectionClosed:
             pass
         finally:
+            if no_ready is not None:
+                no_ready.cancel()
             writer.cancel()
             if self._ws is ws:
                 self._ws = None
@@ -319,26 +374,27 @@ class Gateway:
             return
         delay = self._backoff.delay(self._attempt)
         self._attempt += 1
+        self._failed_attempts += 1
+        self._last_problem = _problem(detail)
         self._set_state("reconnecting", dict(detail, delay=delay, attempt=self._attempt))
         await asyncio.sleep(delay)
 
-    def _on_text(self, text: str) -> None:
-        try:
-            frame = json.loads(text)
-        except ValueError:
-            self._emit("error", ValueError("a frame that is not JSON: " + text[:200]))
-            return
+    def _on_frame(self, frame: Any, cut: bool, text: str) -> None:
+        if cut:
+            self._emit(
+                "error",
+                TetherError(
+                    f"a frame from the gateway nested deeper than {MAX_DEPTH} levels; what was deeper "
+                    f"was replaced by {TOO_DEEP!r}: {text[:200]}"
+                ),
+            )
         for f in frame if isinstance(frame, list) else [frame]:
             if not isinstance(f, dict):
                 continue
             if f.get("method") == "event" and isinstance(f.get("params"), dict):
                 self._on_event(f["params"])
-            elif f.get("id") is not None and f["id"] in self._pending:
-                call = self._pending.pop(f["id"])
-                if "error" in f:
-                    call.reject(RpcError(call.method, f["error"] or {}))
-                else:
-                    call.resolve(f.get("result"))
+            elif self._requests.answered(f):
+                pass
             elif "error" in f:
                 self._emit("error", RpcError("(a frame)", f["error"] or {}))
 
@@ -359,8 +415,10 @@ class Gateway:
     def _on_ready(self, ready: dict[str, Any]) -> None:
         previous = self.epoch
         self.ready = ready
+        self._ready_on = self._ws
         self.generation += 1
         self._attempt = 0
+        self._failed_attempts = 0
         epoch = ready.get("epoch")
         reset = previous is not None and isinstance(epoch, str) and epoch != previous
         if isinstance(epoch, str):
@@ -369,50 +427,18 @@ class Gateway:
             # Another store: every watermark means nothing there.
             for s in list(self._sessions.values()):
                 s._reset(epoch, previous)
-            self._emit("reset", {"epoch": epoch, "previous_epoch": previous})
+            self._emit("reset", {"reason": "epoch", "epoch": epoch, "previous_epoch": previous})
         self._set_state("open", {"ready": ready})
         for s in list(self._sessions.values()):
             s._connected(self.generation)
-        waiting, self._waiting = self._waiting, []
-        for call in waiting:
-            self._send(call)
+        self._requests.opened()
         waiters, self._open_waiters = self._open_waiters, []
         for w in waiters:
             if not w.done():
                 w.set_result(ready)
 
-    def _send(self, call: _Call) -> None:
-        rid = self._next_id
-        self._next_id += 1
-        frame = json.dumps({"jsonrpc": "2.0", "id": rid, "method": call.method, "params": call.params})
-        limit = (self.ready or {}).get("limits", {}).get("max_frame_bytes")
-        if isinstance(limit, int) and len(frame) > limit // 4 and len(frame.encode()) > limit:
-            # The gateway would answer 4013 with `id` null: no way to tell
-            # which request it was, so refuse it here with the same code.
-            call.reject(RpcError(call.method, {
-                "code": int(Code.FRAME_TOO_LARGE),
-                "message": f"the request is larger than the gateway's max_frame_bytes ({limit})",
-            }))
-            return
-        if self._outbox is None or self.state != "open":
-            if call.generation:
-                call.reject(ConnectionLost(call.method))
-            else:
-                self._waiting.append(call)
-            return
-        self._pending[rid] = call
-        self._outbox.put_nowait(frame)
-
     def _dropped(self) -> None:
-        pending = list(self._pending.values())
-        self._pending.clear()
-        again: list[_Call] = []
-        for call in pending:
-            if call.retry and not call.generation:
-                again.append(call)
-            else:
-                call.reject(ConnectionLost(call.method))
-        self._waiting = again + self._waiting
+        self._requests.dropped()
         if self.state == "open":
             self.state = "reconnecting"
         for s in list(self._sessions.values()):
@@ -423,10 +449,7 @@ class Gateway:
         cannot help (`failed`: a refused token)."""
         self._failure = err
         self._set_state("closed", {"error": err} if failed else {})
-        for call in list(self._pending.values()) + self._waiting:
-            call.reject(err)
-        self._pending.clear()
-        self._waiting = []
+        self._requests.fail(err)
         for w in self._open_waiters:
             if not w.done():
                 w.set_exception(err)
@@ -456,15 +479,12 @@ class Gateway:
         return p
 
 
-def ws_url(raw: str) -> str:
-    """`ws://HOST:PORT/ws` as given; `http(s)://HOST:PORT` (what `tether
-    serve` prints) and a bare `HOST:PORT` mean its `/ws` route."""
-    url = raw.strip()
-    if "://" not in url:
-        url = "ws://" + url
-    parts = urlsplit(url)
-    scheme = {"http": "ws", "https": "wss", "ws": "ws", "wss": "wss"}.get(parts.scheme)
-    if scheme is None or not parts.netloc:
-        raise ValueError(f"not a gateway URL: {raw!r} (use ws://HOST:PORT/ws)")
-    path = parts.path if parts.path not in ("", "/") else "/ws"
-    return urlunsplit((scheme, parts.netloc, path, parts.query, ""))
+def _problem(detail: dict[str, Any]) -> str:
+    """Why an attempt failed, in a few words, from a "reconnecting" change."""
+    err = detail.get("error")
+    if err is not None:
+        return str(err) or type(err).__name__
+    if detail.get("status"):
+        return f"HTTP {detail['status']}"
+    code, reason = detail.get("code"), detail.get("reason")
+    return "closed" + (f" {code}" if code else "") + (f" ({reason})" if reason else "")

@@ -11,14 +11,22 @@ The rules, the protocol's own:
 - a `resync` (more missed than a resume replays) and a gap are filled by
   paging `session.events.since` through `has_more`;
 - a changed epoch (another store) empties the watermark: every stream is
-  told (a `reset` item) and starts over from the new store."""
+  told (a `reset` item) and starts over from the new store;
+- a resume whose `latest_seq` is below the watermark, in the same epoch,
+  means the session's history went back (a store restored from an older
+  copy; the gateway answers it as a `resync`): the events after
+  `latest_seq` that were taken in are gone, and the store's next events
+  reuse their seqs. The watermark goes back to `latest_seq`, every stream
+  that yielded beyond it is told (a `reset` item, reason `rollback`), and
+  the new events are taken in as new, never dropped as duplicates of the
+  lost ones."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from ._errors import Code, ConnectionLost, RpcError
+from ._errors import Code, ConnectionLost, ResetError, RpcError
 from ._stream import EventStream
 from ._turn import Turn, TurnRecord
 from ._wakeup import Wakeup
@@ -153,15 +161,25 @@ class Session:
 
     async def _attached(self) -> None:
         """Returns once attached on the current connection (or closed,
-        where the gateway answers for itself)."""
+        where the gateway answers for itself); raises Unreachable when no
+        connection opens within the connect timeout."""
         self._want()
+        gw = self._gw
+        timeout = gw._connect_timeout
+        since = asyncio.get_running_loop().time()
         while True:
             if self._failure is not None:
                 raise self._failure
-            if self._gw._failure is not None:
-                raise self._gw._failure
-            if self._closed or (self._gw.state == "open" and self._attached_on == self._gw.generation):
+            if gw._failure is not None:
+                raise gw._failure
+            if self._closed or (gw.state == "open" and self._attached_on == gw.generation):
                 return
+            if gw.state != "open":
+                left = None if timeout is None else since + timeout - asyncio.get_running_loop().time()
+                if left is not None and left <= 0:
+                    raise gw._unreachable(since)
+                await gw._when_open(left, since)
+                continue
             await self._changed.wait()
 
     def _wake(self) -> None:
@@ -209,6 +227,29 @@ class Session:
         for s in self._streams:
             s._reset(marker)
         self._wake()
+
+    def _rolled_back(self, latest: int) -> None:
+        """The session's history went back to `latest` (see the rules above)."""
+        seen = self.watermark
+        self.watermark = latest
+        # Whatever closed it was lost too, or the resume would have said 4002.
+        self._closed = False
+        self._read_to_end = False
+        # A turn not ended whose events were all lost will never be heard of
+        # again; one with an event still in the store is ended by the
+        # gateway (its restart ends every turn it finds running).
+        err = ResetError(self._gw.epoch or "", "rollback")
+        for tid, rec in list(self._turns.items()):
+            if rec.complete is None and (rec.first_seq is None or rec.first_seq > latest):
+                rec.fail(err)
+                del self._turns[tid]
+        marker = {"type": "reset", "session_id": self.id, "reason": "rollback", "after": latest, "upto": seen}
+        for s in self._streams:
+            s._rolled_back(marker, latest)
+        self._gw._emit(
+            "reset",
+            {"reason": "rollback", "session_id": self.id, "epoch": self._gw.epoch, "after": latest, "upto": seen},
+        )
 
     def _shutdown(self, err: BaseException, failed: bool) -> None:
         self._shut_down = True
@@ -262,10 +303,13 @@ class Session:
             if generation != gw.generation:
                 return
             self.info = r["session"]
+            latest = r.get("latest_seq")
             if not self._known:
                 # First attach: the streams read the history from the store.
                 self.watermark = r["latest_seq"]
                 self._known = True
+            elif isinstance(latest, int) and latest < self.watermark:
+                self._rolled_back(latest)
             elif r.get("resync"):
                 await self._fill(generation, r["latest_seq"])
             else:

@@ -119,8 +119,9 @@ class EventStream:
         becomes a `reset` item, since it can never be yielded."""
         s = self._session
         start = self.cursor
-        r = await s._gw.call(
-            "session.events.since", {"session_id": s.id, "last_seen": start, "limit": SINCE_PAGE}
+        # No connect timeout: a stream follows its session through any outage.
+        r = await s._gw._request(
+            "session.events.since", {"session_id": s.id, "last_seen": start, "limit": SINCE_PAGE}, None
         )
         if self._finished or self.cursor != start:
             return False
@@ -143,6 +144,19 @@ class EventStream:
             # it reads the store from its cursor instead.
             self._queue.clear()
         self._queue.append(("ev", ev, mark))
+        self._wake()
+
+    def _rolled_back(self, marker: Event, latest: int) -> None:
+        """The session's history went back to `latest`: what this stream
+        holds may be of the lost part (durable events up to `latest` are
+        read from the store again); if it yielded beyond `latest`, it says
+        so before the new events that reuse those seqs."""
+        self._queue.clear()
+        self._front.clear()
+        if self.cursor > latest:
+            self._queue.append(("marker", dict(marker, upto=self.cursor), 0))
+            self.cursor = latest
+        self._ended = False
         self._wake()
 
     def _reset(self, marker: Event) -> None:

@@ -32,12 +32,17 @@ class TurnRecord:
         # a Turn object, or a submit whose answer has not come yet.
         self.events: list[Event] = []
         self.keep = False
+        #: The seq of its first durable event taken in.
+        self.first_seq: int | None = None
         self.complete: dict[str, Any] | None = None
         self.error: BaseException | None = None
         self._changed = Wakeup()
         self._result: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
 
     def push(self, ev: Event, keep_anyway: bool) -> None:
+        seq = ev.get("seq")
+        if self.first_seq is None and isinstance(seq, int):
+            self.first_seq = seq
         if self.keep or keep_anyway:
             self.events.append(ev)
         self._wake()
@@ -58,7 +63,7 @@ class TurnRecord:
             self._wake()
 
     def reset(self, epoch: str) -> None:
-        self.fail(ResetError(epoch))
+        self.fail(ResetError(epoch, "epoch"))
 
     async def result(self) -> dict[str, Any]:
         return await asyncio.shield(self._result)
