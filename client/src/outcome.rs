@@ -29,6 +29,7 @@ fn meaning(reason: &str) -> Option<&'static str> {
         "gateway_shutdown" => "the gateway was shut down",
         "engine_error" => "the engine failed",
         "host_line_too_long" => "the host wrote a line over the limit",
+        "host_protocol_error" => "the host broke the host protocol",
         _ => return None,
     })
 }
