@@ -17,21 +17,29 @@
 //! the host's death (see `HostSupervisor::handle_supervisor_evt`).
 //!
 //! This is the host edge: no line longer than the host line cap
-//! (`--max-host-line-bytes`) is ever held whole or passed on. Its first
-//! bytes say which turn or control request it belonged to (see
-//! [`tether_protocol::peek_frame`]); the supervisor then ends that turn (or
-//! fails that request) with an error, since the frame it waits for was
-//! refused.
+//! (`--max-host-line-bytes`) is ever held whole or passed on, and no line
+//! nested deeper than a client frame may be (64 levels) is parsed or passed
+//! on. The first bytes of such a line say which turn or control request it
+//! belonged to (see [`tether_protocol::peek_frame`]); the supervisor then
+//! ends that turn (or fails that request) with an error, since the frame it
+//! waits for was refused. The messages of a host's errors are shown to
+//! clients and in logs: URLs in them lose their credentials here
+//! ([`tether_protocol::mask_urls`]).
 
 mod held;
 mod line;
+mod masked;
+mod refusal;
 
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
-use tether_protocol::{parse_host_line, peek_frame, FromHost, ToHost, TurnId, HISTORY_MISMATCH};
+use tether_protocol::{
+    mask_urls, parse_host_line, peek_frame, FromHost, HostFrameError, ToHost, TurnId,
+    HISTORY_MISMATCH,
+};
 use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
 use tokio::process::{ChildStdin, ChildStdout, Command};
 use tokio::sync::mpsc;
@@ -45,6 +53,8 @@ use crate::host_supervisor::HostSupervisorMsg;
 use crate::sparse_log::SparseLog;
 use held::HeldHistories;
 use line::{read_line_bounded, Line};
+use masked::masked;
+pub use refusal::Refusal;
 
 /// Lines waiting for the host's stdin. A host that leaves this many unread
 /// is wedged: it is declared dead rather than buffered for.
@@ -82,14 +92,13 @@ pub enum HostMsg {
 pub enum Incoming {
     /// A decoded frame.
     Frame(FromHost),
-    /// A line over the host line cap that named a turn or a control
-    /// request in its first bytes. The line itself was dropped (and the
-    /// host answered with an `error` frame).
-    Oversized {
+    /// A line refused at the edge (see [`Refusal`]) that named a turn or a
+    /// control request in its first bytes. The line itself was dropped
+    /// (and the host answered with an `error` frame).
+    Refused {
         turn_id: Option<TurnId>,
         request_id: Option<String>,
-        /// The line's length, without its newline.
-        bytes: u64,
+        why: Refusal,
     },
 }
 
@@ -154,7 +163,10 @@ impl Actor for Host {
             .process_group(0)
             .kill_on_drop(true)
             .spawn()
-            .map_err(|e| format!("cannot start the host command `{program}`: {e}"))?;
+            .map_err(|e| {
+                let program = mask_urls(program);
+                format!("cannot start the host command `{program}`: {e}")
+            })?;
         let pid = child.id().ok_or("the host process exited at once")?;
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
             kill_group(pid);
@@ -425,8 +437,12 @@ async fn read_until_dead(stdout: ChildStdout, r: &Reader) -> String {
         let text = match line {
             Line::Eof => return "its stdout closed".into(),
             Line::TooLong { bytes } => {
-                if let Some(oversized) = r.oversized(&buf, bytes) {
-                    batch.push(oversized);
+                let why = Refusal::TooLong {
+                    bytes,
+                    cap: r.max_line,
+                };
+                if let Some(refused) = r.refuse_line(&buf, why) {
+                    batch.push(refused);
                 }
                 continue;
             }
@@ -442,7 +458,13 @@ async fn read_until_dead(stdout: ChildStdout, r: &Reader) -> String {
             continue;
         }
         let frame = match parse_host_line::<FromHost>(text) {
-            Ok(frame) => frame,
+            Ok(frame) => masked(frame),
+            Err(HostFrameError::TooDeep(limit)) => {
+                if let Some(refused) = r.refuse_line(text.as_bytes(), Refusal::TooDeep { limit }) {
+                    batch.push(refused);
+                }
+                continue;
+            }
             Err(e) => {
                 r.reject(e.to_string());
                 continue;
@@ -499,36 +521,33 @@ impl Reader {
         let _ = self.stdin.try_send(ToHost::Error { message }.to_line());
     }
 
-    /// A line of `bytes` bytes over the cap, of which `prefix` was kept:
-    /// refused like any bad line, and reported to the supervisor when its
-    /// first bytes tell which turn or control request it belonged to.
-    fn oversized(&self, prefix: &[u8], bytes: u64) -> Option<Incoming> {
+    /// A line refused whole (`why`), of which `prefix` was kept (all of
+    /// it, for a line under the cap): answered like any bad line, and
+    /// reported to the supervisor when its first bytes tell which turn or
+    /// control request it belonged to.
+    fn refuse_line(&self, prefix: &[u8], why: Refusal) -> Option<Incoming> {
         let peek = peek_frame(prefix);
-        let message = format!(
-            "line of {bytes} bytes is over the host line cap of {} bytes",
-            self.max_line
-        );
+        let message = why.answer();
         if let Some(n) = self.bad_lines.hit() {
             warn!(
                 host_id = self.slot,
                 pid = self.pid,
                 bad_lines = n,
-                bytes,
-                cap = self.max_line,
+                error = %message,
                 turn_id = peek.turn_id.as_deref(),
                 request_id = peek.request_id.as_deref(),
                 kind = peek.kind.as_deref(),
-                "host line over the host line cap refused"
+                "host line refused"
             );
         }
         let _ = self.stdin.try_send(ToHost::Error { message }.to_line());
         if peek.turn_id.is_none() && peek.request_id.is_none() {
             return None;
         }
-        Some(Incoming::Oversized {
+        Some(Incoming::Refused {
             turn_id: peek.turn_id.map(TurnId::from),
             request_id: peek.request_id,
-            bytes,
+            why,
         })
     }
 }

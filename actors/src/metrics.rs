@@ -107,11 +107,12 @@ impl ReplayKind {
 /// `failure_reason`s counted under their own label; an engine's own reason
 /// (passed through from its `turn.error`) is counted as `other`, so no
 /// host can grow the number of series.
-pub const FAILURE_REASONS: [&str; 8] = [
+pub const FAILURE_REASONS: [&str; 9] = [
     reasons::HOST_CRASH,
     reasons::HOST_TIMEOUT,
     reasons::HOST_UNAVAILABLE,
     reasons::HOST_LINE_TOO_LONG,
+    reasons::HOST_PROTOCOL_ERROR,
     reasons::GATEWAY_RESTART,
     reasons::DEQUEUED,
     reasons::ENGINE_ERROR,

@@ -7,9 +7,12 @@
 //! keeps one source of truth: what a client replays and what a resume shows
 //! can never disagree.
 
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::Value;
 use tether_protocol::{format_ts, CompleteStatus, EventType, Message, MessageRole, TurnId};
 use tether_store::EventRow;
+use tracing::warn;
 
 /// The message count of a segment after an event of `kind` is appended.
 pub fn count_after(kind: EventType, count: u64) -> u64 {
@@ -63,48 +66,85 @@ pub fn messages_from_rows(rows: &[EventRow]) -> Vec<Message> {
     messages
 }
 
+/// The fields a transcript message is made of, read without building the
+/// payload: a payload nested deeper than a parser's recursion limit (a tool
+/// result) still gives its message, and the fields that are not read are
+/// only skipped.
+#[derive(Deserialize)]
+struct Fields<'a> {
+    #[serde(borrow, default)]
+    text: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    summary: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    result: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    status: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    failure_reason: Option<&'a RawValue>,
+}
+
+/// A string field's value; `None` when absent or not a string.
+fn string(raw: Option<&RawValue>) -> Option<String> {
+    raw.and_then(|r| serde_json::from_str::<String>(r.get()).ok())
+}
+
+/// A tool result as the transcript shows it: the JSON encoded again
+/// compactly, or, for a result no tree can be built of (nested too
+/// deeply), the text as stored.
+fn result_text(raw: Option<&RawValue>) -> String {
+    match raw {
+        None => "null".into(),
+        Some(r) => serde_json::from_str::<Value>(r.get())
+            .map(|v| v.to_string())
+            .unwrap_or_else(|_| r.get().to_string()),
+    }
+}
+
 /// One stored event as a transcript message, if it is one; `turn_error` is
 /// the error event seen last, which a failed turn's message carries when
 /// it is that turn's.
+///
+/// Every event of a transcript type gives a message, whatever its payload:
+/// the segment's message count is kept by event type, and a message that
+/// silently went missing would leave it (and the history hosts are sent)
+/// wrong. A payload that cannot be read at all shows as its stored text.
 pub fn message_from_row(row: &EventRow, turn_error: Option<&TurnError>) -> Option<Message> {
-    let kind = EventType::parse(&row.kind)?;
-    let payload: Value = serde_json::from_str(&row.payload).ok()?;
-    let text_field = |name: &str| {
-        payload
-            .get(name)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string()
+    let kind = EventType::parse(&row.kind).filter(|k| k.is_transcript())?;
+    let fields = match serde_json::from_str::<Fields>(&row.payload) {
+        Ok(fields) => fields,
+        Err(e) => {
+            warn!(seq = row.seq, kind = %row.kind, error = %e,
+                  "a transcript event's payload cannot be read; shown as stored");
+            return Some(Message {
+                seq: row.seq,
+                role: role_of(kind),
+                text: row.payload.clone(),
+                turn_id: row.turn_id.as_deref().map(TurnId::from),
+                ts: format_ts(row.ts_ms),
+                status: None,
+                failure_reason: None,
+                error: None,
+            });
+        }
     };
-    let (role, text) = match kind {
-        EventType::MessageUser => (MessageRole::User, text_field("text")),
-        EventType::MessageSystem => (MessageRole::System, text_field("text")),
-        EventType::MessageComplete => (MessageRole::Assistant, text_field("text")),
-        EventType::SessionCompacted => (MessageRole::System, text_field("summary")),
-        EventType::ToolComplete => (
-            MessageRole::Tool,
-            payload
-                .get("result")
-                .map(Value::to_string)
-                .unwrap_or_else(|| "null".into()),
-        ),
-        _ => return None,
-    };
+    let text = match kind {
+        EventType::SessionCompacted => string(fields.summary),
+        EventType::ToolComplete => Some(result_text(fields.result)),
+        _ => string(fields.text),
+    }
+    .unwrap_or_default();
     // A turn that did not complete keeps how it ended, so that a
     // transcript read later still tells a cut-short reply from a whole one.
     let status = match kind {
-        EventType::MessageComplete => payload
-            .get("status")
-            .and_then(Value::as_str)
+        EventType::MessageComplete => string(fields.status)
+            .as_deref()
             .and_then(CompleteStatus::parse)
             .filter(|s| *s != CompleteStatus::Complete),
         _ => None,
     };
     let failure_reason = match status {
-        Some(_) => payload
-            .get("failure_reason")
-            .and_then(Value::as_str)
-            .map(str::to_string),
+        Some(_) => string(fields.failure_reason),
         None => None,
     };
     let error = match (status, turn_error) {
@@ -115,7 +155,7 @@ pub fn message_from_row(row: &EventRow, turn_error: Option<&TurnError>) -> Optio
     };
     Some(Message {
         seq: row.seq,
-        role,
+        role: role_of(kind),
         text,
         turn_id: row.turn_id.as_deref().map(TurnId::from),
         ts: format_ts(row.ts_ms),
@@ -123,6 +163,16 @@ pub fn message_from_row(row: &EventRow, turn_error: Option<&TurnError>) -> Optio
         failure_reason,
         error,
     })
+}
+
+/// The role of a transcript event's message.
+fn role_of(kind: EventType) -> MessageRole {
+    match kind {
+        EventType::MessageUser => MessageRole::User,
+        EventType::MessageComplete => MessageRole::Assistant,
+        EventType::ToolComplete => MessageRole::Tool,
+        _ => MessageRole::System,
+    }
 }
 
 #[cfg(test)]
@@ -229,6 +279,35 @@ mod tests {
                     reason("engine_error"),
                     reason("boom")
                 ),
+            ]
+        );
+    }
+
+    /// A stored payload no tree can be built of (a tool result nested
+    /// past serde_json's recursion limit, stored before host lines were
+    /// bounded), or one that is not JSON at all, still gives its message.
+    #[test]
+    fn every_transcript_event_gives_a_message_whatever_its_payload() {
+        let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
+        let tool = format!(r#"{{"tool_id":"1","name":"x","result":{deep},"is_error":false}}"#);
+        let rows = vec![
+            row(1, "message.user", r#"{"text":"hi"}"#),
+            row(2, "tool.start", &tool),
+            row(3, "tool.complete", &tool),
+            row(4, "message.complete", "not json"),
+            row(5, "message.user", r#"{"text":5}"#),
+        ];
+        let got: Vec<_> = messages_from_rows(&rows)
+            .into_iter()
+            .map(|m| (m.seq, m.role, m.text))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (1, MessageRole::User, "hi".to_string()),
+                (3, MessageRole::Tool, deep),
+                (4, MessageRole::Assistant, "not json".to_string()),
+                (5, MessageRole::User, String::new()),
             ]
         );
     }

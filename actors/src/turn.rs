@@ -21,6 +21,10 @@ pub mod reasons {
     /// A line the host wrote for the turn was over the host line cap
     /// (`--max-host-line-bytes`); the line was refused and the turn ended.
     pub const HOST_LINE_TOO_LONG: &str = "host_line_too_long";
+    /// The host broke the host protocol for the turn: it wrote a line of
+    /// the turn nested deeper than the gateway accepts, or ended the turn
+    /// `interrupted` though the gateway did not interrupt it.
+    pub const HOST_PROTOCOL_ERROR: &str = "host_protocol_error";
     /// The gateway stopped while the turn ran; written at the next start.
     pub const GATEWAY_RESTART: &str = "gateway_restart";
     /// The gateway was told to stop (SIGTERM/SIGINT) while the turn ran;

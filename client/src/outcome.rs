@@ -29,6 +29,10 @@ fn words(reason: FailureReason) -> (&'static str, &'static str) {
             "the host wrote a line over the limit",
             "sending it again will fail the same way",
         ),
+        FailureReason::HostProtocolError => (
+            "the host broke the host protocol",
+            "sending it again may fail the same way",
+        ),
         FailureReason::GatewayRestart => ("the gateway stopped mid-turn and was restarted", AGAIN),
         FailureReason::GatewayShutdown => ("the gateway was shut down", AGAIN),
         FailureReason::NodeLost => (
@@ -38,6 +42,10 @@ fn words(reason: FailureReason) -> (&'static str, &'static str) {
         FailureReason::Dequeued => (
             "dropped from the queue before it ran",
             "send it again if you still want it",
+        ),
+        FailureReason::SessionClosed => (
+            "the session was closed",
+            "start a new session to send it again",
         ),
         FailureReason::EngineError => ("the engine failed", NOT_AGAIN),
     }

@@ -181,8 +181,9 @@ fn parse_item(raw: &RawValue) -> Item {
 
 /// Whether `[`/`{` nest deeper than `limit` anywhere outside strings.
 /// Linear, allocation-free, and safe on any input (including invalid JSON,
-/// which serde then rejects).
-fn exceeds_depth(bytes: &[u8], limit: usize) -> bool {
+/// which serde then rejects). Client frames and host lines are bounded by
+/// the same scan.
+pub(crate) fn exceeds_depth(bytes: &[u8], limit: usize) -> bool {
     let mut depth = 0usize;
     let mut in_string = false;
     let mut escaped = false;

@@ -11,6 +11,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+use crate::envelope::{exceeds_depth, MAX_JSON_DEPTH};
 use crate::ids::{SessionId, TraceId, TurnId};
 use crate::methods::Message;
 
@@ -155,6 +156,14 @@ pub const HOST_EVENT_TYPES: [&str; 6] = [
     "status.update",
 ];
 
+/// The `status.update` kinds the gateway itself announces (a queued prompt,
+/// a compression's progress, a handoff's transitions: PROTOCOL 1.5 and
+/// Part 4). A host may send `status.update` with any other kind; one of
+/// these from a host would tell clients of something that did not happen,
+/// so the gateway refuses it.
+pub const GATEWAY_STATUS_KINDS: [&str; 5] =
+    ["queued", "compacting", "compacted", "ready", "handoff"];
+
 /// An event inside a host `event` frame. The type stays a string: the
 /// gateway decides which types a host may send and what to do with the rest
 /// (offsets and revisions in the payload are recomputed by the gateway).
@@ -191,6 +200,32 @@ impl RawPayload {
     /// The payload as a [`RawValue`], without copying.
     pub fn into_raw(self) -> Box<RawValue> {
         self.0
+    }
+}
+
+impl HostEvent {
+    /// Why a host may not send this event, or `None` when it may: its type
+    /// must be one of [`HOST_EVENT_TYPES`], and a `status.update` must not
+    /// carry a kind of [`GATEWAY_STATUS_KINDS`]. (What else a payload must
+    /// hold is checked where it is used.)
+    pub fn forbidden(&self) -> Option<&'static str> {
+        if !HOST_EVENT_TYPES.contains(&self.kind.as_str()) {
+            return Some("an event type a host may not send");
+        }
+        if self.kind == "status.update" {
+            #[derive(Deserialize)]
+            struct Kind<'a> {
+                #[serde(borrow)]
+                kind: Cow<'a, str>,
+            }
+            // Read without building the payload: only `kind` is looked at.
+            if let Ok(Kind { kind }) = serde_json::from_str::<Kind>(self.payload.get()) {
+                if GATEWAY_STATUS_KINDS.contains(&kind.as_ref()) {
+                    return Some("a status.update kind only the gateway announces");
+                }
+            }
+        }
+        None
     }
 }
 
@@ -240,6 +275,10 @@ impl<'de> Deserialize<'de> for RawPayload {
 
 /// How one side decodes the frames it reads.
 pub trait HostLine: DeserializeOwned {
+    /// Deepest `[`/`{` nesting accepted in a line, if this side bounds it
+    /// (checked by a byte scan before the line is parsed).
+    const MAX_DEPTH: Option<usize> = None;
+
     /// Decodes one line (no error classification: see [`parse_host_line`]).
     fn decode(line: &str) -> Result<Self, serde_json::Error> {
         serde_json::from_str(line)
@@ -294,6 +333,11 @@ fn tag_is(line: &str, kind: &str) -> bool {
 }
 
 impl HostLine for FromHost {
+    /// What a host writes is bounded like what a client sends: a payload
+    /// nested deeper would be stored and relayed to every client, whose
+    /// own parsers may not survive it.
+    const MAX_DEPTH: Option<usize> = Some(MAX_JSON_DEPTH);
+
     /// `event` frames, nearly every line a busy host writes, are read
     /// straight into their fields with the payload kept as text; serde's
     /// internally tagged enum would first buffer the whole object (every key
@@ -335,6 +379,10 @@ pub enum HostFrameError {
     /// Valid JSON with a `type` this side does not know.
     #[error("unknown host frame type `{0}`")]
     UnknownType(String),
+    /// Nested deeper than this side accepts ([`HostLine::MAX_DEPTH`]); not
+    /// parsed at all.
+    #[error("host frame nested deeper than {0} levels")]
+    TooDeep(usize),
 }
 
 /// Encodes a frame as one line (JSON + `'\n'`). JSON text never contains a
@@ -412,6 +460,11 @@ impl TurnStart {
 
 /// Decodes one line (a trailing `\r\n` or `\n` is fine).
 pub fn parse_host_line<T: HostLine>(line: &str) -> Result<T, HostFrameError> {
+    if let Some(limit) = T::MAX_DEPTH {
+        if exceeds_depth(line.as_bytes(), limit) {
+            return Err(HostFrameError::TooDeep(limit));
+        }
+    }
     let err = match T::decode(line) {
         Ok(frame) => return Ok(frame),
         Err(e) => e,

@@ -1269,6 +1269,9 @@ where
             )
         }
         Err(HostFrameError::Json(_)) => {}
+        Err(HostFrameError::TooDeep(limit)) => {
+            assert!(T::MAX_DEPTH == Some(limit), "{line:?}")
+        }
     }
 }
 

@@ -7,21 +7,24 @@
 //!   which counts against its restart intensity, so a host that always lies
 //!   ends up resting instead of looping.
 //! - Well-formed frames a host may not send (event types of Part 2's list
-//!   only; frames for another host's turns, answers to requests nobody
-//!   made, a second `hello`, an unasked `shutdown.ack`) are dropped and
+//!   only, and no `status.update` of a kind the gateway announces; frames
+//!   for another host's turns, answers to requests nobody made, a second
+//!   `hello`, an unasked `shutdown.ack`) are dropped and
 //!   logged sparingly, like undecodable lines, through the slot's
 //!   [`crate::sparse_log::SparseLog`]: a host can write them far faster
 //!   than a log can take them.
-//! - A line over the host line cap that named a turn ends that turn with
-//!   an error (`host_line_too_long`), and the host is told to stop working
-//!   on it; one that named a control request fails that request. The line
-//!   itself never got past the reader ([`crate::host`]).
+//! - A line over the host line cap, or nested deeper than 64 levels, that
+//!   named a turn ends that turn with an error (`host_line_too_long`,
+//!   `host_protocol_error`), and the host is told to stop working on it;
+//!   one that named a control request fails that request. The line itself
+//!   never got past the reader ([`crate::host`]).
 
-use tether_protocol::{HostEvent, ToHost, TurnId, HOST_EVENT_TYPES};
+use tether_protocol::{HostEvent, ToHost, TurnId};
 use tracing::{info, warn};
 
 use super::{send_update, HostSupervisorState, Phase};
-use crate::turn::{reasons, TurnUpdate};
+use crate::host::Refusal;
+use crate::turn::TurnUpdate;
 
 /// The host protocol version this gateway speaks.
 pub(super) const PROTOCOL_VERSION: u32 = 1;
@@ -38,12 +41,12 @@ impl HostSupervisorState {
     /// Whether a host may send this event (else it is dropped here, before
     /// any session sees it).
     pub(super) fn allowed_event(&self, slot: u32, turn_id: &TurnId, event: &HostEvent) -> bool {
-        if HOST_EVENT_TYPES.contains(&event.kind.as_str()) {
+        let Some(why) = event.forbidden() else {
             return true;
-        }
+        };
         if let Some(n) = self.forbidden_frame(slot) {
             warn!(host_id = slot, turn_id = %turn_id, kind = %event.kind, forbidden_frames = n,
-                  "event type a host may not send; dropped");
+                  why, "event a host may not send; dropped");
         }
         false
     }
@@ -102,25 +105,23 @@ impl HostSupervisorState {
         self.release_held();
     }
 
-    /// A line over the host line cap named `turn_id` and/or `request_id`.
-    pub(super) fn oversized(
+    /// A line refused at the edge (`why`) named `turn_id` and/or
+    /// `request_id`.
+    pub(super) fn refused(
         &mut self,
         slot: u32,
         pid: u32,
         turn_id: Option<TurnId>,
         request_id: Option<String>,
-        bytes: u64,
+        why: Refusal,
     ) {
-        let cap = self.config.max_line_bytes;
-        let message = format!(
-            "the compute host wrote a line of {bytes} bytes, over the host line cap of {cap} bytes"
-        );
+        let message = why.message();
         if let Some(turn_id) = turn_id {
             if self.route_of(slot, &turn_id).is_some() {
                 if let Some(route) = self.remove_route(&turn_id) {
                     warn!(host_id = slot, pid, turn_id = %turn_id, session_id = %route.session_id,
-                          trace_id = %route.trace_id, bytes, cap,
-                          "a line of the turn was over the host line cap; the turn ends with an error");
+                          trace_id = %route.trace_id, error = %message,
+                          "a line of the turn was refused; the turn ends with an error");
                     // The host may go on with a turn nobody waits for.
                     self.send_to(
                         slot,
@@ -132,7 +133,7 @@ impl HostSupervisorState {
                         &route.session,
                         turn_id,
                         TurnUpdate::Error {
-                            reason: reasons::HOST_LINE_TOO_LONG.into(),
+                            reason: why.reason().into(),
                             message: message.clone(),
                         },
                     );

@@ -159,13 +159,13 @@ impl HostSupervisorState {
                     self.hand_over(slot, &mut events);
                     self.on_frame(slot, pid, other);
                 }
-                Incoming::Oversized {
+                Incoming::Refused {
                     turn_id,
                     request_id,
-                    bytes,
+                    why,
                 } => {
                     self.hand_over(slot, &mut events);
-                    self.oversized(slot, pid, turn_id, request_id, bytes);
+                    self.refused(slot, pid, turn_id, request_id, why);
                 }
             }
             // A refused hello stops the host: what follows it counts for

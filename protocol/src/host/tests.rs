@@ -358,3 +358,74 @@ fn a_line_break_between_history_tokens_does_not_split_the_line_it_is_spliced_int
     };
     assert_eq!(turn.history.messages().unwrap()[0].text, "a\nb");
 }
+
+/// A host line nested deeper than a client frame may be is refused before
+/// it is parsed (the gateway's reader); the host's reader has no such bound.
+#[test]
+fn host_lines_nested_past_64_levels_are_refused() {
+    fn event(levels: usize) -> String {
+        // The frame, its event, then a payload making up the depth.
+        let inner = levels - 2;
+        format!(
+            r#"{{"type":"event","turn_id":"t","event":{{"type":"tool.start","payload":{}{}}}}}"#,
+            "[".repeat(inner),
+            "]".repeat(inner)
+        )
+    }
+    assert!(matches!(
+        parse_host_line::<FromHost>(&event(64)),
+        Ok(FromHost::Event { .. })
+    ));
+    assert_eq!(
+        parse_host_line::<FromHost>(&event(65)),
+        Err(HostFrameError::TooDeep(64))
+    );
+    assert_eq!(
+        parse_host_line::<FromHost>(&event(200_000)),
+        Err(HostFrameError::TooDeep(64))
+    );
+    // Brackets inside strings are text.
+    let line = format!(
+        r#"{{"type":"turn.end","turn_id":"t","status":"complete","text":"{}"}}"#,
+        "[".repeat(1000)
+    );
+    assert!(parse_host_line::<FromHost>(&line).is_ok());
+    let control = format!(
+        r#"{{"type":"control","request_id":"r","op":"compress","session_id":"s","history":[],"args":{}1{}}}"#,
+        "[".repeat(100),
+        "]".repeat(100)
+    );
+    assert!(parse_host_line::<ToHost>(&control).is_ok());
+}
+
+#[test]
+fn gateway_status_kinds_and_foreign_types_are_forbidden_to_hosts() {
+    let event = |kind: &str, payload: &str| HostEvent {
+        kind: kind.into(),
+        payload: RawPayload::from(
+            serde_json::value::RawValue::from_string(payload.into()).unwrap(),
+        ),
+    };
+    for kind in GATEWAY_STATUS_KINDS {
+        let e = event(
+            "status.update",
+            &format!(r#"{{"kind":"{kind}","text":"x"}}"#),
+        );
+        assert!(e.forbidden().is_some(), "{kind}");
+    }
+    // An escaped spelling is the same kind.
+    assert!(event("status.update", r#"{"kind":"compact\u0065d"}"#)
+        .forbidden()
+        .is_some());
+    assert_eq!(
+        event("status.update", r#"{"kind":"thinking"}"#).forbidden(),
+        None
+    );
+    // A payload without a kind is the session's to judge.
+    assert_eq!(event("status.update", "null").forbidden(), None);
+    assert_eq!(
+        event("tool.start", r#"{"kind":"queued"}"#).forbidden(),
+        None
+    );
+    assert!(event("message.complete", "{}").forbidden().is_some());
+}

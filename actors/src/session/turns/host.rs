@@ -39,7 +39,29 @@ impl SessionState {
                 }
             }
             TurnUpdate::End {
-                status,
+                status: TurnEndStatus::Interrupted,
+                ..
+            } => {
+                // Every interrupt of the gateway's ends the turn here at
+                // once and stops listening to the host for it, so an
+                // `interrupted` that finds its turn still running is the
+                // host's own: it would tell clients of an interrupt nobody
+                // asked for.
+                warn!(session_id = %self.id, turn_id = %turn_id,
+                      "the host ended a turn as interrupted that nothing interrupted; the turn fails");
+                self.finish_turn(
+                    myself,
+                    &turn_id,
+                    CompleteStatus::Error,
+                    None,
+                    Some((
+                        reasons::HOST_PROTOCOL_ERROR,
+                        "the compute host ended the turn as interrupted, but nothing interrupted it",
+                    )),
+                );
+            }
+            TurnUpdate::End {
+                status: TurnEndStatus::Complete,
                 text,
                 usage,
             } => {
@@ -47,11 +69,7 @@ impl SessionState {
                     // Only an object is passed on: clients read its fields.
                     turn.usage = usage.filter(Value::is_object);
                 }
-                let status = match status {
-                    TurnEndStatus::Complete => CompleteStatus::Complete,
-                    TurnEndStatus::Interrupted => CompleteStatus::Interrupted,
-                };
-                self.finish_turn(myself, &turn_id, status, Some(text), None);
+                self.finish_turn(myself, &turn_id, CompleteStatus::Complete, Some(text), None);
             }
             TurnUpdate::Error { reason, message } => {
                 self.finish_turn(
