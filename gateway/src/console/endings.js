@@ -21,10 +21,12 @@ export const REASONS = {
     what: "the host wrote a line over the limit",
     advice: "sending it again will fail the same way",
   },
+  host_protocol_error: { what: "the host broke the host protocol", advice: NOT_AGAIN },
   gateway_restart: { what: "the gateway stopped mid-turn and was restarted", advice: AGAIN },
   gateway_shutdown: { what: "the gateway was shut down", advice: AGAIN },
   node_lost: { what: "the gateway node running it died and another took the session over", advice: AGAIN },
   dequeued: { what: "dropped from the queue before it ran", advice: "send it again if you still want it" },
+  session_closed: { what: "the session was closed", advice: "start a new session to send it again" },
   engine_error: { what: "the engine failed", advice: NOT_AGAIN },
 };
 

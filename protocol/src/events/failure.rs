@@ -21,6 +21,10 @@ wire_enum! {
         HostUnavailable = "host_unavailable",
         /// A line the host wrote for the turn was over the host line cap.
         HostLineTooLong = "host_line_too_long",
+        /// The host broke the host protocol for the turn: a line nested
+        /// deeper than the gateway accepts, or an `interrupted` ending the
+        /// gateway did not ask for.
+        HostProtocolError = "host_protocol_error",
         /// The gateway stopped while the turn ran; written at its next start.
         GatewayRestart = "gateway_restart",
         /// The gateway was told to stop (SIGTERM/SIGINT) while the turn ran.
@@ -30,6 +34,10 @@ wire_enum! {
         NodeLost = "node_lost",
         /// A queued prompt dropped by an interrupt before it ran.
         Dequeued = "dequeued",
+        /// The session was closed (`session.close`, or a
+        /// `close_on_disconnect` session's last peer left) while the turn
+        /// ran or waited in the queue.
+        SessionClosed = "session_closed",
         /// The engine failed (`turn.error` without a reason of its own).
         EngineError = "engine_error",
     }
@@ -40,11 +48,14 @@ impl FailureReason {
     /// drain or an interrupt cut are `interrupted`, every other `error`.
     pub fn status(self) -> CompleteStatus {
         match self {
-            FailureReason::GatewayShutdown | FailureReason::Dequeued => CompleteStatus::Interrupted,
+            FailureReason::GatewayShutdown
+            | FailureReason::Dequeued
+            | FailureReason::SessionClosed => CompleteStatus::Interrupted,
             FailureReason::HostCrash
             | FailureReason::HostTimeout
             | FailureReason::HostUnavailable
             | FailureReason::HostLineTooLong
+            | FailureReason::HostProtocolError
             | FailureReason::GatewayRestart
             | FailureReason::NodeLost
             | FailureReason::EngineError => CompleteStatus::Error,
@@ -64,7 +75,9 @@ impl FailureReason {
             | FailureReason::GatewayShutdown
             | FailureReason::NodeLost => true,
             FailureReason::HostLineTooLong
+            | FailureReason::HostProtocolError
             | FailureReason::Dequeued
+            | FailureReason::SessionClosed
             | FailureReason::EngineError => false,
         }
     }
