@@ -4,6 +4,7 @@
 //! under a time limit, and what they printed.
 
 use std::io::Read;
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -68,7 +69,10 @@ impl Machine {
             .env("PIP_NO_INPUT", "1")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+            .stderr(Stdio::piped())
+            // A group of its own, so that what it started (node, python)
+            // goes with it when it is killed, and no pipe stays open.
+            .process_group(0);
         run(cmd, limit)
     }
 }
@@ -93,12 +97,16 @@ fn run(mut cmd: Command, limit: Duration) -> Ran {
             break Some(status);
         }
         if started.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
             break None;
         }
         std::thread::sleep(Duration::from_millis(50));
     };
+    // Whatever is left of the group (all of it after the limit).
+    let _ = Command::new("kill")
+        .args(["-KILL", "--", &format!("-{}", child.id())])
+        .stderr(Stdio::null())
+        .status();
+    let _ = child.wait();
     let stdout = out.join().unwrap_or_default();
     let mut stderr = err.join().unwrap_or_default();
     if status.is_none() {

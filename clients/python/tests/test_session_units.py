@@ -3,6 +3,8 @@
 frames as the connection would, including ones the real gateway never sends
 (a gap), to see the library cope."""
 
+import asyncio
+
 from tether_client import Backoff
 from tether_client._session import Session
 
@@ -93,3 +95,17 @@ async def test_duplicates_are_dropped_and_deltas_trimmed_to_what_is_new():
     got = await take(stream, 5)
     assert [(e.get("seq"), e["payload"].get("offset"), e["payload"].get("text")) for e in got] == [
         (1, None, None), (None, 0, "hello "), (None, 6, "wor"), (None, 9, "ld"), (2, None, "hello world")]
+
+
+async def test_a_stream_asked_for_events_beyond_the_store_is_told_the_history_went_back():
+    store = [durable(i) for i in range(1, 4)]
+    s = created(Stub(store))
+    for ev in store:
+        s._on_live(ev)
+    # A `since` the application kept from before the store was restored.
+    stream = s.events(since=5)
+    first = await asyncio.wait_for(take(stream, 1), 5)
+    assert first == [{"type": "reset", "session_id": "s_1", "reason": "rollback", "after": 3, "upto": 5}]
+    store.append(durable(4))
+    s._on_live(store[3])
+    assert [e["seq"] for e in await take(stream, 1)] == [4], "seq 4 is new, not a duplicate"

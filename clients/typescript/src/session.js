@@ -21,15 +21,12 @@
 //   `rollback`), and the new events are taken in as new, never dropped as
 //   duplicates of the lost ones.
 
-import { ConnectionLostError, ResetError, RpcError, codes } from "./errors.js";
+import { ConnectionLostError, RpcError, codes } from "./errors.js";
 import { EventStream } from "./stream.js";
-import { Turn, TurnRecord } from "./turn.js";
+import { Turn, TurnRecords } from "./turn.js";
 
 // Pages of `session.events.since` when filling a gap or a resync.
 const FILL_PAGE = 1000;
-// Completed turns remembered, so that a `submit` whose answer comes after
-// its turn's events still finds them.
-const DONE_TURNS = 64;
 // The first retry of a resume the gateway refused for a passing reason
 // (4009 too many peers, storage unavailable, ...), doubling to the backoff cap.
 const ATTACH_RETRY_MS = 500;
@@ -55,7 +52,7 @@ export class Session {
     this.failure = null;
     this.shutDown = false;
     this.streams = new Set();
-    this.turns = new Map();
+    this.turns = new TurnRecords();
     this.submitting = 0;
     this.waiters = [];
     this.retryMs = ATTACH_RETRY_MS;
@@ -83,7 +80,7 @@ export class Session {
     } finally {
       this.submitting -= 1;
     }
-    const rec = this._record(r.turn_id, r.trace_id);
+    const rec = this.turns.get(r.turn_id, r.trace_id);
     rec.keep = true;
     return new Turn(this, rec, r);
   }
@@ -236,10 +233,7 @@ export class Session {
     this.holding = false;
     this.held = [];
     this.todos = null;
-    for (const rec of this.turns.values()) {
-      rec.reset(epoch);
-    }
-    this.turns.clear();
+    this.turns.reset(epoch);
     const marker = { type: "reset", session_id: this.id, reason: "epoch", epoch, previous_epoch: previous };
     for (const s of this.streams) {
       s._reset(marker);
@@ -254,16 +248,7 @@ export class Session {
     // Whatever closed it was lost too, or the resume would have said 4002.
     this.closed = false;
     this.readToEnd = false;
-    // A turn not ended whose events were all lost will never be heard of
-    // again; one with an event still in the store is ended by the gateway
-    // (its restart ends every turn it finds running).
-    const err = new ResetError(this.gw.epoch, "rollback");
-    for (const [id, rec] of this.turns) {
-      if (!rec.complete && !(rec.firstSeq !== null && rec.firstSeq <= latest)) {
-        rec.fail(err);
-        this.turns.delete(id);
-      }
-    }
+    this.turns.rolledBack(this.gw.epoch, latest);
     const marker = { type: "reset", session_id: this.id, reason: "rollback", after: latest, upto: seen };
     for (const s of this.streams) {
       s._rolledBack(marker, latest);
@@ -279,9 +264,7 @@ export class Session {
     if (failed) {
       this.failure = err;
     }
-    for (const rec of this.turns.values()) {
-      rec.fail(err);
-    }
+    this.turns.failAll(err);
     for (const s of [...this.streams]) {
       if (failed) {
         s._wake();
@@ -295,9 +278,7 @@ export class Session {
   _fail(err) {
     this.failure = err;
     this.wanted = false;
-    for (const rec of this.turns.values()) {
-      rec.fail(err);
-    }
+    this.turns.failAll(err);
     this._wake();
   }
 
@@ -485,24 +466,16 @@ export class Session {
     let rec = null;
     let out = ev;
     if (typeof ev.turn_id === "string") {
-      rec = this._record(ev.turn_id, ev.trace_id);
-      if (ev.type === "message.delta" || ev.type === "reasoning.delta") {
-        const text = ev.type === "message.delta" ? rec.text : rec.reasoning;
-        const piece = rec.complete ? null : text.delta(p.offset, p.text);
-        if (!piece) {
-          return;
-        }
-        out = Object.assign({}, ev, { payload: Object.assign({}, p, piece) });
-      } else if (ev.type === "message.complete") {
-        // Text that never arrived as deltas (dropped, or sent while we were
-        // away) goes out as one last delta, so deltas add up to the text.
-        const piece = rec.complete ? null : rec.text.rest(p.text);
-        if (piece) {
-          // Taken in before the complete itself, whose seq the watermark
-          // already holds.
-          this._fanout(rec.syntheticDelta(this.id, piece.offset, piece.text), rec, ev.seq - 1);
-        }
+      rec = this.turns.get(ev.turn_id, ev.trace_id);
+      const { out: fresh, missing } = rec.take(ev, this.id);
+      if (!fresh) {
+        return;
       }
+      if (missing) {
+        // Before the complete itself, whose seq the watermark already holds.
+        this._fanout(missing, rec, ev.seq - 1);
+      }
+      out = fresh;
     }
     switch (ev.type) {
       case "todo.updated":
@@ -520,7 +493,7 @@ export class Session {
     this._fanout(out, rec);
     if (rec && ev.type === "message.complete") {
       rec.done(p);
-      this._forget();
+      this.turns.forget();
     }
   }
 
@@ -539,10 +512,10 @@ export class Session {
     if (!active || typeof active.turn_id !== "string") {
       return;
     }
-    const rec = this._record(active.turn_id, active.trace_id);
-    const piece = rec.complete ? null : rec.text.rest(active.text);
-    if (piece) {
-      this._fanout(rec.syntheticDelta(this.id, piece.offset, piece.text), rec);
+    const rec = this.turns.get(active.turn_id, active.trace_id);
+    const missing = rec.rest(this.id, active.text);
+    if (missing) {
+      this._fanout(missing, rec);
     }
   }
 
@@ -553,38 +526,6 @@ export class Session {
     // An older snapshot than the one held (PROTOCOL 1.10) is stale.
     if (!this.todos || todos.revision > this.todos.revision) {
       this.todos = { items: todos.items || [], revision: todos.revision };
-    }
-  }
-
-  _record(turnId, traceId) {
-    let rec = this.turns.get(turnId);
-    if (!rec) {
-      rec = new TurnRecord(turnId);
-      this.turns.set(turnId, rec);
-    }
-    if (!rec.traceId && typeof traceId === "string") {
-      rec.traceId = traceId;
-    }
-    return rec;
-  }
-
-  // Drops the oldest completed turns beyond DONE_TURNS (a Turn object
-  // keeps its own record alive).
-  _forget() {
-    let done = 0;
-    for (const rec of this.turns.values()) {
-      if (rec.complete) {
-        done += 1;
-      }
-    }
-    for (const [id, rec] of this.turns) {
-      if (done <= DONE_TURNS) {
-        break;
-      }
-      if (rec.complete) {
-        this.turns.delete(id);
-        done -= 1;
-      }
     }
   }
 }

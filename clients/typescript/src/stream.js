@@ -24,6 +24,9 @@ export class EventStream {
     this.finished = false;
     // A `session.closed` was yielded: nothing can follow it.
     this.ended = false;
+    // The session's watermark when a cursor beyond it was last checked
+    // against the store.
+    this.checkedAt = -1;
     session._addStream(this);
   }
 
@@ -54,7 +57,9 @@ export class EventStream {
       if (this.front.length > 0) {
         const item = this.front.shift();
         if (item.marker) {
-          this.cursor = Math.max(this.cursor, item.marker.upto);
+          if (item.marker.reason === "truncated") {
+            this.cursor = Math.max(this.cursor, item.marker.upto);
+          }
           return { value: item.marker, done: false };
         }
         if (item.ev.seq > this.cursor) {
@@ -85,6 +90,13 @@ export class EventStream {
       const s = this.session;
       if (s.failure) {
         throw s.failure;
+      }
+      if (s.known && this.cursor > s.watermark && this.checkedAt !== s.watermark) {
+        // Beyond all the session has: asked for with a `since` kept from
+        // before the store went back (a restore). The store says.
+        this.checkedAt = s.watermark;
+        await this._fill(Infinity);
+        continue;
       }
       if (this.cursor < s.watermark) {
         await this._fill(s.watermark);
@@ -134,6 +146,13 @@ export class EventStream {
     }, Infinity);
     if (this.finished || this.cursor !== from) {
       return false;
+    }
+    if (typeof r.latest_seq === "number" && r.latest_seq < from) {
+      // The session's history went back below this cursor: what was
+      // yielded after `latest_seq` is gone, and new events reuse the seqs.
+      this.cursor = r.latest_seq;
+      this.front.push({ marker: { type: "reset", session_id: s.id, reason: "rollback", after: r.latest_seq, upto: from } });
+      return true;
     }
     const events = r.events.filter((ev) => ev.seq > from && ev.seq <= upto);
     const first = events.length > 0 ? events[0].seq : upto + 1;

@@ -10,6 +10,81 @@
 import { ResetError } from "./errors.js";
 import { TurnText } from "./text.js";
 
+// Completed turns remembered, so that a `submit` whose answer comes after
+// its turn's events still finds them.
+const DONE_TURNS = 64;
+
+// A session's turn records, by turn id.
+export class TurnRecords {
+  constructor() {
+    this.byId = new Map();
+  }
+
+  values() {
+    return this.byId.values();
+  }
+
+  // The record of `turnId`, made when first seen.
+  get(turnId, traceId) {
+    let rec = this.byId.get(turnId);
+    if (!rec) {
+      rec = new TurnRecord(turnId);
+      this.byId.set(turnId, rec);
+    }
+    if (!rec.traceId && typeof traceId === "string") {
+      rec.traceId = traceId;
+    }
+    return rec;
+  }
+
+  // Drops the oldest completed turns beyond DONE_TURNS (a Turn object
+  // keeps its own record alive).
+  forget() {
+    let done = 0;
+    for (const rec of this.byId.values()) {
+      if (rec.complete) {
+        done += 1;
+      }
+    }
+    for (const [id, rec] of this.byId) {
+      if (done <= DONE_TURNS) {
+        break;
+      }
+      if (rec.complete) {
+        this.byId.delete(id);
+        done -= 1;
+      }
+    }
+  }
+
+  // Every turn not ended fails with `err`.
+  failAll(err) {
+    for (const rec of this.byId.values()) {
+      rec.fail(err);
+    }
+  }
+
+  // Another store: no turn of this one can be reported on.
+  reset(epoch) {
+    this.failAll(new ResetError(epoch, "epoch"));
+    this.byId.clear();
+  }
+
+  // The session's history went back to `latest`: a turn not ended whose
+  // events were all lost will never be heard of again; one with an event
+  // still in the store is ended by the gateway (its restart ends every
+  // turn it finds running).
+  rolledBack(epoch, latest) {
+    const err = new ResetError(epoch, "rollback");
+    for (const [id, rec] of this.byId) {
+      if (!rec.complete && !(rec.firstSeq !== null && rec.firstSeq <= latest)) {
+        rec.fail(err);
+        this.byId.delete(id);
+      }
+    }
+  }
+}
+
 export class TurnRecord {
   constructor(turnId) {
     this.turnId = turnId;
@@ -57,10 +132,6 @@ export class TurnRecord {
     }
   }
 
-  reset(epoch) {
-    this.fail(new ResetError(epoch, "epoch"));
-  }
-
   wake() {
     for (const w of [...this.wakers]) {
       w();
@@ -75,6 +146,30 @@ export class TurnRecord {
       };
       this.wakers.add(w);
     });
+  }
+
+  // What of `ev` (an event of this turn) is new: `out` the event to pass
+  // on (a delta trimmed to the bytes not held yet; null: nothing new), and
+  // for a message.complete `missing`, its text that never came as deltas
+  // (dropped, or sent while we were away), as one last delta, so that the
+  // deltas add up to the text.
+  take(ev, sessionId) {
+    const p = ev.payload || {};
+    if (ev.type === "message.delta" || ev.type === "reasoning.delta") {
+      const text = ev.type === "message.delta" ? this.text : this.reasoning;
+      const piece = this.complete ? null : text.delta(p.offset, p.text);
+      return { out: piece && Object.assign({}, ev, { payload: Object.assign({}, p, piece) }), missing: null };
+    }
+    if (ev.type === "message.complete") {
+      return { out: ev, missing: this.rest(sessionId, p.text) };
+    }
+    return { out: ev, missing: null };
+  }
+
+  // The part of the turn's whole `text` not held yet, as a delta (or null).
+  rest(sessionId, text) {
+    const piece = this.complete ? null : this.text.rest(text);
+    return piece && this.syntheticDelta(sessionId, piece.offset, piece.text);
   }
 
   syntheticDelta(sessionId, offset, text) {

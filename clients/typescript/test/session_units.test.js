@@ -101,3 +101,23 @@ test("duplicates are dropped and deltas are trimmed to what is new", async () =>
     [2, null, "hello world"],
   ]);
 });
+
+test("a stream asked for events beyond the store's latest is told the history went back, then gets the new ones", async () => {
+  const store = [1, 2, 3].map((s) => durable(s));
+  const gw = stub(store);
+  const s = new Session(gw, "s_1");
+  s._created({ session: { session_id: "s_1" } }, 1, []);
+  for (const ev of store) {
+    s._onLive(ev);
+  }
+  // A `since` the application kept from before the store was restored.
+  const stream = s.events({ since: 5 });
+  const first = await Promise.race([
+    take(stream, 1),
+    new Promise((_, reject) => setTimeout(() => reject(new Error("the stream waited in silence")), 5000)),
+  ]);
+  assert.deepEqual(first, [{ type: "reset", session_id: "s_1", reason: "rollback", after: 3, upto: 5 }]);
+  store.push(durable(4));
+  s._onLive(store[3]);
+  assert.deepEqual((await take(stream, 1)).map((e) => e.seq), [4], "seq 4 is new, not a duplicate");
+});

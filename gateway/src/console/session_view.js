@@ -114,6 +114,12 @@ export class SessionView {
       this.watermark = 0;
       this.todosRevision = -1;
       this.dom.todos.hidden = true;
+    } else if (ev.reason === "rollback") {
+      // The store went back (a restore): what is drawn after `after` is no
+      // longer its history, and new events with those seqs follow.
+      this.transcript.note("The gateway's store went back to event " + ev.after + ": events " + (ev.after + 1) +
+        "–" + ev.upto + " above are gone; what follows is new.", "warn");
+      this.watermark = ev.after;
     } else {
       this.transcript.note("Events " + (ev.after + 1) + "–" + ev.upto + " are no longer stored.", "warn");
       this.watermark = ev.upto;

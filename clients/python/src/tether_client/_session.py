@@ -26,9 +26,9 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from ._errors import Code, ConnectionLost, ResetError, RpcError
+from ._errors import Code, ConnectionLost, RpcError
 from ._stream import EventStream
-from ._turn import Turn, TurnRecord
+from ._turn import Turn, TurnRecord, TurnRecords
 from ._wakeup import Wakeup
 
 if TYPE_CHECKING:
@@ -37,9 +37,6 @@ if TYPE_CHECKING:
 Event = dict[str, Any]
 
 FILL_PAGE = 1000
-# Completed turns remembered, so that a submit whose answer comes after its
-# turn's events still finds them.
-DONE_TURNS = 64
 # First retry of a resume refused for a passing reason, doubling to the cap.
 ATTACH_RETRY_S = 0.5
 
@@ -70,7 +67,7 @@ class Session:
         self._failure: BaseException | None = None
         self._shut_down = False
         self._streams: set[EventStream] = set()
-        self._turns: dict[str, TurnRecord] = {}
+        self._turns = TurnRecords()
         self._submitting = 0
         self._changed = Wakeup()
         self._retry_s = ATTACH_RETRY_S
@@ -94,7 +91,7 @@ class Session:
             r = await self._gw.call("prompt.submit", {"session_id": self.id, "text": text})
         finally:
             self._submitting -= 1
-        rec = self._record(r["turn_id"], r.get("trace_id"))
+        rec = self._turns.get(r["turn_id"], r.get("trace_id"))
         rec.keep = True
         return Turn(self, rec, r)
 
@@ -220,9 +217,7 @@ class Session:
         self._holding = False
         self._held = []
         self.todos = None
-        for rec in self._turns.values():
-            rec.reset(epoch)
-        self._turns.clear()
+        self._turns.reset(epoch)
         marker = {"type": "reset", "session_id": self.id, "reason": "epoch", "epoch": epoch, "previous_epoch": previous}
         for s in self._streams:
             s._reset(marker)
@@ -235,14 +230,7 @@ class Session:
         # Whatever closed it was lost too, or the resume would have said 4002.
         self._closed = False
         self._read_to_end = False
-        # A turn not ended whose events were all lost will never be heard of
-        # again; one with an event still in the store is ended by the
-        # gateway (its restart ends every turn it finds running).
-        err = ResetError(self._gw.epoch or "", "rollback")
-        for tid, rec in list(self._turns.items()):
-            if rec.complete is None and (rec.first_seq is None or rec.first_seq > latest):
-                rec.fail(err)
-                del self._turns[tid]
+        self._turns.rolled_back(self._gw.epoch or "", latest)
         marker = {"type": "reset", "session_id": self.id, "reason": "rollback", "after": latest, "upto": seen}
         for s in self._streams:
             s._rolled_back(marker, latest)
@@ -257,8 +245,7 @@ class Session:
             self._retry.cancel()
         if failed:
             self._failure = err
-        for rec in self._turns.values():
-            rec.fail(err)
+        self._turns.fail_all(err)
         for s in list(self._streams):
             if failed:
                 s._wake()
@@ -269,8 +256,7 @@ class Session:
     def _fail(self, err: BaseException) -> None:
         self._failure = err
         self._wanted = False
-        for rec in self._turns.values():
-            rec.fail(err)
+        self._turns.fail_all(err)
         self._wake()
 
     def _on_live(self, ev: Event) -> None:
@@ -429,20 +415,14 @@ class Session:
         kind = ev.get("type")
         turn_id = ev.get("turn_id")
         if isinstance(turn_id, str):
-            rec = self._record(turn_id, ev.get("trace_id"))
-            if kind in ("message.delta", "reasoning.delta"):
-                text = rec.text if kind == "message.delta" else rec.reasoning
-                piece = None if rec.complete is not None else text.delta(p.get("offset"), p.get("text"))
-                if piece is None:
-                    return
-                out = dict(ev, payload=dict(p, text=piece.text, offset=piece.offset))
-            elif kind == "message.complete":
-                # Text that never arrived as deltas (dropped, or sent while we
-                # were away) goes out as one last delta, before the complete
-                # itself, whose seq the watermark already holds.
-                piece = None if rec.complete is not None else rec.text.rest(p.get("text"))
-                if piece is not None:
-                    self._fanout(rec.synthetic_delta(self.id, piece.offset, piece.text), rec, ev["seq"] - 1)
+            rec = self._turns.get(turn_id, ev.get("trace_id"))
+            fresh, missing = rec.take(ev, self.id)
+            if fresh is None:
+                return
+            if missing is not None:
+                # Before the complete itself, whose seq the watermark already holds.
+                self._fanout(missing, rec, ev["seq"] - 1)
+            out = fresh
         if kind == "todo.updated":
             self._set_todos(p)
         elif kind == "session.info":
@@ -453,7 +433,7 @@ class Session:
         self._fanout(out, rec, self.watermark)
         if rec is not None and kind == "message.complete":
             rec.done(p)
-            self._forget()
+            self._turns.forget()
 
     def _fanout(self, ev: Event, rec: TurnRecord | None, mark: int) -> None:
         """`mark`: the durable seq this event comes after."""
@@ -466,10 +446,10 @@ class Session:
         """A resume's running turn: its text so far, as the part we lack."""
         if not isinstance(active, dict) or not isinstance(active.get("turn_id"), str):
             return
-        rec = self._record(active["turn_id"], active.get("trace_id"))
-        piece = None if rec.complete is not None else rec.text.rest(active.get("text"))
-        if piece is not None:
-            self._fanout(rec.synthetic_delta(self.id, piece.offset, piece.text), rec, self.watermark)
+        rec = self._turns.get(active["turn_id"], active.get("trace_id"))
+        missing = rec.rest(self.id, active.get("text"))
+        if missing is not None:
+            self._fanout(missing, rec, self.watermark)
 
     def _set_todos(self, todos: dict[str, Any]) -> None:
         revision = todos.get("revision")
@@ -478,19 +458,3 @@ class Session:
         # An older snapshot than the one held (PROTOCOL 1.10) is stale.
         if self.todos is None or revision > self.todos["revision"]:
             self.todos = {"items": todos.get("items") or [], "revision": revision}
-
-    def _record(self, turn_id: str, trace_id: Any) -> TurnRecord:
-        rec = self._turns.get(turn_id)
-        if rec is None:
-            rec = TurnRecord(turn_id)
-            self._turns[turn_id] = rec
-        if rec.trace_id is None and isinstance(trace_id, str):
-            rec.trace_id = trace_id
-        return rec
-
-    def _forget(self) -> None:
-        """Drops the oldest completed turns beyond DONE_TURNS (a Turn keeps
-        its own record alive)."""
-        done = [tid for tid, rec in self._turns.items() if rec.complete is not None]
-        for tid in done[: max(0, len(done) - DONE_TURNS)]:
-            del self._turns[tid]

@@ -43,6 +43,9 @@ class EventStream:
         self._wakeup: asyncio.Future[None] | None = None
         self._finished = False
         self._ended = False
+        # The session's watermark when a cursor beyond it was last checked
+        # against the store.
+        self._checked_at = -1
         session._add_stream(self)
 
     def __aiter__(self) -> EventStream:
@@ -71,7 +74,8 @@ class EventStream:
             if self._front:
                 kind, item, _ = self._front.popleft()
                 if kind == "marker":
-                    self.cursor = max(self.cursor, item["upto"])
+                    if item["reason"] == "truncated":
+                        self.cursor = max(self.cursor, item["upto"])
                     return item
                 if item["seq"] > self.cursor:
                     return self._yield(item)
@@ -94,6 +98,12 @@ class EventStream:
             s = self._session
             if s._failure is not None:
                 raise s._failure
+            if s._known and self.cursor > s.watermark and self._checked_at != s.watermark:
+                # Beyond all the session has: asked for with a `since` kept
+                # from before the store went back (a restore). The store says.
+                self._checked_at = s.watermark
+                await self._fill(math.inf)
+                continue
             if self.cursor < s.watermark:
                 await self._fill(s.watermark)
                 continue
@@ -125,6 +135,14 @@ class EventStream:
         )
         if self._finished or self.cursor != start:
             return False
+        latest = r.get("latest_seq")
+        if isinstance(latest, int) and latest < start:
+            # The session's history went back below this cursor: what was
+            # yielded after `latest_seq` is gone, and new events reuse the seqs.
+            self.cursor = latest
+            marker = {"type": "reset", "session_id": s.id, "reason": "rollback", "after": latest, "upto": start}
+            self._front.append(("marker", marker, 0))
+            return True
         events = [ev for ev in r["events"] if start < ev["seq"] <= upto]
         first = events[0]["seq"] if events else upto + 1
         if math.isfinite(first) and first > start + 1:

@@ -21,6 +21,10 @@ if TYPE_CHECKING:
 
 Event = dict[str, Any]
 
+# Completed turns remembered, so that a submit whose answer comes after its
+# turn's events still finds them.
+DONE_TURNS = 64
+
 
 class TurnRecord:
     def __init__(self, turn_id: str) -> None:
@@ -62,9 +66,6 @@ class TurnRecord:
                 self._result.exception()
             self._wake()
 
-    def reset(self, epoch: str) -> None:
-        self.fail(ResetError(epoch, "epoch"))
-
     async def result(self) -> dict[str, Any]:
         return await asyncio.shield(self._result)
 
@@ -73,6 +74,29 @@ class TurnRecord:
 
     def _wake(self) -> None:
         self._changed.wake()
+
+    def take(self, ev: Event, session_id: str) -> tuple[Event | None, Event | None]:
+        """What of `ev` (an event of this turn) is new: the event to pass
+        on (a delta trimmed to the bytes not held yet; None: nothing new),
+        and for a message.complete its text that never came as deltas
+        (dropped, or sent while we were away), as one last delta, so that
+        the deltas add up to the text."""
+        p = ev.get("payload") or {}
+        kind = ev.get("type")
+        if kind in ("message.delta", "reasoning.delta"):
+            text = self.text if kind == "message.delta" else self.reasoning
+            piece = None if self.complete is not None else text.delta(p.get("offset"), p.get("text"))
+            if piece is None:
+                return None, None
+            return dict(ev, payload=dict(p, text=piece.text, offset=piece.offset)), None
+        if kind == "message.complete":
+            return ev, self.rest(session_id, p.get("text"))
+        return ev, None
+
+    def rest(self, session_id: str, text: Any) -> Event | None:
+        """The part of the turn's whole `text` not held yet, as a delta."""
+        piece = None if self.complete is not None else self.text.rest(text)
+        return None if piece is None else self.synthetic_delta(session_id, piece.offset, piece.text)
 
     def synthetic_delta(self, session_id: str, offset: int, text: str) -> Event:
         ev: Event = {
@@ -85,6 +109,54 @@ class TurnRecord:
         if self.trace_id:
             ev["trace_id"] = self.trace_id
         return ev
+
+
+class TurnRecords:
+    """A session's turn records, by turn id."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[str, TurnRecord] = {}
+
+    def values(self) -> list[TurnRecord]:
+        return list(self._by_id.values())
+
+    def get(self, turn_id: str, trace_id: Any) -> TurnRecord:
+        """The record of `turn_id`, made when first seen."""
+        rec = self._by_id.get(turn_id)
+        if rec is None:
+            rec = TurnRecord(turn_id)
+            self._by_id[turn_id] = rec
+        if rec.trace_id is None and isinstance(trace_id, str):
+            rec.trace_id = trace_id
+        return rec
+
+    def forget(self) -> None:
+        """Drops the oldest completed turns beyond DONE_TURNS (a Turn keeps
+        its own record alive)."""
+        done = [tid for tid, rec in self._by_id.items() if rec.complete is not None]
+        for tid in done[: max(0, len(done) - DONE_TURNS)]:
+            del self._by_id[tid]
+
+    def fail_all(self, err: BaseException) -> None:
+        """Every turn not ended fails with `err`."""
+        for rec in self._by_id.values():
+            rec.fail(err)
+
+    def reset(self, epoch: str) -> None:
+        """Another store: no turn of this one can be reported on."""
+        self.fail_all(ResetError(epoch, "epoch"))
+        self._by_id.clear()
+
+    def rolled_back(self, epoch: str, latest: int) -> None:
+        """The session's history went back to `latest`: a turn not ended
+        whose events were all lost will never be heard of again; one with an
+        event still in the store is ended by the gateway (its restart ends
+        every turn it finds running)."""
+        err = ResetError(epoch, "rollback")
+        for tid, rec in list(self._by_id.items()):
+            if rec.complete is None and (rec.first_seq is None or rec.first_seq > latest):
+                rec.fail(err)
+                del self._by_id[tid]
 
 
 class Turn:
