@@ -27,6 +27,10 @@ use crate::transcript;
 
 /// Events read per store read; more are read at once after a full page.
 const READ_PAGE: u32 = 512;
+/// How soon a takeover whose claim succeeded but whose reads then failed
+/// is tried again (the registry's poll no longer does: it sees this node
+/// as the owner).
+const PROMOTE_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What a follower keeps.
 #[derive(Debug)]
@@ -40,6 +44,10 @@ pub(crate) struct Following {
     again: bool,
     /// A claim is in flight.
     promoting: bool,
+    /// An earlier takeover's claim succeeded (from this dead node, if
+    /// any) but what had to follow it failed: the session is this node's
+    /// in the store, so the next attempt only finishes the takeover.
+    claimed: Option<Option<NodeId>>,
 }
 
 impl Following {
@@ -54,6 +62,7 @@ impl Following {
             reading: false,
             again: false,
             promoting: false,
+            claimed: None,
         }
     }
 }
@@ -74,7 +83,12 @@ pub enum Promoted {
     Owner(Box<Promotion>),
     /// Another live node got it first: follow that one.
     Follow(NodeId),
-    Failed(StoreError),
+    /// `claimed` is `Some` when the claim itself succeeded (from that dead
+    /// node, if any) and only what followed it failed.
+    Failed {
+        error: StoreError,
+        claimed: Option<Option<NodeId>>,
+    },
 }
 
 impl SessionState {
@@ -280,11 +294,14 @@ impl SessionState {
 
     /// The registry's poll found the owner dead or gone: a follower with
     /// peers claims the session; one without stops (nothing to relay to).
+    /// Also the retry of a takeover whose claim succeeded: that one is
+    /// finished whether or not anyone follows here, since the session is
+    /// this node's now and its dead owner's turns must end.
     pub(super) fn owner_gone(&mut self, myself: &ActorRef<SessionMsg>) {
         let Some(f) = self.following.as_mut() else {
             return;
         };
-        if self.peers.is_empty() {
+        if self.peers.is_empty() && f.claimed.is_none() {
             debug!(session_id = %self.id, "owner gone and nobody here follows; stopping");
             myself.stop(Some("followed owner gone".into()));
             return;
@@ -302,13 +319,33 @@ impl SessionState {
         let profile = self.profile.clone();
         let after = self.commit.committed_seq();
         let wait = self.ctx.config.call_timeout;
+        let claimed = f.claimed.clone();
         let me = myself.clone();
         tokio::spawn(async move {
+            let lost_from = match claimed {
+                Some(lost_from) => lost_from,
+                None => match crate::node::claim(&cluster, &id).await {
+                    Ok(Claimed::Owner { lost_from }) => lost_from,
+                    Ok(Claimed::Follower { owner }) => {
+                        let _ = me.cast(SessionMsg::Promoted {
+                            promoted: Promoted::Follow(owner),
+                        });
+                        return;
+                    }
+                    Err(error) => {
+                        let promoted = Promoted::Failed {
+                            error,
+                            claimed: None,
+                        };
+                        let _ = me.cast(SessionMsg::Promoted { promoted });
+                        return;
+                    }
+                },
+            };
+            // From here on the session is this node's in the store: a
+            // failure must not leave it a follower of itself.
+            let claimed = Some(lost_from.clone());
             let promoted = async {
-                let lost_from = match crate::node::claim(&cluster, &id).await? {
-                    Claimed::Follower { owner } => return Ok(Promoted::Follow(owner)),
-                    Claimed::Owner { lost_from } => lost_from,
-                };
                 let writer = writer
                     .ok_or_else(|| StoreError::Unavailable("store writer is restarting".into()))?;
                 let barrier = match writer
@@ -341,7 +378,7 @@ impl SessionState {
                 })))
             }
             .await;
-            let promoted = promoted.unwrap_or_else(Promoted::Failed);
+            let promoted = promoted.unwrap_or_else(|error| Promoted::Failed { error, claimed });
             let _ = me.cast(SessionMsg::Promoted { promoted });
         });
     }
@@ -358,9 +395,25 @@ impl SessionState {
                 f.owner = Some(owner);
                 return;
             }
-            Promoted::Failed(e) => {
+            Promoted::Failed {
+                error,
+                claimed: None,
+            } => {
                 // The next poll tries again.
-                warn!(session_id = %self.id, error = %e, "could not take over a followed session");
+                warn!(session_id = %self.id, error = %error, "could not take over a followed session");
+                return;
+            }
+            Promoted::Failed {
+                error,
+                claimed: Some(lost_from),
+            } => {
+                // Claimed, so the registry's poll sees this node as the
+                // owner and will not ask again: left alone, the session
+                // would stay a follower of itself, nobody would end the
+                // dead owner's turn, and its peers would wait forever.
+                warn!(session_id = %self.id, error = %error, "took over a followed session but could not read it; retrying");
+                f.claimed = Some(lost_from);
+                myself.send_after(PROMOTE_RETRY, || SessionMsg::OwnerGone);
                 return;
             }
         };
