@@ -28,7 +28,6 @@ const PING_TIMEOUT_MS = 10000;
 
 const LIST_PAGE = 100;
 
-
 export function connect(url, options = {}) {
   const gw = new Gateway(url, options);
   gw._start();
@@ -249,8 +248,9 @@ export class Gateway {
     try {
       socket = await openSocket(this.url, { token: this.options.token, impl: this.options.impl });
     } catch (err) {
-      if (err instanceof NoWebSocketError || err instanceof SyntaxError || err instanceof TypeError) {
-        // Nothing to connect with, or a URL the runtime refuses: trying
+      if (err instanceof NoWebSocketError || err instanceof TypeError || (err && err.name === "SyntaxError")) {
+        // Nothing to connect with, or a URL the runtime refuses (ws throws
+        // SyntaxError, a browser a DOMException of that name): trying
         // again cannot help.
         this._shutdown(err instanceof TetherError ? err : new TetherError("tether-client: cannot open " +
           this.url + ": " + err.message, { cause: err }), true);
@@ -292,14 +292,9 @@ export class Gateway {
   }
 
   _onText(text) {
-    let frame;
+    let decoded;
     try {
-      const decoded = decodeFrame(text);
-      frame = decoded.value;
-      if (decoded.cut) {
-        this.emitter.emit("error", new TetherError("tether-client: a frame from the gateway nested deeper than " +
-          MAX_DEPTH + " levels; what was deeper was replaced by " + JSON.stringify(TOO_DEEP) + ": " + text.slice(0, 200)));
-      }
+      decoded = decodeFrame(text);
     } catch (err) {
       // A frame we cannot read may be the answer someone waits for: rather
       // than wait forever, start over on a new connection (reads are asked
@@ -311,6 +306,11 @@ export class Gateway {
         this.socket.abandon("a frame that is not JSON");
       }
       return;
+    }
+    const frame = decoded.value;
+    if (decoded.cut) {
+      this.emitter.emit("error", new TetherError("tether-client: a frame from the gateway nested deeper than " +
+        MAX_DEPTH + " levels; what was deeper was replaced by " + JSON.stringify(TOO_DEEP) + ": " + text.slice(0, 200)));
     }
     for (const f of Array.isArray(frame) ? frame : [frame]) {
       if (f && f.method === "event" && f.params) {

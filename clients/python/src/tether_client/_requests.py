@@ -132,7 +132,7 @@ class Requests:
 
     def answered(self, f: dict[str, Any]) -> bool:
         """An answer (`f["id"]` of a pending call); whether it was one."""
-        call = self.pending.pop(f["id"], None) if isinstance(f.get("id"), int) else None
+        call = self.pending.pop(f["id"], None) if type(f.get("id")) is int else None
         if call is None:
             return False
         if "error" in f:
