@@ -301,8 +301,9 @@ impl ServeArgs {
     }
 
     /// The store: `--database-url`, else `DATA_DIR/tether.db`, with its
-    /// durability and connect timeout. A URL that names no store tether
-    /// knows is a usage error (its password masked).
+    /// durability and connect timeout, recording in DATA_DIR what it
+    /// served (a store found older later gets a new epoch). A URL that
+    /// names no store tether knows is a usage error (its password masked).
     pub fn backend(&self) -> anyhow::Result<tether_store::Backend> {
         let backend = match &self.database_url {
             None => tether_store::Backend::sqlite(self.data_dir.join("tether.db")),
@@ -310,7 +311,8 @@ impl ServeArgs {
         };
         Ok(backend
             .with_synchronous(self.synchronous)
-            .with_connect_timeout(Duration::from_secs(self.database_connect_timeout_s)))
+            .with_connect_timeout(Duration::from_secs(self.database_connect_timeout_s))
+            .with_served_in(&self.data_dir))
     }
 }
 

@@ -1131,7 +1131,7 @@ async fn a_watermark_of_u64_max_is_an_empty_replay_and_the_session_survives() {
 }
 
 #[tokio::test]
-async fn nul_characters_round_trip_and_lone_surrogates_are_refused_by_field() {
+async fn nul_characters_and_lone_surrogates_are_refused_by_field() {
     let mut fx = Fixture::start(UNLIMITED).await;
     // Lone surrogates cannot be UTF-8: the field that holds one is invalid.
     let cases = [
@@ -1180,13 +1180,32 @@ async fn nul_characters_round_trip_and_lone_surrogates_are_refused_by_field() {
     assert_eq!(f["id"], 10);
     fx.intact("lone surrogates").await;
 
-    // NUL and a surrogate pair are ordinary characters: stored and echoed.
+    // NUL is refused in any string, the same on every store (PROTOCOL
+    // Part 4, "NUL in strings"); a surrogate pair is an ordinary
+    // character: stored and echoed.
     let mut d = fx.gw.client().await;
-    let title = "a\u{0}b 😀";
+    let e = d.err("session.create", json!({"title": "a\u{0}b"})).await;
+    assert_eq!(
+        (e["code"].as_i64(), &e["data"]["field"]),
+        (Some(-32602), &json!("title")),
+        "{e}"
+    );
+    let title = "ab 😀";
     let r = d.ok("session.create", json!({"title": title})).await;
     assert_eq!(r["session"]["title"], title);
     let id = r["session"]["session_id"].as_str().unwrap().to_string();
-    let prompt = "x\u{0}y \u{0} 😀 end";
+    let e = d
+        .err(
+            "prompt.submit",
+            json!({"session_id": id, "text": "x\u{0}y"}),
+        )
+        .await;
+    assert_eq!(
+        (e["code"].as_i64(), &e["data"]["field"]),
+        (Some(-32602), &json!("text")),
+        "{e}"
+    );
+    let prompt = "xy 😀 end";
     let t = d
         .ok("prompt.submit", json!({"session_id": id, "text": prompt}))
         .await;
@@ -1219,7 +1238,7 @@ async fn nul_characters_round_trip_and_lone_surrogates_are_refused_by_field() {
         .iter()
         .any(|s| s["title"] == title));
     fx.before = snapshot(&mut fx.c, &fx.canary).await;
-    fx.intact("NUL characters").await;
+    fx.intact("NUL characters and a surrogate pair").await;
     fx.finish().await;
 }
 

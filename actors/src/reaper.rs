@@ -3,11 +3,16 @@
 //! Sessions tell it when they lose their last peer (`Orphaned`), get one
 //! back (`Adopted`) and, while orphaned, when their work ends (`Settled`).
 //! The reaper owns every timer: the orphan grace, the activity staleness of
-//! a running turn, the idle TTL, and the LRU cap on live sessions. It never
-//! parks anything itself: it asks the Registry, which asks the Session, and
-//! the Session refuses if it has a peer, a running turn or a queued prompt
-//! by then. So the reaper may be wrong about a session (its messages race
-//! with the session's life) without a session ever being parked mid-turn.
+//! a running turn and the idle TTL. It never parks anything itself: it asks
+//! the Registry, which asks the Session, and the Session refuses if it has
+//! a peer, a running turn or a queued prompt by then. So the reaper may be
+//! wrong about a session (its messages race with the session's life)
+//! without a session ever being parked mid-turn.
+//!
+//! The bound on live sessions (`--max-live-sessions`) is the Registry's to
+//! keep, where sessions are brought live (`registry/bound.rs`); the reaper
+//! only tells it when a session becomes an idle orphan while the count is
+//! over the bound, since that session may be the one to park now.
 //!
 //! Every orphaning of a session gets its own number (`orphaning`, counted
 //! by the reaper). A timer names the orphaning it was armed for; one that
@@ -35,7 +40,7 @@ pub enum ParkReason {
     /// Idle longer than the session TTL.
     Ttl,
     /// More sessions live than `max_live_sessions`; this one was the least
-    /// recently active orphan.
+    /// recently active idle orphan (`registry/bound.rs`).
     Lru,
     /// Its running turn reported no activity within the staleness window:
     /// interrupt it, then park.
@@ -133,11 +138,9 @@ impl Actor for Reaper {
                         state.check(&myself, key, orphaning);
                     }
                 }
+                state.nudge_bound();
             }
-            ReaperMsg::LiveCount { live } => {
-                state.live = live;
-                state.enforce_cap();
-            }
+            ReaperMsg::LiveCount { live } => state.live = live,
             ReaperMsg::ParkRefused { key, orphaning } => {
                 if let Some(o) = state.orphans.get_mut(&key) {
                     if o.orphaning == orphaning {
@@ -158,8 +161,6 @@ impl Actor for Reaper {
                     }
                 }
                 state.check(&myself, key, orphaning);
-                // A refused LRU park is retried through the same timer.
-                state.enforce_cap();
             }
         }
         Ok(())
@@ -188,7 +189,7 @@ impl ReaperState {
             },
         );
         self.check(myself, key, orphaning);
-        self.enforce_cap();
+        self.nudge_bound();
     }
 
     /// A timer fired (or a session settled): park, wait on, or interrupt.
@@ -212,24 +213,14 @@ impl ReaperState {
         }
     }
 
-    /// Parks the least recently active idle orphans while more sessions are
-    /// live than the cap. Sessions with peers are never candidates.
-    fn enforce_cap(&mut self) {
-        let cap = self.ctx.config.max_live_sessions;
-        let parking = self.orphans.values().filter(|o| o.parking).count();
-        let excess = self.live.saturating_sub(cap).saturating_sub(parking);
-        if excess == 0 {
+    /// A session became an idle orphan: past the bound, the registry parks
+    /// the least recently active ones (`registry/bound.rs`).
+    fn nudge_bound(&self) {
+        if self.live <= self.ctx.config.max_live_sessions {
             return;
         }
-        let mut idle: Vec<(i64, SessionKey)> = self
-            .orphans
-            .iter()
-            .filter(|(_, o)| !o.parking && !o.gauges.busy())
-            .map(|(k, o)| (o.gauges.last_activity_ms(), k.clone()))
-            .collect();
-        idle.sort_unstable();
-        for (_, key) in idle.into_iter().take(excess) {
-            self.park(key, ParkReason::Lru);
+        if let Ok(registry) = self.ctx.registry() {
+            let _ = registry.cast(RegistryMsg::EnforceBound);
         }
     }
 

@@ -15,7 +15,7 @@
 //! (restart on demand), so a crashed session loses nothing that was
 //! committed.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
@@ -23,6 +23,7 @@ use tether_protocol::{CreateParams, CreateResult, RpcError, SessionId, StatsResu
 use tether_store::{SessionRow, StoreError};
 use tracing::warn;
 
+mod bound;
 mod create;
 mod fleet;
 mod follow;
@@ -128,6 +129,12 @@ pub enum RegistryMsg {
         orphaning: u64,
         reason: ParkReason,
     },
+    /// From the reaper: a session became an idle orphan while more are
+    /// live than `--max-live-sessions`; park past the bound (`bound.rs`).
+    EnforceBound,
+    /// Internal: sessions that refused a park for the bound are
+    /// candidates again.
+    BoundRetry,
     /// Internal: the session `actor` answered a park.
     ParkDone {
         key: SessionKey,
@@ -232,6 +239,13 @@ pub struct RegistryState {
     followers: HashMap<SessionId, SessionKey>,
     /// The listener and the owner poll, while the registry runs.
     _follow: Option<follow::Tasks>,
+    /// Sessions asked to park, until they refuse or leave the map: they no
+    /// longer count as live (`bound.rs`).
+    parking: HashSet<SessionKey>,
+    /// Sessions that refused a park for the bound, sitting out until the
+    /// retry (`bound.rs`).
+    bound_refused: HashSet<SessionKey>,
+    bound_retry_armed: bool,
 }
 
 pub struct Registry;
@@ -267,6 +281,9 @@ impl Actor for Registry {
             peers_by_profile: HashMap::new(),
             followers: HashMap::new(),
             _follow: follow,
+            parking: HashSet::new(),
+            bound_refused: HashSet::new(),
+            bound_retry_armed: false,
         })
     }
 
@@ -340,7 +357,9 @@ impl Actor for Registry {
                 orphaning,
                 actor,
                 parked,
-            } => state.park_done(key, orphaning, actor, parked),
+            } => state.park_done(&myself, key, orphaning, actor, parked),
+            RegistryMsg::EnforceBound => state.enforce_bound(&myself, None),
+            RegistryMsg::BoundRetry => state.bound_retry(&myself),
         }
         Ok(())
     }
@@ -383,12 +402,13 @@ impl Actor for Registry {
 }
 
 impl RegistryState {
+    /// The live sessions, as the bound counts them (`bound.rs`), to the
+    /// gauge and the reaper.
     pub(super) fn report_live_count(&self) {
-        self.ctx.metrics.sessions_live.set(self.live.len() as i64);
+        let live = self.live_counted();
+        self.ctx.metrics.sessions_live.set(live as i64);
         if let Some(reaper) = self.ctx.reaper() {
-            let _ = reaper.cast(ReaperMsg::LiveCount {
-                live: self.live.len(),
-            });
+            let _ = reaper.cast(ReaperMsg::LiveCount { live });
         }
     }
 }

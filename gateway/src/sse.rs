@@ -18,10 +18,15 @@
 //! - **Frames.** Each event is `id: SEQ` (durable events only; transient
 //!   ones carry no `id:` line), `event: TYPE` and `data: PARAMS` (the
 //!   event's `params` object, one line). A resume that answers
-//!   `resync: true` (more missed than `--max-replay-events`) emits the
-//!   comment `: resync` and goes on live: the client rebuilds its view with
-//!   `session.resume` over `POST /rpc`. A `: keep-alive` comment goes out
-//!   every 15 s.
+//!   `resync: true` (more missed than `--max-replay-events`, or a watermark
+//!   above `latest_seq`: lost history) emits a `resync` event instead of
+//!   the replay, an event a browser's `EventSource` receives (a comment it
+//!   would never see): `id: LATEST_SEQ`, so a reconnect goes on from there,
+//!   and `data: {"session_id","epoch","latest_seq","last_seen","reason"}`
+//!   with `reason` `history_lost` or `replay_limit`; then it goes on live.
+//!   The client rebuilds what it must with `session.resume` or
+//!   `session.events.since` over `POST /rpc`. A `: keep-alive` comment
+//!   goes out every 15 s.
 //! - **Batches.** What the peer's outbox has ready is written as one body
 //!   chunk (one `write` on the socket), never one chunk per event; an event
 //!   queued into an empty outbox is a chunk of one, at once.
@@ -116,7 +121,7 @@ pub async fn session_events(
         Ok(reply) => reply,
         Err(refused) => return refused,
     };
-    let first = replay_chunk(&session_id, &reply["result"]);
+    let first = replay_chunk(&session_id, asked.last_seen, &reply["result"]);
     let live = Live {
         rx,
         batch: Vec::new(),
@@ -252,13 +257,26 @@ async fn resume(
     Ok(reply)
 }
 
-/// The stream's first chunk: the resync comment or the replayed events,
+/// The stream's first chunk: the `resync` event or the replayed events,
 /// then the turn's text so far when it joins mid-turn; empty when there
 /// is nothing before the live frames.
-fn replay_chunk(session_id: &str, result: &Value) -> String {
+fn replay_chunk(session_id: &str, last_seen: Option<u64>, result: &Value) -> String {
     let mut first = String::new();
-    if result["resync"] == true {
-        first.push_str(": resync\n\n");
+    if let (true, Some(last_seen)) = (result["resync"] == true, last_seen) {
+        let latest_seq = result["latest_seq"].as_u64().unwrap_or(0);
+        let reason = if last_seen > latest_seq {
+            "history_lost"
+        } else {
+            "replay_limit"
+        };
+        let data = json!({
+            "session_id": session_id,
+            "epoch": result["epoch"],
+            "latest_seq": latest_seq,
+            "last_seen": last_seen,
+            "reason": reason,
+        });
+        write_event(&mut first, "resync", Some(latest_seq), &data.to_string());
     }
     if let Some(events) = result["events"].as_array() {
         for params in events {

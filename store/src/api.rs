@@ -169,6 +169,8 @@ pub struct Opened {
     pub handoffs: Arc<dyn HandoffStore>,
     /// The store's epoch (same as `reader.epoch()`).
     pub epoch: String,
+    /// The events the store held when it was opened (the sum of every session's `latest_seq`).
+    pub held: u64,
 }
 
 impl std::fmt::Debug for Opened {

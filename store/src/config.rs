@@ -41,6 +41,9 @@ pub struct StoreConfig {
     pub busy_timeout: Duration,
     /// Size of the read pool.
     pub read_connections: u32,
+    /// Where to record what this data directory saw the store hold, so that a store found
+    /// older at the next open gets a new epoch (`served.rs`); `None`: not recorded.
+    pub served: Option<PathBuf>,
 }
 
 impl StoreConfig {
@@ -52,6 +55,7 @@ impl StoreConfig {
             synchronous: Synchronous::Full,
             busy_timeout: Duration::from_secs(5),
             read_connections: 4,
+            served: None,
         }
     }
 }
@@ -70,13 +74,22 @@ pub struct PostgresConfig {
     pub statement_timeout: Duration,
     /// How long the writer waits for the server to come back when the answer to a batch was
     /// lost, to tell whether it committed, before it answers 5072 (`postgres/writer/doubt.rs`).
-    /// Meanwhile writes wait; after it they are answered 5072 at once.
+    /// Meanwhile writes wait; after it they are answered 5072 at once. Never past
+    /// [`PostgresConfig::write_wait`].
     pub in_doubt_wait: Duration,
+    /// The longest a batch waits for its answer once the writer takes it up: committed,
+    /// refused, or 5072 when the server did not answer in time (a server that stops answering
+    /// without closing its connections, e.g. stopped or cut off). A batch that may have
+    /// committed meanwhile is settled as `postgres/writer.rs` says.
+    pub write_wait: Duration,
+    /// Where to record what this data directory saw the store hold (see
+    /// [`StoreConfig::served`]).
+    pub served: Option<PathBuf>,
 }
 
 impl PostgresConfig {
     /// The defaults for `url`: 30 s connect timeout, 4 read connections, 10 s statements, 5 s
-    /// for a commit in doubt.
+    /// for a commit in doubt and 5 s for any batch's answer.
     pub fn new(url: impl Into<String>) -> Self {
         PostgresConfig {
             url: url.into(),
@@ -84,6 +97,8 @@ impl PostgresConfig {
             read_connections: 4,
             statement_timeout: Duration::from_secs(10),
             in_doubt_wait: Duration::from_secs(5),
+            write_wait: Duration::from_secs(5),
+            served: None,
         }
     }
 }

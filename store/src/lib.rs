@@ -34,6 +34,7 @@ mod paging;
 mod postgres;
 mod rows;
 mod rules;
+mod served;
 mod sqlite;
 mod writer_command;
 
@@ -50,6 +51,7 @@ pub use model::{EventRow, NewSession, SessionPatch, SessionRow, WriteOp};
 pub use open::{open, Backend, Store, WriterFactory};
 pub use open_error::OpenError;
 pub use postgres::{open_postgres, open_postgres_writer};
+pub use served::SERVED_FILE;
 pub use sqlite::backup::{backup_sqlite, BackupError, BackupReport};
 pub use sqlite::{open_sqlite, open_sqlite_writer};
 /// A database URL as it may be shown: the one masking rule of

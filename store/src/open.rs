@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::postgres::{open_postgres, open_postgres_writer};
+use crate::served::Served;
 use crate::sqlite::{open_sqlite, open_sqlite_writer};
 use crate::{
     mask_url, HandoffStore, LockError, OpenError, Opened, PostgresConfig, StoreConfig, StoreError,
@@ -72,6 +73,18 @@ impl Backend {
     pub fn with_connect_timeout(mut self, timeout: Duration) -> Backend {
         if let Backend::Postgres(cfg) = &mut self {
             cfg.connect_timeout = timeout;
+        }
+        self
+    }
+
+    /// Records what the store held in `dir` (`DATA_DIR/tether.served`), so that a store found
+    /// older than the one this data directory served gets a new epoch when it is opened
+    /// (PROTOCOL.md Part 4, "History that went backwards").
+    pub fn with_served_in(mut self, dir: &Path) -> Backend {
+        let path = Some(dir.join(crate::served::SERVED_FILE));
+        match &mut self {
+            Backend::Sqlite(cfg) => cfg.served = path,
+            Backend::Postgres(cfg) => cfg.served = path,
         }
         self
     }
@@ -139,6 +152,8 @@ pub struct Store {
     /// The SQLite file's lock, held as long as the store is (a PostgreSQL store's lock lives
     /// on its writer's connection).
     _lock: Option<StoreLock>,
+    /// What this data directory saw the store hold, kept up to date while it is open.
+    _served: Option<Arc<Served>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -156,65 +171,76 @@ pub async fn open(backend: impl Into<Backend>) -> Result<Store, OpenError> {
         Backend::Sqlite(cfg) => {
             let lock = lock_sqlite(&cfg).await?;
             let opened = open_sqlite(&cfg).await?;
+            let served = cfg.served.clone();
             let cfg = cfg.clone();
-            let writers = factory(opened.writer, move || {
+            Ok(store(opened, served, Some(lock), move || {
                 let cfg = cfg.clone();
                 Box::pin(async move { open_sqlite_writer(&cfg).await })
-            });
-            Ok(store(
-                opened.reader,
-                opened.handoffs,
-                opened.epoch,
-                writers,
-                Some(lock),
-            ))
+            }))
         }
         Backend::Postgres(cfg) => {
-            let Opened {
-                writer,
-                reader,
-                handoffs,
-                epoch,
-            } = open_postgres(&cfg).await?;
-            let writers = factory(writer, move || {
+            let opened = open_postgres(&cfg).await?;
+            let served = cfg.served.clone();
+            Ok(store(opened, served, None, move || {
                 let cfg = cfg.clone();
                 Box::pin(async move { open_postgres_writer(&cfg).await })
-            });
-            Ok(store(reader, handoffs, epoch, writers, None))
+            }))
         }
     }
 }
 
+/// The store of `opened`, whose writers (`opened.writer` first, then `open`'s) are counted
+/// into `served` when there is one.
 fn store(
-    reader: Arc<dyn StoreRead>,
-    handoffs: Arc<dyn HandoffStore>,
-    epoch: String,
-    writers: WriterFactory,
+    opened: Opened,
+    served: Option<PathBuf>,
     lock: Option<StoreLock>,
+    open: impl Fn() -> WriterFuture + Send + Sync + 'static,
 ) -> Store {
+    let Opened {
+        writer,
+        reader,
+        handoffs,
+        epoch,
+        held,
+    } = opened;
+    let served = served.map(|path| Arc::new(Served::start(path, epoch.clone(), held)));
     Store {
         reader,
         handoffs,
         epoch,
-        writers,
+        writers: factory(writer, served.clone(), open),
         _lock: lock,
+        _served: served,
     }
 }
 
 type WriterFuture = Pin<Box<dyn Future<Output = Result<Box<dyn StoreWrite>, StoreError>> + Send>>;
 
-/// The first call hands out `first`; every later one calls `open`.
-fn factory(
+/// The first call hands out `first`; every later one calls `open`. Each is counted into
+/// `served` when there is one.
+pub(crate) fn factory(
     first: Box<dyn StoreWrite>,
+    served: Option<Arc<Served>>,
     open: impl Fn() -> WriterFuture + Send + Sync + 'static,
 ) -> WriterFactory {
     let first = Mutex::new(Some(first));
+    let open = Arc::new(open);
     Arc::new(move || {
         // A poisoned lock only means a panic elsewhere; a new connection is as good.
-        match first.lock().ok().and_then(|mut first| first.take()) {
-            Some(writer) => Box::pin(async move { Ok(writer) }),
-            None => open(),
-        }
+        let first = first.lock().ok().and_then(|mut first| first.take());
+        let served = served.clone();
+        let open = open.clone();
+        Box::pin(async move {
+            let writer = match first {
+                Some(writer) => writer,
+                None => open().await?,
+            };
+            Ok(match &served {
+                Some(served) => served.counted(writer),
+                None => writer,
+            })
+        })
     })
 }
 

@@ -271,6 +271,39 @@ impl PgServer {
         self.start_again();
     }
 
+    /// Stops every process of this server with SIGSTOP: it keeps its connections open and
+    /// answers nothing, as a hung or cut-off server does. [`PgServer::resume`] continues it.
+    pub fn pause(&self) {
+        assert!(self.signal_all("STOP"), "the server is not running");
+    }
+
+    /// Continues a server [`PgServer::pause`] stopped.
+    pub fn resume(&self) {
+        assert!(self.signal_all("CONT"), "the server is not running");
+    }
+
+    /// Sends `signal` to this server's postmaster (first) and to each of its children: only
+    /// this server's, found by its pid file and the parent pid of every process. `false` when
+    /// the server is not running (no pid file).
+    fn signal_all(&self, signal: &str) -> bool {
+        let pid_file = format!("{}/postmaster.pid", self.data());
+        let Some(postmaster) = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|text| text.lines().next()?.trim().parse::<u32>().ok())
+        else {
+            return false;
+        };
+        let mut pids = vec![postmaster];
+        pids.extend(children_of(postmaster));
+        for pid in pids {
+            let _ = std::process::Command::new("kill")
+                .arg(format!("-{signal}"))
+                .arg(pid.to_string())
+                .status();
+        }
+        true
+    }
+
     fn data(&self) -> String {
         format!("{}/data", self.dir.path().display())
     }
@@ -307,6 +340,8 @@ impl PgServer {
 
 impl Drop for PgServer {
     fn drop(&mut self) {
+        // A paused server would never act on the stop.
+        self.signal_all("CONT");
         let data = self.data();
         let exe = self.bin.join("pg_ctl");
         let mut cmd = if self.as_postgres {
@@ -322,6 +357,27 @@ impl Drop for PgServer {
             .stderr(std::process::Stdio::null())
             .status();
     }
+}
+
+/// The pids whose parent is `parent` (from `/proc/PID/stat`).
+fn children_of(parent: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    // `pid (comm) state ppid …`; comm may hold spaces and parentheses.
+                    let rest = &stat[stat.rfind(')')? + 1..];
+                    rest.split_whitespace().nth(1)?.parse::<u32>().ok()
+                })
+                == Some(parent)
+        })
+        .collect()
 }
 
 fn pg_bin() -> Option<std::path::PathBuf> {

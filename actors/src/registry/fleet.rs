@@ -66,11 +66,15 @@ impl RegistryState {
         };
         let mut sessions_live = 0;
         let mut running = Vec::new();
-        for ((p, _), live) in &self.live {
-            if p != profile {
+        for (key, live) in &self.live {
+            if key.0 != profile {
                 continue;
             }
-            sessions_live += 1;
+            // A session on its way to being parked is not counted
+            // (`bound.rs`).
+            if self.counted(key) {
+                sessions_live += 1;
+            }
             let events = live.gauges.ring_events.load(Ordering::Relaxed);
             if events > 0 {
                 ring.sessions += 1;

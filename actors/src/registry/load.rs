@@ -302,7 +302,7 @@ impl RegistryState {
         }
         self.by_id.insert(key.1.clone(), key.clone());
         self.live.insert(
-            key,
+            key.clone(),
             Live {
                 actor: actor.clone(),
                 gauges,
@@ -310,6 +310,7 @@ impl RegistryState {
             },
         );
         self.report_live_count();
+        self.enforce_bound(myself, Some(&key));
         Ok(actor)
     }
 }

@@ -205,6 +205,7 @@ impl RegistryState {
             self.park_refused(key, orphaning);
             return;
         }
+        self.parking.insert(key.clone());
         let actor = live.actor.get_id();
         let myself = myself.clone();
         tokio::spawn(async move {
@@ -221,12 +222,15 @@ impl RegistryState {
                 parked,
             });
         });
+        // On its way out: no longer counted as live (`bound.rs`).
+        self.report_live_count();
     }
 
     /// The session answered a park: refused, it takes the held requests in
     /// order; parked, it keeps them until it has left the map (`forget`).
     pub(super) fn park_done(
         &mut self,
+        myself: &ActorRef<RegistryMsg>,
         key: SessionKey,
         orphaning: u64,
         actor: ActorId,
@@ -244,6 +248,14 @@ impl RegistryState {
         }
         for routed in live.held.take().unwrap_or_default() {
             live.take(routed);
+        }
+        // Live again: it counts against the bound once more.
+        self.parking.remove(&key);
+        if orphaning == super::bound::BOUND_ORPHANING {
+            self.bound_park_refused(myself, key);
+        } else {
+            self.report_live_count();
+            self.enforce_bound(myself, None);
         }
     }
 
@@ -274,6 +286,10 @@ impl RegistryState {
         };
         if let Some(reaper) = self.ctx.reaper() {
             let _ = reaper.cast(ReaperMsg::Gone { key: key.clone() });
+        }
+        if !self.live.contains_key(&key) {
+            self.parking.remove(&key);
+            self.bound_refused.remove(&key);
         }
         self.report_live_count();
         let held = held.unwrap_or_default();

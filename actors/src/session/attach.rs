@@ -8,6 +8,12 @@
 //! releases the held frames behind it. So every durable event after
 //! `last_seen` reaches the client exactly once, in order, and no live frame
 //! overtakes the reply.
+//!
+//! A `last_seen` above `H` is lost history (PROTOCOL 1.4): the client saw
+//! events this store no longer has and whose seqs new events will take. It
+//! is answered `resync` and `truncated` with no events, never as "nothing
+//! missed". (A cluster follower that has not read that far yet waits first,
+//! `follow_resume.rs`.)
 
 use std::sync::Arc;
 
@@ -35,8 +41,12 @@ pub struct ResumeReply {
 enum Replay {
     None,
     Resync,
+    /// `last_seen` is above the cut point: history went backwards.
+    Lost,
     Ready(Vec<Arc<RawValue>>),
-    Store { after: u64 },
+    Store {
+        after: u64,
+    },
 }
 
 impl SessionState {
@@ -60,9 +70,9 @@ impl SessionState {
             _ => false,
         };
         let replay = self.replay_of(params.last_seen, h);
-        let truncated = params
-            .last_seen
-            .map(|after| after.saturating_add(1) < self.retained_from_seq);
+        let truncated = params.last_seen.map(|after| {
+            after.saturating_add(1) < self.retained_from_seq || matches!(replay, Replay::Lost)
+        });
         let mut result = ResumeResult {
             session: self.info(),
             epoch: self.ctx.epoch.to_string(),
@@ -76,7 +86,7 @@ impl SessionState {
         };
         let store_after = match replay {
             Replay::None => None,
-            Replay::Resync => {
+            Replay::Resync | Replay::Lost => {
                 result.events = Some(Vec::new());
                 result.resync = Some(true);
                 None
@@ -121,6 +131,15 @@ impl SessionState {
     fn replay_of(&self, last_seen: Option<u64>, h: u64) -> Replay {
         match last_seen {
             None => Replay::None,
+            Some(after) if after > h => {
+                tracing::warn!(
+                    session_id = %self.id,
+                    last_seen = after,
+                    latest_seq = h,
+                    "a client saw more of this session than the store holds; answered as lost history"
+                );
+                Replay::Lost
+            }
             Some(after) if h.saturating_sub(after) > self.ctx.config.max_replay_events => {
                 Replay::Resync
             }

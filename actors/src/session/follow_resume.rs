@@ -5,7 +5,9 @@
 //! client again once read. So such a resume waits until the follower has
 //! read up to `last_seen` (it reads at once), or until a read finds the
 //! store has no more (a watermark beyond the store's head is then answered
-//! as the owner answers it). A bounded few wait; more are answered at once.
+//! as the owner answers it: lost history). A bounded few wait; more are
+//! refused with 5072 (retry), since answered at once they would look like
+//! lost history.
 
 use ractor::{ActorRef, RpcReplyPort};
 use tether_protocol::{ResumeParams, RpcError};
@@ -43,7 +45,13 @@ impl SessionState {
         let ahead = params
             .last_seen
             .is_some_and(|n| n > self.commit.committed_seq());
-        if ahead && self.following() && self.waiting_resumes.len() < WAITING {
+        if ahead && self.following() {
+            if self.waiting_resumes.len() >= WAITING {
+                let _ = reply.send(Err(RpcError::storage_unavailable(
+                    "this node has not yet read the session up to last_seen; retry",
+                )));
+                return;
+            }
             self.waiting_resumes.push(WaitingResume {
                 params,
                 peer,

@@ -17,6 +17,7 @@
 mod de;
 mod handoff;
 mod misc;
+mod nul;
 mod results;
 mod session;
 
@@ -116,8 +117,9 @@ methods! {
 impl Request {
     /// Validates `params` (a JSON object; `null` counts as `{}`) for
     /// `method`. Unknown method → -32601; params not an object, a wrong
-    /// type, a missing field or a value out of range → -32602 with
-    /// `data.field`.
+    /// type, a missing field, a value out of range or a string holding a
+    /// NUL → -32602 with `data.field` (an id holding a NUL names nothing:
+    /// 4001, `nul.rs`).
     pub fn from_parts(method: &str, params: Value) -> Result<Request, RpcError> {
         if !is_known_method(method) {
             return Err(RpcError::method_not_found(method));
@@ -127,7 +129,12 @@ impl Request {
             Value::Object(_) => params,
             _ => return Err(params_not_object()),
         };
-        build(method, params)
+        let nul = nul::holds_nul(&params);
+        let request = build(method, params)?;
+        if nul {
+            nul::refuse_nul(&request)?;
+        }
+        Ok(request)
     }
 
     /// Like [`Request::from_parts`], but straight from the params' JSON text
@@ -147,7 +154,11 @@ impl Request {
             return Err(params_not_object());
         };
         let mut d = serde_json::Deserializer::from_str(params);
-        build(method, &mut d)
+        let request = build(method, &mut d)?;
+        if nul::may_hold_nul(params) {
+            nul::refuse_nul(&request)?;
+        }
+        Ok(request)
     }
 }
 

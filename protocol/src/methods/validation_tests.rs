@@ -370,3 +370,92 @@ fn delivery_budget_is_bounded_and_named() {
         }
     }
 }
+
+/// A NUL in any string param is -32602 naming the field, whatever the
+/// method; in an id it names nothing (4001, 4090 for a handoff); in an
+/// unknown field, which is ignored, it changes nothing.
+#[test]
+fn nul_in_a_string_is_refused_naming_the_field() {
+    let nul = r"a\u0000b";
+    for (method, params, field) in [
+        ("session.create", format!(r#"{{"title":"{nul}"}}"#), "title"),
+        (
+            "session.create",
+            format!(r#"{{"profile":"{nul}"}}"#),
+            "profile",
+        ),
+        (
+            "session.create",
+            format!(
+                r#"{{"messages":[{{"role":"user","text":"x"}},{{"role":"user","text":"{nul}"}}]}}"#
+            ),
+            "messages[1].text",
+        ),
+        (
+            "session.create",
+            format!(r#"{{"engine":{{"model":"{nul}"}}}}"#),
+            "engine.model",
+        ),
+        (
+            "session.list",
+            format!(r#"{{"profile":"{nul}"}}"#),
+            "profile",
+        ),
+        ("session.list", format!(r#"{{"cursor":"{nul}"}}"#), "cursor"),
+        (
+            "session.branch",
+            format!(r#"{{"session_id":"s_1","title":"{nul}"}}"#),
+            "title",
+        ),
+        (
+            "prompt.submit",
+            format!(r#"{{"session_id":"s_1","text":"{nul}"}}"#),
+            "text",
+        ),
+        (
+            "session.compress",
+            format!(r#"{{"session_id":"s_1","focus":"{nul}"}}"#),
+            "focus",
+        ),
+        (
+            "handoff.request",
+            format!(r#"{{"session_id":"s_1","target":"{nul}"}}"#),
+            "target",
+        ),
+        (
+            "handoff.claim",
+            format!(r#"{{"target":"{nul}"}}"#),
+            "target",
+        ),
+        (
+            "handoff.fail",
+            format!(r#"{{"handoff_id":"h_1","error":"{nul}"}}"#),
+            "error",
+        ),
+        (
+            "session.resume",
+            format!(r#"{{"session_id":"s_1","profile":"{nul}"}}"#),
+            "profile",
+        ),
+    ] {
+        assert_eq!(bad_field(method, &params), field, "{method} {params}");
+        // The same through a params `Value` (how a batch item may come).
+        let value: Value = serde_json::from_str(&params).expect("params");
+        let e = Request::from_parts(method, value).expect_err("refused");
+        assert_eq!(e.code, codes::INVALID_PARAMS, "{method} {params}");
+        assert_eq!(e.field(), Some(field), "{method} {params}");
+    }
+    for method in ["session.resume", "session.close", "session.events.since"] {
+        let params = r#"{"session_id":"s_\u0000","last_seen":0}"#;
+        let (_, e) = item_error(&request(method, params));
+        assert_eq!(e.code, codes::SESSION_NOT_FOUND, "{method}: {e:?}");
+    }
+    let (_, e) = item_error(&request("handoff.complete", r#"{"handoff_id":"h_\u0000"}"#));
+    assert_eq!(e.code, codes::HANDOFF_CONFLICT, "{e:?}");
+    // Ignored fields stay ignored; an escaped backslash before `u0000` is no NUL.
+    call(&request(
+        "session.create",
+        r#"{"title":"ok","other":"\u0000"}"#,
+    ));
+    call(&request("session.create", r#"{"title":"a\\u0000"}"#));
+}

@@ -28,6 +28,7 @@ pub(crate) struct Settings {
     pub connect_timeout: Duration,
     pub statement_timeout: Duration,
     pub in_doubt_wait: Duration,
+    pub write_wait: Duration,
     pub read_connections: u32,
     /// How the writer holds the database: as its one gateway, or as a node of a cluster.
     pub lock: WriterLock,
@@ -110,6 +111,7 @@ impl Settings {
             connect_timeout: cfg.connect_timeout,
             statement_timeout: cfg.statement_timeout,
             in_doubt_wait: cfg.in_doubt_wait,
+            write_wait: cfg.write_wait,
             read_connections: cfg.read_connections.max(1),
             lock: WriterLock::Gateway,
         })

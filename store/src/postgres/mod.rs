@@ -22,6 +22,7 @@ mod reader;
 mod rows;
 mod writer;
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -51,7 +52,7 @@ pub async fn open_postgres(cfg: &PostgresConfig) -> Result<Opened, OpenError> {
     let writer_id = writer::next_writer();
     let mut conn = connect_retrying(&settings, writer_id).await?;
     migrate(&mut conn, &settings.url).await?;
-    let epoch = ensure_epoch(&mut conn).await?;
+    let (epoch, held) = ensure_epoch(&mut conn, cfg.served.as_deref(), &settings.url).await?;
     let acquire = settings
         .connect_timeout
         .clamp(Duration::from_millis(500), Duration::from_secs(3));
@@ -77,6 +78,7 @@ pub async fn open_postgres(cfg: &PostgresConfig) -> Result<Opened, OpenError> {
         reader: Arc::new(PgReader::new(reader, epoch.clone())),
         handoffs: Arc::new(PgHandoffs::new(handoffs)),
         epoch,
+        held,
     })
 }
 
@@ -163,15 +165,41 @@ pub(crate) async fn check_pool(pool: &PgPool) -> Result<(), OpenError> {
         .map_err(|e| OpenError::Store(map_sqlx(e)))
 }
 
-/// Reads the epoch, creating it on the store's first open. Insert-if-absent then read, so two
-/// racing first opens still agree on one epoch.
-pub(crate) async fn ensure_epoch(conn: &mut PgConnection) -> Result<String, StoreError> {
-    let candidate = format!("{:016x}", rand::random::<u64>());
+/// Reads the epoch, creating it on the store's first open, and renews it when the store holds
+/// fewer events than `served` says this data directory saw it hold (`crate::served`); with the
+/// events it holds. Insert-if-absent then read, and a renewal only of the epoch it read, so two
+/// racing opens (two nodes) still agree on one epoch.
+pub(crate) async fn ensure_epoch(
+    conn: &mut PgConnection,
+    served: Option<&Path>,
+    url: &str,
+) -> Result<(String, u64), StoreError> {
     sqlx::query("INSERT INTO meta (key, value) VALUES ('epoch', $1) ON CONFLICT (key) DO NOTHING")
-        .bind(&candidate)
+        .bind(crate::served::fresh_epoch())
         .execute(&mut *conn)
         .await
         .map_err(map_sqlx)?;
+    let epoch = read_epoch(conn).await?;
+    let held: i64 = sqlx::query_scalar("SELECT COALESCE(SUM(latest_seq), 0)::BIGINT FROM sessions")
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(map_sqlx)?;
+    let held = u64::try_from(held).unwrap_or(0);
+    let Some(saw) = crate::served::older_than_served(served, &epoch, held) else {
+        return Ok((epoch, held));
+    };
+    sqlx::query("UPDATE meta SET value = $1 WHERE key = 'epoch' AND value = $2")
+        .bind(crate::served::fresh_epoch())
+        .bind(&epoch)
+        .execute(&mut *conn)
+        .await
+        .map_err(map_sqlx)?;
+    let renewed = read_epoch(conn).await?;
+    crate::served::log_rolled_back(url, &epoch, &renewed, held, saw);
+    Ok((renewed, held))
+}
+
+async fn read_epoch(conn: &mut PgConnection) -> Result<String, StoreError> {
     sqlx::query_scalar("SELECT value FROM meta WHERE key = 'epoch'")
         .fetch_one(&mut *conn)
         .await

@@ -32,6 +32,15 @@
 //! reconnects in the background with a capped backoff: callers never queue behind a dead
 //! connection, and a session's work is bounded by what it holds itself.
 //!
+//! A server that stops answering without closing its connections (stopped, or cut off by the
+//! network) is the same outage, noticed by time: every request the task takes up is answered
+//! within [`PostgresConfig::write_wait`] of that moment, whatever it waits on (reading
+//! `latest_seq`, the batch's answer, reconnecting to settle a batch in doubt). A batch whose
+//! answer did not come in time is in doubt and answered 5072 as above, and the connection is
+//! dropped, so the next requests are answered 5072 at once until a new one is up.
+//!
+//! [`PostgresConfig::write_wait`]: crate::PostgresConfig::write_wait
+//!
 //! # Cluster mode
 //!
 //! Started with a [`Fencing`] (a cluster node's writer), a batch is a transaction that first
@@ -53,6 +62,7 @@ use sqlx::postgres::PgConnection;
 use sqlx::Row;
 use tether_protocol::SessionId;
 use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 
 use crate::writer_command::WriterCommand;
 use crate::{StoreError, StoreWrite, WriteOp};
@@ -119,6 +129,7 @@ pub(crate) fn start(
         in_doubt: HashSet::new(),
         unsettled: Vec::new(),
         fencing,
+        deadline: Instant::now(),
     };
     tokio::spawn(task.run(rx));
     PgWriter { commands }
@@ -150,6 +161,9 @@ struct Task {
     unsettled: Vec<Evidence>,
     /// Cluster mode: this node and the fences it holds.
     fencing: Option<Fencing>,
+    /// When the request being handled must be answered by ([`Settings::write_wait`] after it
+    /// was taken up): every wait on the server ends there.
+    deadline: Instant,
 }
 
 impl Task {
@@ -164,6 +178,7 @@ impl Task {
             let Some(command) = commands.recv().await else {
                 break;
             };
+            self.deadline = Instant::now() + self.settings.write_wait;
             match command {
                 WriterCommand::Commit { ops, reply } => {
                     let _ = reply.send(self.commit(&ops).await);
@@ -218,7 +233,16 @@ impl Task {
         self.backoff = Duration::ZERO;
         self.known.clear();
         if !self.in_doubt.is_empty() {
-            match self.settle().await {
+            // Settling is bounded like a request: requests wait behind it.
+            self.deadline = Instant::now() + self.settings.write_wait;
+            let settled = tokio::time::timeout(self.settings.write_wait, self.settle())
+                .await
+                .unwrap_or_else(|_| {
+                    Err(Failure::Lost(StoreError::Unavailable(
+                        "the database stopped answering while a batch in doubt was settled".into(),
+                    )))
+                });
+            match settled {
                 Ok(()) => {
                     self.in_doubt.clear();
                     self.unsettled.clear();
@@ -253,7 +277,8 @@ impl Task {
     async fn lost(&mut self, e: &StoreError) {
         tracing::warn!(error = %e, "store writer lost its connection");
         if let Some(conn) = self.conn.take() {
-            close(conn).await;
+            // Closed aside: a server that stopped answering would hold the answer up.
+            tokio::spawn(close(conn));
         }
         self.down = StoreError::Unavailable(format!("{}: connection lost: {e}", self.settings.url));
         self.known.clear();
@@ -275,12 +300,13 @@ impl Task {
 
     /// Reads `ids`' `latest_seq` into `known` (absent sessions as `None`).
     async fn read_latest(&mut self, ids: &[SessionId]) -> Result<(), Failure> {
+        let wait = self.answer_wait();
         let Some(conn) = self.conn.as_mut() else {
             return Err(Failure::Lost(self.down.clone()));
         };
         let names: Vec<&str> = ids.iter().map(SessionId::as_str).collect();
         let rows = tokio::time::timeout(
-            self.settings.statement_timeout + Duration::from_secs(2),
+            wait,
             sqlx::query("SELECT id, latest_seq FROM sessions WHERE id = ANY($1)")
                 .bind(&names)
                 .fetch_all(&mut *conn),
@@ -311,12 +337,13 @@ impl Task {
 
     /// Sends a planned statement (in cluster mode, its fenced transaction).
     async fn execute(&mut self, plan: &Plan<'_>) -> Result<Sent, Failure> {
+        // The server's statement_timeout cancels a slow statement (an answer: nothing
+        // written); this bound catches a server that does not answer at all, in time for the
+        // request's deadline.
+        let wait = self.answer_wait();
         let Some(conn) = self.conn.as_mut() else {
             return Err(Failure::Lost(self.down.clone()));
         };
-        // The server's statement_timeout cancels a slow statement (an answer: nothing
-        // written); this bound only catches a server that does not answer at all.
-        let wait = self.settings.statement_timeout + Duration::from_secs(2);
         let outcome = match &self.fencing {
             None => tokio::time::timeout(wait, plan.query().execute(&mut *conn))
                 .await
@@ -327,10 +354,18 @@ impl Task {
             Ok(Ok(sent)) => Ok(sent),
             Ok(Err(e)) => Err(classify(e)),
             Err(_) => Err(Failure::Lost(StoreError::Unavailable(format!(
-                "no answer from the database within {} s",
-                wait.as_secs()
+                "no answer from the database within {} ms",
+                wait.as_millis()
             )))),
         }
+    }
+
+    /// How long the next statement may wait for the server's answer: what is left until the
+    /// request's deadline, and never more than the server's own statement timeout (plus a
+    /// margin for its answer to come back).
+    pub(super) fn answer_wait(&self) -> Duration {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        left.min(self.settings.statement_timeout + Duration::from_secs(2))
     }
 }
 

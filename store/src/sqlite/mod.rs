@@ -41,7 +41,8 @@ pub async fn open_sqlite(cfg: &StoreConfig) -> Result<Opened, StoreError> {
         .await
         .map_err(|e| map_sqlx(e, Doing::Open))?;
     MIGRATOR.run(&mut conn).await.map_err(map_migrate)?;
-    let epoch = ensure_epoch(&mut conn).await?;
+    let described = cfg.db_path.display().to_string();
+    let (epoch, held) = ensure_epoch(&mut conn, cfg.served.as_deref(), &described).await?;
     conn.close().await.map_err(|e| map_sqlx(e, Doing::Open))?;
     let writer = writer::start(cfg, false, None).await?;
 
@@ -68,6 +69,7 @@ pub async fn open_sqlite(cfg: &StoreConfig) -> Result<Opened, StoreError> {
         reader: Arc::new(SqliteReader::new(pool, epoch.clone(), stop_checkpoints)),
         handoffs: Arc::new(handoffs),
         epoch,
+        held,
     })
 }
 
@@ -113,15 +115,42 @@ async fn ensure_parent_dir(db_path: &Path) -> Result<(), StoreError> {
     }
 }
 
-/// Reads the epoch, creating it if this is the store's first open. Insert-if-absent then read,
-/// so two racing first opens still agree on one epoch.
-async fn ensure_epoch(conn: &mut SqliteConnection) -> Result<String, StoreError> {
-    let candidate = format!("{:016x}", rand::random::<u64>());
+/// Reads the epoch, creating it if this is the store's first open, and renews it when the store
+/// holds fewer events than `served` says this data directory saw it hold (`crate::served`);
+/// with the events it holds. Insert-if-absent then read, so two racing first opens still agree
+/// on one epoch.
+async fn ensure_epoch(
+    conn: &mut SqliteConnection,
+    served: Option<&Path>,
+    described: &str,
+) -> Result<(String, u64), StoreError> {
+    let open = |e| map_sqlx(e, Doing::Open);
     sqlx::query("INSERT INTO meta (key, value) VALUES ('epoch', ?1) ON CONFLICT (key) DO NOTHING")
-        .bind(&candidate)
+        .bind(crate::served::fresh_epoch())
         .execute(&mut *conn)
         .await
-        .map_err(|e| map_sqlx(e, Doing::Open))?;
+        .map_err(open)?;
+    let epoch = read_epoch(conn).await?;
+    let held: i64 = sqlx::query_scalar("SELECT COALESCE(SUM(latest_seq), 0) FROM sessions")
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(open)?;
+    let held = u64::try_from(held).unwrap_or(0);
+    let Some(saw) = crate::served::older_than_served(served, &epoch, held) else {
+        return Ok((epoch, held));
+    };
+    sqlx::query("UPDATE meta SET value = ?1 WHERE key = 'epoch' AND value = ?2")
+        .bind(crate::served::fresh_epoch())
+        .bind(&epoch)
+        .execute(&mut *conn)
+        .await
+        .map_err(open)?;
+    let renewed = read_epoch(conn).await?;
+    crate::served::log_rolled_back(described, &epoch, &renewed, held, saw);
+    Ok((renewed, held))
+}
+
+async fn read_epoch(conn: &mut SqliteConnection) -> Result<String, StoreError> {
     let row = sqlx::query("SELECT value FROM meta WHERE key = 'epoch'")
         .fetch_one(&mut *conn)
         .await

@@ -41,6 +41,7 @@ use super::connect::{close, node_lock_key, Settings, WriterLock};
 use super::handoffs::PgHandoffs;
 use super::reader::PgReader;
 use super::{check_pool, connect_retrying, ensure_epoch, migrate, writer, HANDOFF_CONNECTIONS};
+use crate::served::Served;
 
 pub use claim::{Claim, Ownership, PreviousOwner};
 pub use config::ClusterConfig;
@@ -75,6 +76,10 @@ struct Inner {
     fences: Fences,
     accepts: Accepts,
     epoch: String,
+    /// The events the store held when this node started.
+    held: u64,
+    /// What this node's data directory saw the store hold, kept up to date.
+    served: Option<Arc<Served>>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -109,11 +114,17 @@ impl Cluster {
         let mut conn = connect_retrying(&settings, writer::next_writer()).await?;
         let prepared = async {
             migrate(&mut conn, &settings.url).await?;
-            ensure_epoch(&mut conn).await.map_err(ClusterError::from)
+            ensure_epoch(&mut conn, cfg.served.as_deref(), &settings.url)
+                .await
+                .map_err(ClusterError::from)
         }
         .await;
         close(conn).await;
-        let epoch = prepared?;
+        let (epoch, held) = prepared?;
+        let served = cfg
+            .served
+            .clone()
+            .map(|path| Arc::new(Served::start(path, epoch.clone(), held)));
         let options = settings
             .node_options("node")
             .ok_or_else(|| ClusterError::Config("not a node's settings".into()))?;
@@ -139,6 +150,8 @@ impl Cluster {
                 fences: Fences::default(),
                 accepts: Accepts::default(),
                 epoch,
+                held,
+                served,
             }),
         })
     }
@@ -262,12 +275,16 @@ impl Cluster {
                 None
             }
         };
-        Box::new(writer::start(
+        let writer = Box::new(writer::start(
             settings,
             writer_id,
             conn,
             Some(self.fencing()),
-        ))
+        ));
+        match &self.inner.served {
+            Some(served) => served.counted(writer),
+            None => writer,
+        }
     }
 
     /// The whole store as this node sees it, for a gateway that runs as a node: a fenced
@@ -302,6 +319,7 @@ impl Cluster {
             reader: Arc::new(PgReader::new(reader, self.inner.epoch.clone())),
             handoffs: Arc::new(PgHandoffs::fenced(handoffs, self.fencing())),
             epoch: self.inner.epoch.clone(),
+            held: self.inner.held,
         })
     }
 

@@ -48,7 +48,7 @@ impl Task {
         tracing::warn!(error = %err, "store writer lost its connection mid-commit; the batch is in doubt");
         self.lost(&err).await;
         let evidence = plan.evidence();
-        let deadline = Instant::now() + self.settings.in_doubt_wait;
+        let deadline = (Instant::now() + self.settings.in_doubt_wait).min(self.deadline);
         let mut backoff = Duration::ZERO;
         loop {
             if self.conn.is_none() {
@@ -112,7 +112,17 @@ impl Task {
         *backoff = (*backoff * 2).clamp(FIRST_BACKOFF, MAX_BACKOFF);
         let conn = self.next_conn;
         self.next_conn += 1;
-        match self.settings.connect_writer(self.writer, conn).await {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Ok(connected) =
+            tokio::time::timeout(left, self.settings.connect_writer(self.writer, conn)).await
+        else {
+            self.connect_failed(&ConnectError::Unreachable(format!(
+                "no connection within {} ms",
+                left.as_millis()
+            )));
+            return Reconnected::GiveUp;
+        };
+        match connected {
             Ok(c) => {
                 tracing::info!("store writer reconnected; resolving the batch in doubt");
                 self.conn = Some(c);
@@ -194,20 +204,18 @@ impl Task {
 
     /// Cluster mode: which sessions of `evidence` a batch in doubt wrote (module doc).
     async fn read_written(&mut self, evidence: &[Evidence]) -> Result<HashSet<SessionId>, Failure> {
+        let wait = self.answer_wait();
         let Some(conn) = self.conn.as_mut() else {
             return Err(Failure::Lost(self.down.clone()));
         };
-        tokio::time::timeout(
-            self.settings.statement_timeout + Duration::from_secs(2),
-            fenced::written(conn, evidence),
-        )
-        .await
-        .map_err(|_| {
-            Failure::Lost(StoreError::Unavailable(
-                "the database stopped answering".into(),
-            ))
-        })?
-        .map_err(classify)
+        tokio::time::timeout(wait, fenced::written(conn, evidence))
+            .await
+            .map_err(|_| {
+                Failure::Lost(StoreError::Unavailable(
+                    "the database stopped answering".into(),
+                ))
+            })?
+            .map_err(classify)
     }
 
     /// Gives up on a batch in doubt: its sessions refuse writes until it is settled.
