@@ -309,8 +309,9 @@ impl RegistryState {
                 held: None,
             },
         );
-        self.report_live_count();
+        // The bound first: the gauge never shows the count past it.
         self.enforce_bound(myself, Some(&key));
+        self.report_live_count();
         Ok(actor)
     }
 }
