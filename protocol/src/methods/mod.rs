@@ -220,6 +220,7 @@ methods! {
     "session.interrupt" => SessionInterrupt(InterruptParams),
     "session.compress" => SessionCompress(CompressParams),
     "handoff.request" => HandoffRequest(HandoffRequestParams),
+    "session.rename" => SessionRename(RenameParams),
 }
 
 impl Request {
