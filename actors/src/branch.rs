@@ -6,7 +6,7 @@
 //! with the new session's row: a branch exists whole or not at all, even
 //! when the disk fails half-way. On a cluster that transaction is a write
 //! of the parent too (its fence is checked), so a branch is made on the
-//! parent's owner: the live parent starts it there ([`SessionMsg::Branch`],
+//! parent's owner: the live parent starts it there (`session/branch.rs`,
 //! forwarded from a follower), a stored one is branched by whoever asks.
 //!
 //! What is copied is the transcript as it stood at `upto_seq`: the messages

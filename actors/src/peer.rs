@@ -29,6 +29,7 @@ mod branch;
 mod dispatch;
 mod handoff;
 mod list_page;
+mod write;
 
 pub(crate) use dispatch::ask;
 

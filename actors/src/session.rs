@@ -39,6 +39,7 @@ pub(crate) mod replay;
 mod row;
 mod start;
 mod turns;
+mod write;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -46,14 +47,15 @@ use std::sync::Arc;
 use bytes::Bytes;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tether_protocol::{
-    now_ms, ActiveTurnStat, InterruptResult, Message, PeerId, ResumeParams, RpcError, SessionId,
-    SessionInfo, SessionStatus, SinceParams, SinceResult, SubmitResult, Todos, TurnId,
+    now_ms, ActiveTurnStat, Message, PeerId, ResumeParams, RpcError, SessionId, SessionInfo,
+    SessionStatus, SessionWrite, SinceParams, SinceResult, Todos, TurnId,
 };
 use tether_store::SessionRow;
 use tracing::debug;
 
 pub use attach::ResumeReply;
 pub use peers::PeerLink;
+pub(crate) use write::{host_wait, WriteReply};
 
 use crate::ctx::{Ctx, SessionGauges};
 use crate::event::EventRecord;
@@ -94,11 +96,6 @@ pub enum SessionMsg {
         params: SinceParams,
         reply: RpcReplyPort<Result<SinceResult, RpcError>>,
     },
-    /// `session.close`: emit `session.closed`, then stop.
-    Close {
-        reason: String,
-        reply: Option<RpcReplyPort<Result<(), RpcError>>>,
-    },
     /// A `SessionInfo` snapshot.
     Info { reply: RpcReplyPort<SessionInfo> },
     /// Emit events from outside unless the session is closed (or closing):
@@ -110,30 +107,11 @@ pub enum SessionMsg {
         events: Vec<EventRecord>,
         reply: Option<RpcReplyPort<bool>>,
     },
-    /// `prompt.submit`.
-    Submit {
-        text: String,
-        reply: RpcReplyPort<Result<SubmitResult, RpcError>>,
-    },
-    /// `handoff.request`: insert the handoff (a write of the session, so
-    /// the owner's); the caller announces it.
-    HandoffRequest {
-        target: String,
-        reply: handoff::HandoffReply,
-    },
-    /// `session.branch` of this (live) session: made here, on the owner.
-    Branch {
-        ask: crate::branch::BranchAsk,
-        reply: branch::BranchReply,
-    },
-    /// `session.interrupt`.
-    Interrupt {
-        reply: RpcReplyPort<Result<InterruptResult, RpcError>>,
-    },
-    /// `session.compress`.
-    Compress {
-        focus: Option<String>,
-        reply: CompressReply,
+    /// A request that changes the session (`write.rs`): run here on its
+    /// owner, forwarded there from a follower.
+    Write {
+        write: SessionWrite,
+        reply: WriteReply,
     },
     /// From the host supervisor: what happened to a turn.
     Turn { turn_id: TurnId, update: TurnUpdate },
@@ -197,6 +175,12 @@ pub enum SessionMsg {
     /// Internal: the forwards read from the store.
     ForwardsRead {
         rows: Result<Vec<tether_store::cluster::ForwardRow>, tether_store::cluster::ClusterError>,
+    },
+    /// Internal: a forward accepted before it runs (its first write is
+    /// not one of its events), to run now.
+    RunAccepted {
+        write: SessionWrite,
+        reply: WriteReply,
     },
     /// Internal: a forward's answer is written.
     ForwardDone {
@@ -379,6 +363,7 @@ impl Actor for Session {
             SessionMsg::ForwardsWake => state.forwards_wake(me),
             SessionMsg::ForwardsRead { rows } => state.forwards_read(me, rows),
             SessionMsg::ForwardDone { id } => state.forward_done(&id),
+            SessionMsg::RunAccepted { write, reply } => state.run_accepted(me, write, reply),
             SessionMsg::Resume {
                 params,
                 peer,
@@ -389,16 +374,11 @@ impl Actor for Session {
             SessionMsg::Backfill { peer_id, frames } => state.backfilled(&peer_id, frames),
             SessionMsg::Detach { peer_id, reply } => state.detach_and_answer(&peer_id, reply),
             SessionMsg::Since { params, reply } => state.since(params, reply),
-            SessionMsg::Close { reason, reply } => state.close(me, &reason, reply),
             SessionMsg::Info { reply } => {
                 let _ = reply.send(state.info());
             }
             SessionMsg::EmitIfOpen { events, reply } => state.emit_if_open(events, reply),
-            SessionMsg::Submit { text, reply } => state.submit(me, text, reply),
-            SessionMsg::Interrupt { reply } => state.interrupt(me, reply),
-            SessionMsg::HandoffRequest { target, reply } => state.handoff_request(target, reply),
-            SessionMsg::Branch { ask, reply } => state.branch(ask, reply),
-            SessionMsg::Compress { focus, reply } => state.compress(me, focus, reply),
+            SessionMsg::Write { write, reply } => state.write(me, write, reply),
             SessionMsg::Turn { turn_id, update } => state.turn_update(me, turn_id, update),
             SessionMsg::ControlLate { request_id, result } => {
                 state.control_late(me, request_id, result)

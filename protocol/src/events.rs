@@ -168,6 +168,14 @@ pub struct SessionCompactedPayload {
     pub removed: u64,
 }
 
+/// `session.info`: the `SessionInfo` fields that changed, durable so that a
+/// client that was away learns them from its replay.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionInfoPayload {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+}
+
 /// `session.closed`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionClosedPayload {

@@ -372,10 +372,10 @@ fn request() -> impl Strategy<Value = Request> {
         },
     );
     let close = (session_id(), opt_text()).prop_map(|(session_id, profile)| {
-        Request::SessionClose(CloseParams {
+        Request::Write(SessionWrite::SessionClose(CloseParams {
             session_id,
             profile,
-        })
+        }))
     });
     let branch = (
         session_id(),
@@ -384,33 +384,33 @@ fn request() -> impl Strategy<Value = Request> {
         opt_text(),
     )
         .prop_map(|(session_id, profile, upto_seq, title)| {
-            Request::SessionBranch(BranchParams {
+            Request::Write(SessionWrite::SessionBranch(BranchParams {
                 session_id,
                 profile,
                 upto_seq,
                 title,
-            })
+            }))
         });
     let submit = (session_id(), opt_text(), text()).prop_map(|(session_id, profile, text)| {
-        Request::PromptSubmit(SubmitParams {
+        Request::Write(SessionWrite::PromptSubmit(SubmitParams {
             session_id,
             profile,
             text,
-        })
+        }))
     });
     let interrupt = (session_id(), opt_text()).prop_map(|(session_id, profile)| {
-        Request::SessionInterrupt(InterruptParams {
+        Request::Write(SessionWrite::SessionInterrupt(InterruptParams {
             session_id,
             profile,
-        })
+        }))
     });
     let compress =
         (session_id(), opt_text(), opt_text()).prop_map(|(session_id, profile, focus)| {
-            Request::SessionCompress(CompressParams {
+            Request::Write(SessionWrite::SessionCompress(CompressParams {
                 session_id,
                 profile,
                 focus,
-            })
+            }))
         });
     let since = (session_id(), opt_text(), any::<u64>(), 1u32..=10_000).prop_map(
         |(session_id, profile, last_seen, limit)| {
@@ -423,11 +423,11 @@ fn request() -> impl Strategy<Value = Request> {
         },
     );
     let h_request = (session_id(), opt_text(), text()).prop_map(|(session_id, profile, target)| {
-        Request::HandoffRequest(HandoffRequestParams {
+        Request::Write(SessionWrite::HandoffRequest(HandoffRequestParams {
             session_id,
             profile,
             target,
-        })
+        }))
     });
     let h_claim = (opt_text(), text()).prop_map(|(profile, target)| {
         Request::HandoffClaim(HandoffClaimParams { profile, target })
@@ -891,11 +891,11 @@ proptest! {
             incoming,
             Incoming::Single(Item::Call(Call {
                 id: Some(json!(1)),
-                request: Request::PromptSubmit(SubmitParams {
+                request: Request::Write(SessionWrite::PromptSubmit(SubmitParams {
                     session_id: s.as_str().into(),
                     profile: None,
                     text: s,
-                }),
+                })),
             }))
         );
     }

@@ -8,8 +8,8 @@ use ractor::{ActorRef, Message, RpcReplyPort};
 use serde::Serialize;
 use serde_json::value::RawValue;
 use tether_protocol::{
-    to_raw, CloseParams, CloseResult, CreateParams, DetachParams, DetachResult, ListParams,
-    ListResult, PingResult, Request, ResumeParams, RpcError, SessionId, SinceParams,
+    to_raw, CreateParams, DetachParams, DetachResult, ListParams, ListResult, PingResult, Request,
+    ResumeParams, RpcError, SessionId, SinceParams,
 };
 use tether_store::SessionRow;
 
@@ -95,45 +95,8 @@ impl PeerState {
             Request::SessionResume(p) => self.resume(p, after).await,
             Request::SessionDetach(p) => self.detach(p).await,
             Request::SessionList(p) => self.list(p).await,
-            Request::SessionClose(p) => self.close(p).await,
             Request::EventsSince(p) => self.since(p).await,
-            Request::PromptSubmit(p) => {
-                let text = p.text;
-                let result = self
-                    .ask_live(
-                        p.profile.as_deref(),
-                        &p.session_id,
-                        self.timeout(),
-                        |reply| SessionMsg::Submit { text, reply },
-                    )
-                    .await??;
-                ok(&result)
-            }
-            Request::SessionInterrupt(p) => {
-                let result = self
-                    .ask_live(
-                        p.profile.as_deref(),
-                        &p.session_id,
-                        self.timeout(),
-                        |reply| SessionMsg::Interrupt { reply },
-                    )
-                    .await??;
-                ok(&result)
-            }
-            Request::SessionCompress(p) => {
-                let focus = p.focus;
-                // The session answers within its compress wait (or `pending`).
-                let wait = self.ctx.config.compress_wait + self.timeout();
-                let result = self
-                    .ask_live(p.profile.as_deref(), &p.session_id, wait, |reply| {
-                        SessionMsg::Compress { focus, reply }
-                    })
-                    .await??;
-                ok(&result)
-            }
-            // `upto_seq` in the answer: where the copy actually ended, which
-            // is before any turn still unfinished at the asked cut.
-            Request::SessionBranch(p) => ok(&self.branch(p).await?),
+            Request::Write(w) => self.write(w).await,
             Request::EventsStats => {
                 let registry = self.ctx.registry()?;
                 let profile = self.identity.profile.clone();
@@ -145,7 +108,6 @@ impl PeerState {
                 .await?;
                 ok(&stats)
             }
-            Request::HandoffRequest(p) => self.handoff_request(p).await,
             Request::HandoffClaim(p) => self.handoff_claim(p).await,
             Request::HandoffComplete(p) => self.handoff_complete(p).await,
             Request::HandoffFail(p) => self.handoff_fail(p).await,
@@ -238,7 +200,7 @@ impl PeerState {
     }
 
     /// Brings a session live and asks it.
-    async fn ask_live<T, F>(
+    pub(super) async fn ask_live<T, F>(
         &self,
         profile: Option<&str>,
         session_id: &SessionId,
@@ -429,27 +391,6 @@ impl PeerState {
             sessions: &sessions[..keep],
             next_cursor: next_cursor.as_deref(),
         })
-    }
-
-    async fn close(&mut self, p: CloseParams) -> Result<Box<RawValue>, RpcError> {
-        let closed = self
-            .ask_live(
-                p.profile.as_deref(),
-                &p.session_id,
-                self.timeout(),
-                |reply| SessionMsg::Close {
-                    reason: "client".into(),
-                    reply: Some(reply),
-                },
-            )
-            .await;
-        match closed {
-            Ok(Ok(())) => {}
-            // Closing a closed session is a no-op success.
-            Ok(Err(e)) | Err(e) if e.code == tether_protocol::codes::SESSION_CLOSED => {}
-            Ok(Err(e)) | Err(e) => return Err(e),
-        }
-        ok(&CloseResult { closed: true })
     }
 
     async fn since(&mut self, p: SinceParams) -> Result<Box<RawValue>, RpcError> {

@@ -14,8 +14,8 @@ use serde_json::value::RawValue;
 use tether_protocol::{
     now_ms, to_raw, ClaimedHandoff, EventType, HandoffClaimParams, HandoffClaimResult,
     HandoffCompleteParams, HandoffCompleteResult, HandoffFailParams, HandoffFailResult, HandoffId,
-    HandoffInfo, HandoffRequestParams, HandoffState, HandoffStateParams, HandoffStateResult,
-    RpcError, SessionId, SessionStatus, StatusUpdatePayload,
+    HandoffInfo, HandoffRequestParams, HandoffRequestResult, HandoffState, HandoffStateParams,
+    HandoffStateResult, RpcError, SessionId, SessionStatus, SessionWrite, StatusUpdatePayload,
 };
 use tether_store::{CompleteOutcome, FailOutcome};
 use tracing::warn;
@@ -45,19 +45,14 @@ impl PeerState {
             .open_session(p.profile.as_deref(), &p.session_id)
             .await?;
         // The insert is a write of the session: its owner's (`session/handoff.rs`).
-        let target = p.target.clone();
-        let result = self
-            .ask_session(
-                Some(&profile),
-                &p.session_id,
-                true,
-                self.timeout(),
-                |reply| SessionMsg::HandoffRequest { target, reply },
-            )
-            .await?
-            .answer()??;
-        self.announce(&profile, &p.session_id, result.state).await;
-        Ok(to_raw(&result))
+        let session_id = p.session_id.clone();
+        let mut write = SessionWrite::from(p);
+        write.set_profile(profile.clone());
+        let answer = self.ask_write(write).await?;
+        let result: HandoffRequestResult = serde_json::from_str(answer.get())
+            .map_err(|e| RpcError::internal(format!("unreadable handoff.request answer: {e}")))?;
+        self.announce(&profile, &session_id, result.state).await;
+        Ok(answer)
     }
 
     pub(super) async fn handoff_claim(

@@ -1,14 +1,52 @@
 //! What a session tells about itself: its `SessionInfo`, the gauges the
-//! metrics read, the running turn's stats entry, and its status, whose
-//! every change goes through [`SessionState::set_status`].
+//! metrics read, the running turn's stats entry, its status, whose every
+//! change goes through [`SessionState::set_status`], and its title, which
+//! `session.rename` changes.
 
-use ractor::RpcReplyPort;
+use ractor::{ActorRef, RpcReplyPort};
 use tether_protocol::{
-    format_ts, ActiveTurnStat, RpcError, SessionInfo, SessionStatus, SinceParams, SinceResult,
+    format_ts, ActiveTurnStat, EventType, RenameParams, RpcError, SessionInfo, SessionInfoPayload,
+    SessionStatus, SinceParams, SinceResult,
 };
 use tracing::debug;
 
-use super::{replay, SessionState};
+use super::deferred::Deferred;
+use super::write::{FirstWrite, Reply, Write};
+use super::{replay, SessionMsg, SessionState, Waiter};
+
+impl Write for RenameParams {
+    type Answer = SessionInfo;
+    // Its `session.info`.
+    const FIRST_WRITE: FirstWrite = FirstWrite::Event;
+
+    /// A durable `session.info` with the new title (the row's title goes
+    /// to the store with it); answered with the session as of that event,
+    /// once it is on disk.
+    fn run(
+        self,
+        session: &mut SessionState,
+        myself: &ActorRef<SessionMsg>,
+        reply: Reply<SessionInfo>,
+    ) {
+        if let Err(e) = crate::title::check(&self.title, session.ctx.config.max_title_bytes) {
+            let _ = reply.send(Err(e));
+            return;
+        }
+        if session.status == SessionStatus::Closed {
+            let _ = reply.send(Err(RpcError::session_closed()));
+            return;
+        }
+        let payload = SessionInfoPayload {
+            title: Some(self.title.clone()),
+        };
+        session.title = self.title;
+        let seq = session.emit_durable(EventType::SessionInfo, &payload, None);
+        let mut info = session.info();
+        info.latest_seq = seq;
+        info.message_count = session.commit.message_count();
+        session.wait_for(myself, seq, Waiter::Reply(Deferred::new(reply, info)));
+    }
+}
 
 impl SessionState {
     pub(crate) fn info(&self) -> SessionInfo {

@@ -3,17 +3,31 @@
 //! it is made here, from what this owner has committed. The copy runs on a
 //! task (`crate::branch`): reading the store never holds up this actor.
 
-use ractor::RpcReplyPort;
+use ractor::ActorRef;
 use serde_json::Value;
-use tether_protocol::RpcError;
+use tether_protocol::{BranchParams, RpcError};
 
-use super::SessionState;
+use super::write::{FirstWrite, Reply, Write};
+use super::{SessionMsg, SessionState};
 use crate::branch::{branch, BranchAsk};
 
-pub(crate) type BranchReply = RpcReplyPort<Result<Value, RpcError>>;
+impl Write for BranchParams {
+    type Answer = Value;
+    // The new session, not one of this session's events.
+    const FIRST_WRITE: FirstWrite = FirstWrite::Elsewhere;
+
+    fn run(self, session: &mut SessionState, _myself: &ActorRef<SessionMsg>, reply: Reply<Value>) {
+        let ask = BranchAsk {
+            profile: session.profile.clone(),
+            upto_seq: self.upto_seq,
+            title: self.title,
+        };
+        session.branch(ask, reply);
+    }
+}
 
 impl SessionState {
-    pub(super) fn branch(&self, ask: BranchAsk, reply: BranchReply) {
+    fn branch(&self, ask: BranchAsk, reply: Reply<Value>) {
         let ctx = self.ctx.clone();
         let id = self.id.clone();
         // A branch copies only what is on disk.

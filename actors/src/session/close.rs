@@ -12,15 +12,34 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use ractor::{ActorRef, RpcReplyPort};
-use tether_protocol::{EventType, RpcError, SessionClosedPayload, SessionStatus};
+use ractor::ActorRef;
+use tether_protocol::{
+    CloseParams, CloseResult, EventType, RpcError, SessionClosedPayload, SessionStatus,
+};
 use tracing::{info, warn};
 
+use super::write::{FirstWrite, Reply, Write};
 use super::{SessionMsg, SessionState, Waiter};
 use crate::turn::reasons;
 
 /// How long after a failed read of the other nodes' peers the next one waits.
 const RECHECK_LEFT: Duration = Duration::from_secs(1);
+
+impl Write for CloseParams {
+    type Answer = CloseResult;
+    // The running turn's ending, or `session.closed` (a closed session
+    // writes nothing).
+    const FIRST_WRITE: FirstWrite = FirstWrite::Event;
+
+    fn run(
+        self,
+        session: &mut SessionState,
+        myself: &ActorRef<SessionMsg>,
+        reply: Reply<CloseResult>,
+    ) {
+        session.close(myself, "client", Some(reply));
+    }
+}
 
 impl SessionState {
     /// PROTOCOL 1.7: a `close_on_disconnect` session whose last peer left is
@@ -110,11 +129,11 @@ impl SessionState {
     /// then emits `session.closed`; `reply` is answered once all of it is
     /// on disk (and the session stops then), or with 5070/5071 if it is
     /// not written (and the session is open again, its turns ended).
-    pub(super) fn close(
+    fn close(
         &mut self,
         myself: &ActorRef<SessionMsg>,
         reason: &str,
-        reply: Option<RpcReplyPort<Result<(), RpcError>>>,
+        reply: Option<Reply<CloseResult>>,
     ) {
         if self.status == SessionStatus::Closed {
             // Idempotent: a second close (or one racing the first) just waits
@@ -122,7 +141,7 @@ impl SessionState {
             if self.commit.any_waiter(|w| matches!(w, Waiter::Close(_))) {
                 self.wait_for(myself, self.commit.last_seq(), Waiter::Close(reply));
             } else if let Some(reply) = reply {
-                let _ = reply.send(Ok(()));
+                let _ = reply.send(Ok(CloseResult { closed: true }));
             }
             return;
         }

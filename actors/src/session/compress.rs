@@ -11,15 +11,16 @@
 //! is on disk (`session.compacted`, or `status.update` `compacting`), a
 //! close with 4002, a lost session with "retry".
 
-use ractor::{ActorRef, RpcReplyPort};
+use ractor::ActorRef;
 use serde_json::Value;
 use tether_protocol::{
-    CompressResult, ErrorPayload, EventType, RpcError, SessionCompactedPayload, SessionStatus,
-    StatusUpdatePayload, TurnId,
+    CompressParams, CompressResult, ErrorPayload, EventType, RpcError, SessionCompactedPayload,
+    SessionStatus, StatusUpdatePayload, TurnId,
 };
 use tracing::{debug, info, warn};
 
 use super::deferred::Deferred;
+use super::write::{FirstWrite, Reply, Write};
 use super::{SessionMsg, SessionState, Waiter};
 use crate::host_supervisor::HostSupervisorMsg;
 use crate::turn::ControlOutcome;
@@ -34,10 +35,20 @@ pub(crate) struct Compacting {
     pub reply: Option<CompressReply>,
 }
 
-pub(crate) type CompressReply = RpcReplyPort<Result<CompressResult, RpcError>>;
+pub(crate) type CompressReply = Reply<CompressResult>;
+
+impl Write for CompressParams {
+    type Answer = CompressResult;
+    // Its first event comes when the host answers, if ever.
+    const FIRST_WRITE: FirstWrite = FirstWrite::Elsewhere;
+
+    fn run(self, session: &mut SessionState, myself: &ActorRef<SessionMsg>, reply: CompressReply) {
+        session.compress(myself, self.focus, reply);
+    }
+}
 
 impl SessionState {
-    pub(super) fn compress(
+    fn compress(
         &mut self,
         myself: &ActorRef<SessionMsg>,
         focus: Option<String>,

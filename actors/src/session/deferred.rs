@@ -8,32 +8,31 @@
 //! pipeline once the request's last event is on disk, or sends the
 //! storage error instead if that event was not written.
 
-use ractor::RpcReplyPort;
-use tether_protocol::RpcError;
+use serde::Serialize;
+use serde_json::value::RawValue;
+use tether_protocol::{to_raw, RpcError};
 
-/// A request's answer, ready to send once its events are committed.
-pub(crate) struct Deferred(Box<dyn FnOnce(Result<(), RpcError>) + Send>);
+use super::write::{Reply, WriteReply};
+
+/// A request's answer, encoded, ready to send once its events are committed.
+#[derive(Debug)]
+pub(crate) struct Deferred {
+    reply: WriteReply,
+    result: Box<RawValue>,
+}
 
 impl Deferred {
     /// `result` for `reply`, sent once committed.
-    pub(crate) fn new<T: Send + 'static>(
-        reply: RpcReplyPort<Result<T, RpcError>>,
-        result: T,
-    ) -> Self {
-        Deferred(Box::new(move |outcome: Result<(), RpcError>| {
-            let _ = reply.send(outcome.map(|()| result));
-        }))
+    pub(crate) fn new<T: Serialize>(reply: Reply<T>, result: T) -> Self {
+        Deferred {
+            reply: reply.into_port(),
+            result: to_raw(&result),
+        }
     }
 
     /// Sends the answer: the result when `outcome` is `Ok` (its events are
     /// on disk), else the error (they were not written).
     pub(crate) fn send(self, outcome: Result<(), RpcError>) {
-        (self.0)(outcome)
-    }
-}
-
-impl std::fmt::Debug for Deferred {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Deferred")
+        let _ = self.reply.send(outcome.map(|()| self.result));
     }
 }

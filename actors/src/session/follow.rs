@@ -12,7 +12,9 @@
 //! had not seen, then the dead node's turns end `node_lost`.
 
 use ractor::ActorRef;
-use tether_protocol::{EventType, RpcError, SessionCompactedPayload, SessionStatus};
+use tether_protocol::{
+    EventType, RpcError, SessionCompactedPayload, SessionInfoPayload, SessionStatus,
+};
 use tether_store::cluster::NodeId;
 use tether_store::{EventRow, SessionRow, StoreError};
 use tracing::{debug, info, warn};
@@ -97,9 +99,11 @@ impl SessionState {
         self.following.is_some()
     }
 
-    /// A request that changes the session is the owner's to run: on a
-    /// follower it is answered here (and `None` returned); anything else
-    /// is handled as usual.
+    /// Where a message goes on a follower: what changes the session is
+    /// forwarded to its owner, what only an owner gets is dropped (it came
+    /// late, after this node lost the session: `lost.rs`), and the rest is
+    /// handled as on an owner (`None`: done here). The match names every
+    /// message, so a new one is routed on purpose, not by default.
     pub(super) fn unless_following(
         &mut self,
         myself: &ActorRef<SessionMsg>,
@@ -109,50 +113,9 @@ impl SessionState {
             return Some(msg);
         }
         match msg {
-            SessionMsg::Submit { text, reply } => self.forward_request(
-                myself,
-                "prompt.submit",
-                serde_json::json!({ "text": text }),
-                reply,
-            ),
-            SessionMsg::Interrupt { reply } => {
-                self.forward_request(myself, "session.interrupt", serde_json::json!({}), reply)
-            }
-            SessionMsg::Branch { ask, reply } => self.forward_request(
-                myself,
-                "session.branch",
-                serde_json::json!({ "upto_seq": ask.upto_seq, "title": ask.title }),
-                reply,
-            ),
-            SessionMsg::HandoffRequest { target, reply } => self.forward_request(
-                myself,
-                "handoff.request",
-                serde_json::json!({ "target": target }),
-                reply,
-            ),
-            SessionMsg::Compress { focus, reply } => self.forward_request_within(
-                myself,
-                "session.compress",
-                serde_json::json!({ "focus": focus }),
-                self.ctx
-                    .config
-                    .forward_timeout
-                    .max(self.ctx.config.compress_wait),
-                reply,
-            ),
-            SessionMsg::Close {
-                reason,
-                reply: Some(reply),
-            } => self.forward_request(
-                myself,
-                "session.close",
-                serde_json::json!({ "reason": reason }),
-                reply,
-            ),
-            SessionMsg::Close { reply: None, .. } => {}
+            SessionMsg::Write { write, reply } => self.forward_write(myself, write, reply),
             SessionMsg::EmitIfOpen { events, reply } => self.forward_emit(myself, events, reply),
-            // What only an owner gets or does: late, after this node lost
-            // the session (`lost.rs`); its work is the new owner's now.
+            // What only an owner gets or does; its work is the new owner's.
             SessionMsg::Turn { .. }
             | SessionMsg::TurnDeadline { .. }
             | SessionMsg::ControlLate { .. }
@@ -170,7 +133,36 @@ impl SessionState {
                     myself.stop(Some("parked (follower)".into()));
                 }
             }
-            other => return Some(other),
+            // Reads, peers, the follower's own work, and what an owner
+            // that just lost the session still has to finish.
+            msg @ (SessionMsg::Resume { .. }
+            | SessionMsg::AttachFromStart { .. }
+            | SessionMsg::Joined { .. }
+            | SessionMsg::Backfill { .. }
+            | SessionMsg::Detach { .. }
+            | SessionMsg::Since { .. }
+            | SessionMsg::Info { .. }
+            | SessionMsg::ActiveTurn { .. }
+            | SessionMsg::Flush { .. }
+            | SessionMsg::CatchUp { .. }
+            | SessionMsg::FollowWake
+            | SessionMsg::FollowDeltas { .. }
+            | SessionMsg::FollowRead { .. }
+            | SessionMsg::ParkWritten { .. }
+            | SessionMsg::OwnerGone
+            | SessionMsg::OtherPeersChanged
+            | SessionMsg::LeftEverywhere { .. }
+            | SessionMsg::RecheckLeft
+            | SessionMsg::Lost
+            | SessionMsg::Promoted { .. }
+            | SessionMsg::RunAccepted { .. }
+            | SessionMsg::ForwardDone { .. }
+            | SessionMsg::Drain { .. }
+            | SessionMsg::Committed { .. }
+            | SessionMsg::AppendFailed { .. }
+            | SessionMsg::WriterRestarted
+            | SessionMsg::Rebased { .. }
+            | SessionMsg::ReportToReaper) => return Some(msg),
         }
         None
     }
@@ -278,6 +270,13 @@ impl SessionState {
                 EventType::SessionCompacted => {
                     if let Ok(c) = serde_json::from_str::<SessionCompactedPayload>(&row.payload) {
                         self.history_version = c.history_version;
+                    }
+                }
+                EventType::SessionInfo => {
+                    if let Ok(SessionInfoPayload { title: Some(title) }) =
+                        serde_json::from_str(&row.payload)
+                    {
+                        self.title = title;
                     }
                 }
                 _ => {}

@@ -17,14 +17,16 @@
 use std::time::{Duration, Instant};
 
 use ractor::{ActorRef, RpcReplyPort};
-use serde::de::DeserializeOwned;
-use serde_json::Value;
+use serde_json::value::RawValue;
 use tether_protocol::codes::STORAGE_UNAVAILABLE;
-use tether_protocol::{RpcError, SessionId};
+use tether_protocol::{RpcError, SessionId, SessionWrite};
 use tether_store::cluster::{Cluster, ForwardId, ForwardState};
 use tracing::{debug, warn};
 
+use super::forwarded::{Answer, Forwardable};
+use super::write::{host_wait, WriteReply};
 use super::{SessionMsg, SessionState};
+use crate::event::EventRecord;
 
 /// First wait between two reads of a forward's state; doubled up to
 /// [`POLL_MAX`].
@@ -35,32 +37,60 @@ const POLL_MAX: Duration = Duration::from_millis(100);
 const CATCHING_UP: usize = 256;
 
 impl SessionState {
-    /// Forwards `method` with `params` to the owner and relays its answer
-    /// to `reply`, on a task; the owner must take it within
-    /// `--forward-timeout-s`.
-    pub(super) fn forward_request<T: DeserializeOwned + Send + 'static>(
+    /// A write of this session, on a follower: forwarded to the owner as
+    /// the protocol's request, which must take it within
+    /// `--forward-timeout-s` (a compression: within its host's wait), and
+    /// the owner's answer relayed to `reply`.
+    pub(super) fn forward_write(
         &self,
         myself: &ActorRef<SessionMsg>,
-        method: &'static str,
-        params: Value,
-        reply: RpcReplyPort<Result<T, RpcError>>,
+        write: SessionWrite,
+        reply: WriteReply,
     ) {
-        let timeout = self.ctx.config.forward_timeout;
-        self.forward_request_within(myself, method, params, timeout, reply);
+        let config = &self.ctx.config;
+        let timeout = config.forward_timeout.max(host_wait(&write, config));
+        self.forward(myself, Forwardable::Write(write), timeout, move |answer| {
+            let _ = reply.send(answer);
+        });
     }
 
-    /// [`Self::forward_request`] with a deadline of its own (a compression
-    /// may wait for its host up to the compress wait).
-    pub(super) fn forward_request_within<T: DeserializeOwned + Send + 'static>(
+    /// Events emitted from outside (a handoff's announcement) are the
+    /// owner's to write: forwarded; `reply`, if any, is told whether the
+    /// owner emitted them (`false` also when it could not be asked).
+    pub(super) fn forward_emit(
         &self,
         myself: &ActorRef<SessionMsg>,
-        method: &'static str,
-        params: Value,
+        events: Vec<EventRecord>,
+        reply: Option<RpcReplyPort<bool>>,
+    ) {
+        let id = self.id.clone();
+        let timeout = self.ctx.config.forward_timeout;
+        self.forward(myself, Forwardable::Emit(events), timeout, move |answer| {
+            let emitted = answer.and_then(|raw| {
+                serde_json::from_str::<bool>(raw.get())
+                    .map_err(|e| RpcError::internal(format!("unreadable answer: {e}")))
+            });
+            let emitted = emitted.unwrap_or_else(|e| {
+                warn!(session_id = %id, error = %e, "events forwarded to the owner were not emitted");
+                false
+            });
+            if let Some(reply) = reply {
+                let _ = reply.send(emitted);
+            }
+        });
+    }
+
+    /// Forwards `what` to the owner and hands its answer to `done`, on a
+    /// task, once this node has read what the owner wrote for it.
+    fn forward(
+        &self,
+        myself: &ActorRef<SessionMsg>,
+        what: Forwardable,
         timeout: Duration,
-        reply: RpcReplyPort<Result<T, RpcError>>,
+        done: impl FnOnce(Result<Box<RawValue>, RpcError>) + Send + 'static,
     ) {
         let Some(cluster) = self.ctx.cluster.clone() else {
-            let _ = reply.send(Err(self.not_here()));
+            done(Err(self.not_here()));
             return;
         };
         let id = self.id.clone();
@@ -69,13 +99,13 @@ impl SessionState {
         let catch_up_wait = self.ctx.config.forward_timeout;
         let me = myself.clone();
         // The owner's node may have to bring the session back to run it,
-        // and its notification names no profile.
-        let mut params = params;
-        if let Some(obj) = params.as_object_mut() {
-            obj.insert("profile".into(), Value::String(profile.clone()));
-        }
+        // and its notification names no profile: the params do.
+        let (method, params) = what.encode(&profile);
         tokio::spawn(async move {
-            let answer = forward(&cluster, &id, method, &params.to_string(), timeout).await;
+            let answer = match params {
+                Ok(params) => forward(&cluster, &id, method, &params, timeout).await,
+                Err(e) => Err(RpcError::internal(format!("cannot encode {method}: {e}"))),
+            };
             if answer.is_ok() {
                 // What the owner committed before answering, read here first.
                 match reader.get_session(&profile, &id).await {
@@ -97,11 +127,7 @@ impl SessionState {
                     }
                 }
             }
-            let _ = reply.send(answer.and_then(|v| {
-                serde_json::from_value(v).map_err(|e| {
-                    RpcError::internal(format!("unreadable answer from the session's owner: {e}"))
-                })
-            }));
+            done(answer);
         });
     }
 
@@ -143,40 +169,6 @@ impl SessionState {
             let _ = reply.send(());
         }
     }
-
-    /// Events emitted from outside (a handoff's announcement) are the
-    /// owner's to write: forwarded as `session.emit`; `reply`, if any, is
-    /// told whether the owner emitted them (`false` also when it could not
-    /// be asked).
-    pub(super) fn forward_emit(
-        &self,
-        myself: &ActorRef<SessionMsg>,
-        events: Vec<crate::event::EventRecord>,
-        reply: Option<RpcReplyPort<bool>>,
-    ) {
-        let events: Vec<Value> = events.iter().map(|e| e.to_forward()).collect();
-        let (tx, rx) = tokio::sync::oneshot::channel::<Result<bool, RpcError>>();
-        self.forward_request(
-            myself,
-            "session.emit",
-            serde_json::json!({ "events": events }),
-            tx.into(),
-        );
-        let id = self.id.clone();
-        tokio::spawn(async move {
-            let emitted = match rx.await {
-                Ok(Ok(emitted)) => emitted,
-                Ok(Err(e)) => {
-                    warn!(session_id = %id, error = %e, "events forwarded to the owner were not emitted");
-                    false
-                }
-                Err(_) => false,
-            };
-            if let Some(reply) = reply {
-                let _ = reply.send(emitted);
-            }
-        });
-    }
 }
 
 /// One forward, start to answer.
@@ -186,7 +178,7 @@ async fn forward(
     method: &str,
     params: &str,
     timeout: Duration,
-) -> Result<Value, RpcError> {
+) -> Result<Box<RawValue>, RpcError> {
     let id = cluster
         .forward(session_id, method, params, timeout)
         .await
@@ -245,16 +237,12 @@ async fn forward(
     }
 }
 
-/// The owner's answer: `{"result": …}` or `{"error": {code, message}}`.
-fn relay(id: &ForwardId, answer: Option<&str>) -> Result<Value, RpcError> {
-    let answer: Value = answer
+/// The owner's answer, as it wrote it.
+fn relay(id: &ForwardId, answer: Option<&str>) -> Result<Box<RawValue>, RpcError> {
+    let answer: Answer = answer
         .and_then(|a| serde_json::from_str(a).ok())
         .ok_or_else(|| RpcError::internal(format!("forward {id} has no readable answer")))?;
-    if let Some(e) = answer.get("error") {
-        return Err(serde_json::from_value(e.clone())
-            .unwrap_or_else(|_| RpcError::internal(format!("forward {id}: {e}"))));
-    }
-    Ok(answer.get("result").cloned().unwrap_or(Value::Null))
+    answer.into()
 }
 
 fn unavailable(message: String) -> RpcError {

@@ -13,18 +13,24 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use ractor::{ActorRef, RpcReplyPort};
-use serde::Serialize;
-use serde_json::{json, Value};
-use tether_protocol::{RpcError, SessionStatus};
+use ractor::ActorRef;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use serde_json::Value;
+use tether_protocol::{HandleWrite, RpcError, SessionStatus, SessionWrite};
 use tether_store::cluster::{Cluster, ClusterError, ForwardId, ForwardRow};
 use tracing::{debug, warn};
 
+use super::write::{FirstWrite, Reply, Write, WriteReply};
 use super::{SessionMsg, SessionState};
 use crate::event::EventRecord;
 
 /// How long the answer waits for what the request emitted to be committed.
 const SETTLE_WAIT: Duration = Duration::from_secs(10);
+
+/// The method name events emitted from outside are forwarded under; not a
+/// client method.
+const EMIT: &str = "session.emit";
 
 /// Forwards of this session being run here.
 #[derive(Debug, Default)]
@@ -32,6 +38,126 @@ pub(crate) struct Forwarded {
     running: HashSet<ForwardId>,
     reading: bool,
     again: bool,
+}
+
+/// What a follower forwards to the owner: a client's write, as the
+/// protocol's request, or events emitted from outside (a handoff's
+/// announcement).
+pub(super) enum Forwardable {
+    Write(SessionWrite),
+    Emit(Vec<EventRecord>),
+}
+
+/// The params of a forwarded emit.
+#[derive(Serialize, Deserialize)]
+struct EmitParams {
+    events: Vec<Value>,
+    profile: String,
+}
+
+impl Forwardable {
+    /// The method and params stored for the owner, naming `profile` (the
+    /// owner's node may have to bring the session back to run it).
+    pub(super) fn encode(self, profile: &str) -> (&'static str, Result<String, serde_json::Error>) {
+        match self {
+            Forwardable::Write(mut write) => {
+                write.set_profile(profile.to_owned());
+                let params = write.params().map(|p| p.to_string());
+                (write.method(), params)
+            }
+            Forwardable::Emit(events) => {
+                let params = EmitParams {
+                    events: events.iter().map(EventRecord::to_forward).collect(),
+                    profile: profile.to_owned(),
+                };
+                (EMIT, serde_json::to_string(&params))
+            }
+        }
+    }
+
+    /// What [`Forwardable::encode`] stored; -32601/-32602 for anything else.
+    fn decode(method: &str, params: &str) -> Result<Forwardable, RpcError> {
+        let params: Value = serde_json::from_str(params)
+            .map_err(|e| RpcError::invalid_params("params", e.to_string()))?;
+        if method != EMIT {
+            return SessionWrite::from_parts(method, params).map(Forwardable::Write);
+        }
+        let events: Option<Vec<EventRecord>> = serde_json::from_value::<EmitParams>(params)
+            .ok()
+            .and_then(|p| p.events.iter().map(EventRecord::from_forward).collect());
+        match events.filter(|e| !e.is_empty()) {
+            Some(events) => Ok(Forwardable::Emit(events)),
+            None => Err(RpcError::invalid_params(
+                "events",
+                "forwarded events are unreadable",
+            )),
+        }
+    }
+}
+
+/// The owner's answer to a forward, as stored: `{"result": …}` or
+/// `{"error": {code, message}}`.
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(super) enum Answer {
+    Result(Box<RawValue>),
+    Error(RpcError),
+}
+
+impl From<Result<Box<RawValue>, RpcError>> for Answer {
+    fn from(r: Result<Box<RawValue>, RpcError>) -> Self {
+        match r {
+            Ok(v) => Answer::Result(v),
+            Err(e) => Answer::Error(e),
+        }
+    }
+}
+
+impl From<Answer> for Result<Box<RawValue>, RpcError> {
+    fn from(a: Answer) -> Self {
+        match a {
+            Answer::Result(v) => Ok(v),
+            Answer::Error(e) => Err(e),
+        }
+    }
+}
+
+/// Runs a forwarded write here, so that the forward is accepted as its
+/// [`FirstWrite`] says.
+struct RunForward<'a> {
+    state: &'a mut SessionState,
+    myself: &'a ActorRef<SessionMsg>,
+    cluster: Cluster,
+    id: ForwardId,
+    reply: WriteReply,
+}
+
+impl<P: Write> HandleWrite<P> for RunForward<'_> {
+    type Output = ();
+
+    fn handle(self, params: P) {
+        let RunForward {
+            state,
+            myself,
+            cluster,
+            id,
+            reply,
+        } = self;
+        match P::FIRST_WRITE {
+            FirstWrite::Event => {
+                // Its events go to the writer after this handler: the
+                // forward is accepted with the first of them, if any (one
+                // that wrote nothing, refused or with nothing to do, is
+                // answered as it is).
+                let first = state.commit.next_seq();
+                params.run(state, myself, Reply::new(reply));
+                if state.commit.next_seq() > first {
+                    cluster.accept_with(&state.id, first, &id);
+                }
+            }
+            FirstWrite::Elsewhere => accept_then(cluster, id, myself, params.into(), reply),
+        }
+    }
 }
 
 impl SessionState {
@@ -93,167 +219,97 @@ impl SessionState {
             return;
         };
         debug!(session_id = %self.id, forward_id = %row.id, method = %row.method, from = %row.from_node, "running a forwarded request");
-        let params: Value = serde_json::from_str(&row.params).unwrap_or(Value::Null);
         let id = row.id;
-        let text = |k: &str| params.get(k).and_then(Value::as_str).map(str::to_owned);
-        match row.method.as_str() {
-            "prompt.submit" => match text("text") {
-                Some(prompt) => self.forwarded_submit(myself, cluster, id, prompt),
-                None => self.answer_now(myself, id, Err(required("text"))),
-            },
-            "session.interrupt" => {
-                if self.turns.running.is_some() {
-                    // Its first write ends the running turn.
-                    cluster.accept_with(&self.id, self.commit.next_seq(), &id);
-                }
-                let (tx, rx) = tokio::sync::oneshot::channel();
-                self.interrupt(myself, tx.into());
-                answer_after(cluster, myself, id, rx);
-            }
-            "session.close" => {
-                let reason = text("reason").unwrap_or_else(|| "closed".into());
-                if self.status != SessionStatus::Closed {
-                    // Its first write: a turn's ending, or `session.closed`.
-                    cluster.accept_with(&self.id, self.commit.next_seq(), &id);
-                }
-                let (tx, rx) = tokio::sync::oneshot::channel();
-                self.close(myself, &reason, Some(tx.into()));
-                answer_after(cluster, myself, id, rx);
-            }
-            // Its first write comes when the host answers, if ever.
-            "session.compress" => {
-                let focus = text("focus");
-                self.accept_then(myself, id, |reply| SessionMsg::Compress { focus, reply });
-            }
-            // Its write is the handoff row, not an event.
-            "handoff.request" => match text("target") {
-                Some(target) => self.accept_then(myself, id, |reply| SessionMsg::HandoffRequest {
-                    target,
-                    reply,
-                }),
-                None => self.answer_now(myself, id, Err(required("target"))),
-            },
-            // Its write is the new session's, not one of this session's events.
-            "session.branch" => {
-                let ask = crate::branch::BranchAsk {
-                    profile: self.profile.clone(),
-                    upto_seq: params.get("upto_seq").and_then(Value::as_u64),
-                    title: text("title"),
-                };
-                self.accept_then(myself, id, |reply| SessionMsg::Branch { ask, reply });
-            }
-            "session.emit" => self.forwarded_emit(myself, cluster, id, &params),
-            other => self.answer_now(myself, id, Err(RpcError::method_not_found(other))),
-        }
-    }
-
-    /// `prompt.submit`: checked first (a refused submit writes nothing and
-    /// is answered at once); its first write is its `message.user`.
-    fn forwarded_submit(
-        &mut self,
-        myself: &ActorRef<SessionMsg>,
-        cluster: Cluster,
-        id: ForwardId,
-        prompt: String,
-    ) {
-        if let Err(e) = self.check_submit() {
-            return self.answer_now(myself, id, Err(e));
-        }
-        cluster.accept_with(&self.id, self.commit.next_seq(), &id);
         let (tx, rx) = tokio::sync::oneshot::channel();
-        self.submit(myself, prompt, tx.into());
+        match Forwardable::decode(&row.method, &row.params) {
+            Ok(Forwardable::Write(write)) => write.dispatch(RunForward {
+                state: self,
+                myself,
+                cluster: cluster.clone(),
+                id: id.clone(),
+                reply: tx.into(),
+            }),
+            Ok(Forwardable::Emit(events)) => self.forwarded_emit(&cluster, &id, events, tx.into()),
+            Err(e) => {
+                let _ = tx.send(Err(e));
+            }
+        }
         answer_after(cluster, myself, id, rx);
     }
 
-    /// `session.emit`: events from outside (a handoff's announcement); its
-    /// first write is the first of them. Answers whether they were emitted.
-    fn forwarded_emit(
+    /// A forward this node accepted before running it: run it now, unless
+    /// the session is another node's since (it did not run; retry).
+    pub(super) fn run_accepted(
         &mut self,
         myself: &ActorRef<SessionMsg>,
-        cluster: Cluster,
-        id: ForwardId,
-        params: &Value,
+        write: SessionWrite,
+        reply: WriteReply,
     ) {
-        let events: Option<Vec<EventRecord>> = params
-            .get("events")
-            .and_then(Value::as_array)
-            .and_then(|a| a.iter().map(EventRecord::from_forward).collect());
-        let Some(events) = events.filter(|e| !e.is_empty()) else {
-            let e = RpcError::invalid_params("events", "forwarded events are unreadable");
-            return self.answer_now(myself, id, Err(e));
-        };
+        if self.following() {
+            let _ = reply.send(Err(self.not_here()));
+            return;
+        }
+        self.write(myself, write, reply);
+    }
+
+    /// Events from outside (a handoff's announcement); the forward is
+    /// accepted with the first of them. Answers whether they were emitted.
+    fn forwarded_emit(
+        &mut self,
+        cluster: &Cluster,
+        id: &ForwardId,
+        events: Vec<EventRecord>,
+        reply: WriteReply,
+    ) {
         if self.status != SessionStatus::Closed {
-            cluster.accept_with(&self.id, self.commit.next_seq(), &id);
+            cluster.accept_with(&self.id, self.commit.next_seq(), id);
         }
         let (tx, rx) = tokio::sync::oneshot::channel::<bool>();
         self.emit_if_open(events, Some(tx.into()));
-        let (answered, answer) = tokio::sync::oneshot::channel();
         tokio::spawn(async move {
             let emitted = rx
                 .await
                 .map_err(|_| RpcError::internal("the session stopped"));
-            let _ = answered.send(emitted);
+            let _ = reply.send(emitted.map(|e| tether_protocol::to_raw(&e)));
         });
-        answer_after(cluster, myself, id, answer);
     }
+}
 
-    /// Runs a forward whose first write is not an event known in advance:
-    /// accepted first (so the forwarder's withdrawal at its deadline cannot
-    /// race a request already running), then sent to this session as
-    /// `build` makes it, and answered as any other.
-    fn accept_then<T, F>(&mut self, myself: &ActorRef<SessionMsg>, id: ForwardId, build: F)
-    where
-        T: Serialize + Send + 'static,
-        F: FnOnce(RpcReplyPort<Result<T, RpcError>>) -> SessionMsg + Send + 'static,
-    {
-        let Some(cluster) = self.ctx.cluster.clone() else {
-            return;
-        };
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let me = myself.clone();
-        let accepting = cluster.clone();
-        let fid = id.clone();
-        tokio::spawn(async move {
-            match accepting.accept_forward(&fid).await {
-                Ok(true) => {
-                    let _ = me.cast(build(tx.into()));
-                }
-                // Withdrawn or past its deadline: it must not run.
-                Ok(false) => {}
-                Err(e) => {
-                    let _ = tx.send(Err(RpcError::new(
-                        tether_protocol::codes::STORAGE_UNAVAILABLE,
-                        format!("could not accept a forwarded request: {e}"),
-                    )));
-                }
+/// Runs a forward whose first write is not one of its events: accepted
+/// first (so the forwarder's withdrawal at its deadline cannot race a
+/// request already running), then sent to this session to run.
+fn accept_then(
+    cluster: Cluster,
+    id: ForwardId,
+    myself: &ActorRef<SessionMsg>,
+    write: SessionWrite,
+    reply: WriteReply,
+) {
+    let me = myself.clone();
+    tokio::spawn(async move {
+        match cluster.accept_forward(&id).await {
+            Ok(true) => {
+                let _ = me.cast(SessionMsg::RunAccepted { write, reply });
             }
-        });
-        answer_after(cluster, myself, id, rx);
-    }
-
-    /// Answers a forward that wrote nothing.
-    fn answer_now(
-        &mut self,
-        myself: &ActorRef<SessionMsg>,
-        id: ForwardId,
-        result: Result<(), RpcError>,
-    ) {
-        let Some(cluster) = self.ctx.cluster.clone() else {
-            return;
-        };
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let _ = tx.send(result);
-        answer_after(cluster, myself, id, rx);
-    }
+            // Withdrawn or past its deadline: it must not run.
+            Ok(false) => {}
+            Err(e) => {
+                let _ = reply.send(Err(RpcError::new(
+                    tether_protocol::codes::STORAGE_UNAVAILABLE,
+                    format!("could not accept a forwarded request: {e}"),
+                )));
+            }
+        }
+    });
 }
 
 /// Waits for the request's reply and for what it emitted to be committed,
 /// then writes the answer for the forwarder.
-fn answer_after<T: Serialize + Send + 'static>(
+fn answer_after(
     cluster: Cluster,
     myself: &ActorRef<SessionMsg>,
     id: ForwardId,
-    reply: tokio::sync::oneshot::Receiver<Result<T, RpcError>>,
+    reply: tokio::sync::oneshot::Receiver<Result<Box<RawValue>, RpcError>>,
 ) {
     let me = myself.clone();
     tokio::spawn(async move {
@@ -268,20 +324,19 @@ fn answer_after<T: Serialize + Send + 'static>(
         let _ = me
             .call(|reply| SessionMsg::Flush { reply }, Some(SETTLE_WAIT))
             .await;
-        let answer = match result {
-            Ok(v) => json!({ "result": v }),
-            Err(e) => json!({ "error": e }),
+        let answer = match serde_json::to_string(&Answer::from(result)) {
+            Ok(answer) => answer,
+            Err(e) => {
+                warn!(forward_id = %id, error = %e, "could not encode a forwarded request's answer");
+                let _ = me.cast(SessionMsg::ForwardDone { id });
+                return;
+            }
         };
         // `false`: the forwarder withdrew it, or the writer refused its
         // first write; it reads that from the forward's state.
-        if let Err(e) = cluster.answer_forward(&id, &answer.to_string()).await {
+        if let Err(e) = cluster.answer_forward(&id, &answer).await {
             warn!(forward_id = %id, node_id = %cluster.node_id(), error = %e, "could not answer a forwarded request");
         }
         let _ = me.cast(SessionMsg::ForwardDone { id });
     });
-}
-
-/// A forwarded request without a field it needs.
-fn required(field: &str) -> RpcError {
-    RpcError::invalid_params(field, "a string is required")
 }

@@ -6,19 +6,33 @@
 //! complete, fail) are compare-and-sets on the handoff row alone and run on
 //! any node (`peer/handoff.rs`); only their announcements are the owner's.
 
-use ractor::RpcReplyPort;
-use tether_protocol::{HandoffRequestResult, RpcError, SessionStatus};
+use ractor::ActorRef;
+use tether_protocol::{HandoffRequestParams, HandoffRequestResult, RpcError, SessionStatus};
 use tether_store::RequestOutcome;
 
-use super::SessionState;
+use super::write::{FirstWrite, Reply, Write};
+use super::{SessionMsg, SessionState};
 
-pub(crate) type HandoffReply = RpcReplyPort<Result<HandoffRequestResult, RpcError>>;
+impl Write for HandoffRequestParams {
+    type Answer = HandoffRequestResult;
+    // The handoff row.
+    const FIRST_WRITE: FirstWrite = FirstWrite::Elsewhere;
+
+    fn run(
+        self,
+        session: &mut SessionState,
+        _myself: &ActorRef<SessionMsg>,
+        reply: Reply<HandoffRequestResult>,
+    ) {
+        session.handoff_request(self.target, reply);
+    }
+}
 
 impl SessionState {
     /// Inserts the handoff on a task (one statement on the handoff pool,
     /// never on this actor's handler) and answers `reply`. The caller
     /// announces it.
-    pub(super) fn handoff_request(&self, target: String, reply: HandoffReply) {
+    fn handoff_request(&self, target: String, reply: Reply<HandoffRequestResult>) {
         if self.status == SessionStatus::Closed {
             let _ = reply.send(Err(RpcError::session_closed()));
             return;

@@ -10,12 +10,13 @@ use bytes::Bytes;
 use ractor::{ActorRef, RpcReplyPort};
 use serde::Serialize;
 use serde_json::value::RawValue;
-use tether_protocol::{now_ms, EventType, Message, RpcError, SessionStatus};
+use tether_protocol::{now_ms, CloseResult, EventType, Message, RpcError, SessionStatus};
 use tether_store::EventRow;
 use tracing::{debug, info, warn};
 
 use super::commit::{CommitPipeline, Frame, Rebase, Released};
 use super::deferred::Deferred;
+use super::write::Reply;
 use super::{SessionMsg, SessionState};
 use crate::event::{frame_of, DeltaMeta, EventRecord, TurnTag};
 use crate::outbox::FrameClass;
@@ -49,7 +50,7 @@ pub(super) struct TransientFrame {
 /// nothing is pending any more.
 #[derive(Debug)]
 pub(super) enum Waiter {
-    Close(Option<RpcReplyPort<Result<(), RpcError>>>),
+    Close(Option<Reply<CloseResult>>),
     /// A request that wrote (`prompt.submit`, `session.interrupt`,
     /// `session.compress`) is answered once its last event is on disk.
     Reply(Deferred),
@@ -285,7 +286,7 @@ impl SessionState {
             Waiter::Close(reply) => {
                 info!(session_id = %self.id, "session closed");
                 if let Some(reply) = reply {
-                    let _ = reply.send(Ok(()));
+                    let _ = reply.send(Ok(CloseResult { closed: true }));
                 }
                 // Drain, not stop: what is already in the mailbox is
                 // answered (4002, or read), and what comes later is

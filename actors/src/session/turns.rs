@@ -23,15 +23,16 @@ mod host;
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use ractor::{ActorRef, RpcReplyPort};
+use ractor::ActorRef;
 use serde_json::{Map, Value};
 use tether_protocol::{
     now_ms, ActiveTurn, CompleteStatus, EventType, RpcError, SessionStatus, StatusUpdatePayload,
-    SubmitResult, SubmitStatus, TextPayload, Todos, TraceId, TurnId, TurnStart,
+    SubmitParams, SubmitResult, SubmitStatus, TextPayload, Todos, TraceId, TurnId, TurnStart,
 };
 use tracing::info;
 
 use super::deferred::Deferred;
+use super::write::{FirstWrite, Reply, Write};
 use super::{SessionMsg, SessionState, Waiter};
 use crate::event::TurnTag;
 use crate::host_supervisor::HostSupervisorMsg;
@@ -99,14 +100,24 @@ pub(crate) struct Turns {
     pub bad_host_events: crate::sparse_log::SparseLog,
 }
 
+impl Write for SubmitParams {
+    type Answer = SubmitResult;
+    // Its `message.user`.
+    const FIRST_WRITE: FirstWrite = FirstWrite::Event;
+
+    fn run(
+        self,
+        session: &mut SessionState,
+        myself: &ActorRef<SessionMsg>,
+        reply: Reply<SubmitResult>,
+    ) {
+        session.submit(myself, self.text, reply);
+    }
+}
+
 impl SessionState {
     /// `prompt.submit`.
-    pub(super) fn submit(
-        &mut self,
-        myself: &ActorRef<SessionMsg>,
-        text: String,
-        reply: RpcReplyPort<Result<SubmitResult, RpcError>>,
-    ) {
+    fn submit(&mut self, myself: &ActorRef<SessionMsg>, text: String, reply: Reply<SubmitResult>) {
         if let Err(e) = self.check_submit() {
             let _ = reply.send(Err(e));
             return;

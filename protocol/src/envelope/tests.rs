@@ -70,11 +70,11 @@ fn valid_request() {
     ));
     assert_eq!(
         c.request,
-        Request::PromptSubmit(SubmitParams {
+        Request::Write(SessionWrite::PromptSubmit(SubmitParams {
             session_id: "s_x".into(),
             profile: None,
             text: "a \"quoted\" \u{e9}".into(),
-        })
+        }))
     );
 }
 
@@ -441,7 +441,7 @@ fn response_and_request_frames_round_trip() {
         call(&text),
         Call {
             id: Some(json!(1)),
-            request: Request::PromptSubmit(f.params.clone())
+            request: Request::Write(SessionWrite::PromptSubmit(f.params.clone()))
         }
     );
     let n = RequestFrame::new(None, "gateway.ping", json!({}));

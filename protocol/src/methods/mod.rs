@@ -7,12 +7,16 @@
 //! same way: `data.field` holds its path, e.g. `messages[1].role`.
 //!
 //! Every method is one row of the table below (`methods!`), which generates
-//! [`METHODS`], [`Request`], [`Request::method`], [`Request::params`] and the
-//! decoder, so a name cannot be listed without being decodable (or the other
-//! way round). Adding a method: a row here, its params type (implementing
-//! `Params`) and result type beside the others in this directory, and its arm
-//! in the actors' dispatcher (`actors/src/peer/dispatch.rs`), which the
-//! compiler then asks for; then docs/PROTOCOL.md and a test.
+//! [`METHODS`], [`Request`], [`SessionWrite`], their `method` and `params`
+//! and the decoder, so a name cannot be listed without being decodable (or
+//! the other way round). Adding a method: a row here, its params type
+//! (implementing `Params`) beside the others in this directory, and then
+//! its handler, which the compiler asks for: for a row under `writes:` (a
+//! request that changes one session) a `Write` of the actors' session
+//! (`actors/src/session/write.rs`), which a cluster forwards and runs on
+//! the owner with no more code; for any other row, its arm in the actors'
+//! dispatcher (`actors/src/peer/dispatch.rs`). Then docs/PROTOCOL.md and a
+//! test.
 
 mod de;
 mod handoff;
@@ -30,6 +34,7 @@ use serde::de::{DeserializeOwned, Deserializer};
 use serde_json::Value;
 
 use crate::error::RpcError;
+use crate::ids::SessionId;
 
 /// The params of a method: decoded by serde, then checked for what serde
 /// cannot express (a range). Most have nothing to check.
@@ -40,9 +45,21 @@ pub(crate) trait Params: DeserializeOwned {
     }
 }
 
+/// One handler for every [`SessionWrite`]: `H: HandleWrite<P>` for the
+/// params type `P` of each, so that a crate that runs the writes implements
+/// it once (generically) and [`SessionWrite::dispatch`] calls it with the
+/// typed params. A write without a handler is then a compile error where
+/// `dispatch` is called.
+pub trait HandleWrite<P> {
+    type Output;
+    fn handle(self, params: P) -> Self::Output;
+}
+
 /// Generates everything that lists the methods from one table of rows
 /// `"wire.name" => Variant` (no params: whatever object is sent is ignored)
-/// or `"wire.name" => Variant(ParamsType)`, in the order of PROTOCOL 1.4.
+/// or `"wire.name" => Variant(ParamsType)`, in the order of PROTOCOL 1.4,
+/// then, after `writes:`, the rows of the methods that change one session
+/// ([`SessionWrite`]: each takes params with its `session_id` and `profile`).
 macro_rules! methods {
     (@decode $d:ident $variant:ident) => {
         Request::$variant
@@ -50,21 +67,38 @@ macro_rules! methods {
     (@decode $d:ident $variant:ident $params:ty) => {
         Request::$variant(decode::<$params, _>($d)?)
     };
-    ($( $(#[$meta:meta])* $wire:literal => $variant:ident $( ($params:ty) )? ),+ $(,)?) => {
-        /// Every method name, in the order of PROTOCOL 1.4.
-        pub const METHODS: &[&str] = &[ $( $wire ),+ ];
+    (
+        $( $(#[$meta:meta])* $wire:literal => $variant:ident $( ($params:ty) )? ),+ ;
+        writes:
+        $( $(#[$wmeta:meta])* $wwire:literal => $wvariant:ident ($wparams:ty) ),+ $(,)?
+    ) => {
+        /// Every method name: those of [`Request`]'s own variants, then
+        /// those of [`SessionWrite`].
+        pub const METHODS: &[&str] = &[ $( $wire, )+ $( $wwire ),+ ];
 
         /// A validated client request.
         #[derive(Debug, Clone, PartialEq)]
         pub enum Request {
-            $( $(#[$meta])* $variant $( ($params) )? ),+
+            $( $(#[$meta])* $variant $( ($params) )?, )+
+            /// A request that changes one session.
+            Write(SessionWrite),
+        }
+
+        /// A request that changes one session. Its owner runs it (on a
+        /// cluster, another node forwards it there: PROTOCOL Part 4,
+        /// "Several gateways"), and it is answered once what it wrote is
+        /// on disk.
+        #[derive(Debug, Clone, PartialEq)]
+        pub enum SessionWrite {
+            $( $(#[$wmeta])* $wvariant($wparams) ),+
         }
 
         impl Request {
             /// The wire name of the method.
             pub fn method(&self) -> &'static str {
                 match self {
-                    $( Request::$variant { .. } => $wire ),+
+                    $( Request::$variant { .. } => $wire, )+
+                    Request::Write(w) => w.method(),
                 }
             }
 
@@ -76,8 +110,81 @@ macro_rules! methods {
                 #[allow(unreachable_patterns)]
                 match self {
                     $( $( Request::$variant(p) => serde_json::to_value::<&$params>(p).map(Some), )? )+
+                    Request::Write(w) => w.params().map(Some),
                     _ => Ok(None),
                 }
+            }
+        }
+
+        impl SessionWrite {
+            /// The wire name of the method.
+            pub fn method(&self) -> &'static str {
+                match self {
+                    $( SessionWrite::$wvariant(_) => $wwire ),+
+                }
+            }
+
+            /// The params object as a client sends it.
+            pub fn params(&self) -> Result<Value, serde_json::Error> {
+                match self {
+                    $( SessionWrite::$wvariant(p) => serde_json::to_value(p) ),+
+                }
+            }
+
+            /// The session it changes.
+            pub fn session_id(&self) -> &SessionId {
+                match self {
+                    $( SessionWrite::$wvariant(p) => &p.session_id ),+
+                }
+            }
+
+            /// The profile it names, if any.
+            pub fn profile(&self) -> Option<&str> {
+                match self {
+                    $( SessionWrite::$wvariant(p) => p.profile.as_deref() ),+
+                }
+            }
+
+            /// Names `profile` (a request passed on keeps the scope it was
+            /// checked in).
+            pub fn set_profile(&mut self, profile: String) {
+                match self {
+                    $( SessionWrite::$wvariant(p) => p.profile = Some(profile) ),+
+                }
+            }
+
+            /// Hands the typed params to `handler`.
+            pub fn dispatch<H, O>(self, handler: H) -> O
+            where
+                $( H: HandleWrite<$wparams, Output = O>, )+
+            {
+                match self {
+                    $( SessionWrite::$wvariant(p) => <H as HandleWrite<$wparams>>::handle(handler, p) ),+
+                }
+            }
+
+            /// The write `method` with `params` (a JSON object; `null`
+            /// counts as `{}`), validated as [`Request::from_parts`] does;
+            /// -32601 for a method that is not a write.
+            pub fn from_parts(method: &str, params: Value) -> Result<SessionWrite, RpcError> {
+                match Request::from_parts(method, params)? {
+                    Request::Write(w) => Ok(w),
+                    other => Err(RpcError::method_not_found(other.method())),
+                }
+            }
+        }
+
+        $(
+            impl From<$wparams> for SessionWrite {
+                fn from(p: $wparams) -> Self {
+                    SessionWrite::$wvariant(p)
+                }
+            }
+        )+
+
+        impl From<SessionWrite> for Request {
+            fn from(w: SessionWrite) -> Self {
+                Request::Write(w)
             }
         }
 
@@ -88,6 +195,7 @@ macro_rules! methods {
         {
             Ok(match method {
                 $( $wire => methods!(@decode d $variant $($params)?), )+
+                $( $wwire => Request::Write(SessionWrite::$wvariant(decode::<$wparams, _>(d)?)), )+
                 other => return Err(RpcError::method_not_found(other)),
             })
         }
@@ -100,18 +208,20 @@ methods! {
     "session.resume" => SessionResume(ResumeParams),
     "session.detach" => SessionDetach(DetachParams),
     "session.list" => SessionList(ListParams),
+    "session.events.since" => EventsSince(SinceParams),
+    "session.events.stats" => EventsStats,
+    "handoff.claim" => HandoffClaim(HandoffClaimParams),
+    "handoff.complete" => HandoffComplete(HandoffCompleteParams),
+    "handoff.fail" => HandoffFail(HandoffFailParams),
+    "handoff.state" => HandoffState(HandoffStateParams);
+    writes:
     "session.close" => SessionClose(CloseParams),
     "session.branch" => SessionBranch(BranchParams),
     "prompt.submit" => PromptSubmit(SubmitParams),
     "session.interrupt" => SessionInterrupt(InterruptParams),
     "session.compress" => SessionCompress(CompressParams),
-    "session.events.since" => EventsSince(SinceParams),
-    "session.events.stats" => EventsStats,
     "handoff.request" => HandoffRequest(HandoffRequestParams),
-    "handoff.claim" => HandoffClaim(HandoffClaimParams),
-    "handoff.complete" => HandoffComplete(HandoffCompleteParams),
-    "handoff.fail" => HandoffFail(HandoffFailParams),
-    "handoff.state" => HandoffState(HandoffStateParams),
+    "session.rename" => SessionRename(RenameParams),
 }
 
 impl Request {

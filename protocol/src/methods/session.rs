@@ -230,6 +230,18 @@ pub struct CompressParams {
 
 impl Params for CompressParams {}
 
+/// `session.rename`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RenameParams {
+    pub session_id: SessionId,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+    /// The new title (its bound in bytes is the gateway's `--max-title-bytes`).
+    pub title: String,
+}
+
+impl Params for RenameParams {}
+
 /// `session.events.since`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SinceParams {

@@ -308,13 +308,14 @@ fn minimal(method: &str) -> Value {
         "handoff.claim" => json!({"target":"t"}),
         "handoff.complete" => json!({"handoff_id":"h"}),
         "handoff.fail" => json!({"handoff_id":"h","error":"e"}),
+        "session.rename" => json!({"session_id":"s","title":"t"}),
         _ => json!({"session_id":"s"}),
     }
 }
 
 #[test]
 fn every_method_parses_and_names_itself() {
-    assert_eq!(METHODS.len(), 17);
+    assert_eq!(METHODS.len(), 18);
     for &m in METHODS {
         let params = minimal(m);
         let text = request(m, &params.to_string());

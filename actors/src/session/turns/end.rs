@@ -8,17 +8,33 @@ use std::time::Duration;
 
 use ractor::{ActorRef, RpcReplyPort};
 use tether_protocol::{
-    now_ms, CompleteStatus, ErrorPayload, EventType, InterruptResult, InterruptStatus,
-    MessageCompletePayload, RpcError, SessionStatus, TurnId,
+    now_ms, CompleteStatus, ErrorPayload, EventType, InterruptParams, InterruptResult,
+    InterruptStatus, MessageCompletePayload, RpcError, SessionStatus, TurnId,
 };
 use tracing::info;
 
 use super::super::deferred::Deferred;
+use super::super::write::{FirstWrite, Reply, Write};
 use super::super::{SessionMsg, SessionState, Waiter};
 use super::{QueuedTurn, RunningTurn};
 use crate::event::TurnTag;
 use crate::host_supervisor::HostSupervisorMsg;
 use crate::turn::reasons;
+
+impl Write for InterruptParams {
+    type Answer = InterruptResult;
+    // The running turn's ending (an idle session writes nothing).
+    const FIRST_WRITE: FirstWrite = FirstWrite::Event;
+
+    fn run(
+        self,
+        session: &mut SessionState,
+        myself: &ActorRef<SessionMsg>,
+        reply: Reply<InterruptResult>,
+    ) {
+        session.interrupt(myself, reply);
+    }
+}
 
 impl SessionState {
     /// Ends the running turn with its one `message.complete`, then starts
@@ -107,11 +123,7 @@ impl SessionState {
     /// cannot keep it spinning, and it is never continued. `interrupted`
     /// is answered once its ending is on disk; a closed session (or one
     /// whose close is decided) has no turn to interrupt: 4002.
-    pub(in crate::session) fn interrupt(
-        &mut self,
-        myself: &ActorRef<SessionMsg>,
-        reply: RpcReplyPort<Result<InterruptResult, RpcError>>,
-    ) {
+    fn interrupt(&mut self, myself: &ActorRef<SessionMsg>, reply: Reply<InterruptResult>) {
         if self.status == SessionStatus::Closed {
             let _ = reply.send(Err(RpcError::session_closed()));
             return;
