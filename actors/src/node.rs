@@ -21,7 +21,7 @@ pub(crate) enum Claimed {
     /// so the turns its marker names end with `node_lost`, not
     /// `gateway_restart`.
     Owner { lost_from: Option<NodeId> },
-    /// A live other node owns it: this node follows it (`session/follow.rs`).
+    /// A live other node owns it: this node follows it (`session/cluster/follow.rs`).
     Follower { owner: NodeId },
 }
 
