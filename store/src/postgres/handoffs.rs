@@ -25,8 +25,8 @@ use crate::handoff::{HandoffDialect, HandoffRow, Handoffs};
 use crate::rows::{handoff_from_row, parse_handoff_state, StoreRow, HANDOFF_COLUMNS};
 use crate::StoreError;
 
-use super::cluster::{fenced, Fencing};
 use super::errors::map_sqlx;
+use super::fencing::{self as fenced, Fencing};
 
 /// The [`HandoffStore`](crate::HandoffStore) of the PostgreSQL store: the shared queue
 /// (`handoff/dialect.rs`) over this dialect's statements.
