@@ -30,6 +30,8 @@ mod held;
 mod lifecycle;
 mod routing;
 
+pub use control::ControlError;
+
 use std::collections::HashMap;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;

@@ -54,6 +54,7 @@ pub(crate) use write::{host_wait, WriteReply};
 
 use crate::ctx::{Ctx, SessionGauges};
 use crate::event::EventRecord;
+use crate::host_supervisor::ControlError;
 use crate::reaper::ParkReason;
 use crate::ring::Ring;
 use crate::store_writer::Barrier;
@@ -113,7 +114,7 @@ pub enum SessionMsg {
     /// From the host supervisor: the late answer of a control request.
     ControlLate {
         request_id: String,
-        result: Result<serde_json::Value, String>,
+        result: Result<serde_json::Value, ControlError>,
     },
     /// The running turn's stats entry, if a turn runs.
     ActiveTurn {
