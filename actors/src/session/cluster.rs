@@ -85,6 +85,16 @@ pub enum ClusterMsg {
     },
 }
 
+/// Takes out of `held` what waits for nothing more: everything when `read`
+/// is `None`, else what waits for a seq (`upto`) at most `read`.
+fn take_ready<T>(held: &mut Vec<T>, read: Option<u64>, upto: impl Fn(&T) -> u64) -> Vec<T> {
+    let (ready, wait) = std::mem::take(held)
+        .into_iter()
+        .partition(|t| read.is_none_or(|h| upto(t) <= h));
+    *held = wait;
+    ready
+}
+
 /// What a session keeps on a cluster.
 #[derive(Debug, Default)]
 pub(crate) struct ClusterState {
@@ -148,6 +158,13 @@ impl SessionState {
     /// The turn that runs on the owner, as far as what crossed nodes tells.
     pub(super) fn followed_turn(&self) -> Option<tether_protocol::ActiveTurn> {
         self.cluster.followed_deltas.active_turn()
+    }
+
+    /// How far this follower has read, for what waits for it: everything
+    /// (`None`) when `caught_up` (a read found the store had nothing more)
+    /// or when this node owns the session now.
+    fn read_so_far(&self, caught_up: bool) -> Option<u64> {
+        (!caught_up && self.following()).then(|| self.commit.committed_seq())
     }
 
     pub(super) fn cluster_msg(&mut self, myself: &ActorRef<SessionMsg>, msg: ClusterMsg) {

@@ -10,6 +10,7 @@
 use ractor::{ActorRef, RpcReplyPort};
 use tether_protocol::{ResumeParams, RpcError};
 
+use super::take_ready;
 use crate::session::{PeerLink, ResumeReply, SessionMsg, SessionState};
 
 /// Resumes waiting for the follower to catch up, at most.
@@ -59,15 +60,10 @@ impl SessionState {
     /// all of them when `caught_up` (the store had nothing more) or when
     /// this node owns the session now.
     pub(in crate::session) fn release_waiting_resumes(&mut self, caught_up: bool) {
-        if self.cluster.waiting_resumes.is_empty() {
-            return;
-        }
-        let h = self.commit.committed_seq();
-        let all = caught_up || !self.following();
-        let (ready, wait): (Vec<_>, Vec<_>) = std::mem::take(&mut self.cluster.waiting_resumes)
-            .into_iter()
-            .partition(|w| all || w.params.last_seen.is_none_or(|n| n <= h));
-        self.cluster.waiting_resumes = wait;
+        let read = self.read_so_far(caught_up);
+        let ready = take_ready(&mut self.cluster.waiting_resumes, read, |w| {
+            w.params.last_seen.unwrap_or(0)
+        });
         for w in ready {
             self.resume(w.params, w.peer, w.reply);
         }

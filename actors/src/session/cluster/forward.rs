@@ -24,6 +24,7 @@ use tether_store::cluster::{Cluster, ForwardId, ForwardState};
 use tracing::{debug, warn};
 
 use super::forwarded::{Answer, Forwardable};
+use super::take_ready;
 use super::ClusterMsg;
 use crate::event::EventRecord;
 use crate::session::write::{host_wait, WriteReply};
@@ -157,16 +158,8 @@ impl SessionState {
     /// or all of them when `caught_up` (a read started after they came
     /// found nothing more) or when this node owns the session now.
     pub(in crate::session) fn release_caught_up(&mut self, caught_up: bool) {
-        if self.cluster.catching_up.is_empty() {
-            return;
-        }
-        let h = self.commit.committed_seq();
-        let all = caught_up || !self.following();
-        let (ready, wait): (Vec<_>, Vec<_>) = std::mem::take(&mut self.cluster.catching_up)
-            .into_iter()
-            .partition(|(upto, _)| all || *upto <= h);
-        self.cluster.catching_up = wait;
-        for (_, reply) in ready {
+        let read = self.read_so_far(caught_up);
+        for (_, reply) in take_ready(&mut self.cluster.catching_up, read, |(upto, _)| *upto) {
             let _ = reply.send(());
         }
     }
