@@ -9,7 +9,7 @@
 //! Found by `tests/cluster_chaos.rs` (seed 19, 90 s: clients that had seen
 //! seq n through one node resumed through a follower with `last_seen` n and
 //! got n again, live). A follower now holds such a resume until it has read
-//! up to `last_seen` (`actors/src/session/follow_resume.rs`).
+//! up to `last_seen` (`actors/src/session/cluster/follow_resume.rs`).
 
 mod common;
 #[path = "cluster/mod.rs"]

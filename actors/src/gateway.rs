@@ -1,6 +1,7 @@
 //! `Gateway`: the root supervisor.
 //!
-//! It starts the core actors (StoreWriter, Registry), restarts them per
+//! It starts the core actors (StoreWriter, Registry, HostSupervisor,
+//! Reaper, and on a cluster the Node), restarts them per
 //! their [`RestartPolicy`] and publishes each new `ActorRef` so that callers
 //! always reach the current one. When a core actor exceeds its intensity the
 //! gateway stops itself (escalation): the binary sees that and exits
@@ -22,6 +23,7 @@ use tracing::{error, info, warn};
 use crate::config::{GatewayConfig, HostConfig};
 use crate::ctx::{Ctx, CtxParts};
 use crate::host_supervisor::{HostSupervisor, HostSupervisorArgs, HostSupervisorMsg};
+use crate::node::Node;
 use crate::outbox::{outbox, OutboxReceiver};
 use crate::peer::{Identity, Peer, PeerArgs, PeerMsg};
 use crate::reaper::{Reaper, ReaperMsg};
@@ -36,14 +38,17 @@ pub enum Child {
     Registry,
     HostSupervisor,
     Reaper,
+    /// On a cluster: the heartbeat, re-check and sweep (`node.rs`).
+    Node,
 }
 
 /// Every core child.
-const CHILDREN: [Child; 4] = [
+const CHILDREN: [Child; 5] = [
     Child::StoreWriter,
     Child::Registry,
     Child::HostSupervisor,
     Child::Reaper,
+    Child::Node,
 ];
 
 pub enum GatewayMsg {
@@ -63,7 +68,7 @@ pub struct GatewayArgs {
     pub writer_factory: WriterFactory,
     /// This gateway is a node of a cluster on PostgreSQL (`--cluster`):
     /// sessions are claimed before they are written, and startup recovery
-    /// is left to failover (`node.rs`). `None`: the store's only gateway.
+    /// is left to failover (`node/claim.rs`). `None`: the store's only gateway.
     pub cluster: Option<tether_store::cluster::Cluster>,
 }
 
@@ -84,6 +89,8 @@ impl Published {
             Child::Registry => drop(self.registry.send(None)),
             Child::HostSupervisor => drop(self.hosts.send(None)),
             Child::Reaper => drop(self.reaper.send(None)),
+            // Nobody sends it anything.
+            Child::Node => {}
         }
     }
 }
@@ -132,7 +139,11 @@ impl Actor for Gateway {
             stopping: false,
         };
         // Started here, not via messages, so the gateway is usable as soon
-        // as `spawn` returns.
+        // as `spawn` returns. The node first: it keeps this node alive in
+        // the others' eyes from the moment it joined.
+        if state.ctx.cluster.is_some() {
+            state.start(&myself, Child::Node).await?;
+        }
         state.start(&myself, Child::StoreWriter).await?;
         // The reaper before the registry: sessions brought live at once
         // (none today, but a restarted registry's) report to it.
@@ -260,6 +271,13 @@ impl GatewayState {
                     }
                 }
                 id
+            }
+            Child::Node => {
+                let Some(cluster) = self.ctx.cluster.clone() else {
+                    return Ok(());
+                };
+                let (actor, _) = Actor::spawn_linked(None, Node, cluster, supervisor).await?;
+                actor.get_id()
             }
             Child::HostSupervisor => {
                 let Some(config) = self.host_config.clone() else {

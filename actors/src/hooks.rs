@@ -196,6 +196,8 @@ pub fn core_actor(ctx: &Ctx, child: Child) -> Option<ActorCell> {
         Child::Registry => ctx.registry().ok().map(|a| a.get_cell()),
         Child::HostSupervisor => ctx.hosts().map(|a| a.get_cell()),
         Child::Reaper => ctx.reaper().map(|a| a.get_cell()),
+        // Not published: nobody sends it anything.
+        Child::Node => None,
     }
 }
 

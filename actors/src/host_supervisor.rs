@@ -33,6 +33,8 @@ mod start;
 
 pub use start::{HostStart, StartState};
 
+pub use control::ControlError;
+
 use std::collections::HashMap;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;

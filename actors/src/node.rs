@@ -1,75 +1,151 @@
-//! The gateway as a node of a cluster on PostgreSQL (`--cluster`, docs/ARCHITECTURE.md
-//! "Cluster"): a session is claimed before this
-//! node writes anything of it (its creation, or its load from the store),
-//! and the claim says whether a dead node's turns must be ended.
+//! `Node`: this gateway as a node of a cluster on PostgreSQL (`--cluster`,
+//! docs/ARCHITECTURE.md "Cluster"), a core child of the root that keeps the
+//! node's ownerships true. It heartbeats every quarter of the lease; a
+//! heartbeat that starts a new run (this node may have looked dead)
+//! re-checks every ownership, so the sessions lost meanwhile are forgotten
+//! by the writer's fences (their next write is refused, and the registry's
+//! poll tells them within a second). And it sweeps, at start and once a
+//! minute, what dead nodes and old forwards leave behind.
 //!
-//! Only the owner writes; the fenced writer refuses everything else
-//! (`StoreError::NotOwner`), so a claim here is what makes the writes that
-//! follow possible, never what makes them safe.
+//! Joining (before the store is opened) and leaving (after the drain) are
+//! the binary's, around the gateway's life (`bin/node.rs`). How sessions
+//! are claimed is `claim.rs`.
+
+mod claim;
 
 use std::time::Duration;
 
-use tether_protocol::SessionId;
-use tether_store::cluster::{Cluster, ClusterError, NodeId, PreviousOwner};
-use tether_store::StoreError;
-use tracing::{debug, info};
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tether_store::cluster::{Cluster, ClusterError};
+use tracing::{debug, info, warn};
 
-/// What a claim means for the session about to start.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Claimed {
-    /// This node owns it now. `lost_from`: the node that owned it is dead,
-    /// so the turns its marker names end with `node_lost`, not
-    /// `gateway_restart`.
-    Owner { lost_from: Option<NodeId> },
-    /// A live other node owns it: this node follows it (`session/follow.rs`).
-    Follower { owner: NodeId },
+pub(crate) use claim::{claim, Claimed};
+
+/// How often a node sweeps (every node does; the deletes are idempotent).
+const SWEEP_EVERY: Duration = Duration::from_secs(60);
+/// What a sweep keeps: nodes dead and forwards past their deadline for
+/// less than this (a forwarder reads its forward's answer until shortly
+/// after the deadline; an operator may want to see a recent dead node).
+const SWEEP_KEEP: Duration = Duration::from_secs(600);
+
+pub enum NodeMsg {
+    /// Time for the next heartbeat.
+    Heartbeat,
+    /// Time for the next sweep.
+    Sweep,
+    /// Internal: a sweep ended.
+    Swept,
 }
 
-/// How many leases a claim keeps retrying a refusal that time may lift (a
-/// node younger than one lease, a late heartbeat, a brief outage) before it
-/// answers 5072. Three, like the tests' bound on a failover.
-const CLAIM_LEASES: u32 = 3;
+pub struct NodeState {
+    cluster: Cluster,
+    /// `leave()` removed this node's row: nothing to beat for.
+    left: bool,
+    /// A sweep is running (on a task: a slow delete never holds up a
+    /// heartbeat).
+    sweeping: bool,
+}
 
-/// Claims `session_id` for this node, retrying what a later try may turn
-/// into a success within [`CLAIM_LEASES`] leases. A session a live other
-/// node owns is that node's: [`Claimed::Follower`] at once.
-pub(crate) async fn claim(
-    cluster: &Cluster,
-    session_id: &SessionId,
-) -> Result<Claimed, StoreError> {
-    let config = cluster.config();
-    let deadline = tokio::time::Instant::now() + config.lease * CLAIM_LEASES;
-    loop {
-        match cluster.claim(session_id).await {
-            Ok(claim) => {
-                let lost_from = match claim.previous {
-                    PreviousOwner::Dead(node) => {
-                        info!(session_id = %session_id, node_id = %cluster.node_id(), dead = %node, fence = claim.fence, "session taken over from a dead node");
-                        Some(node)
+pub struct Node;
+
+impl Actor for Node {
+    type Msg = NodeMsg;
+    type State = NodeState;
+    type Arguments = Cluster;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        cluster: Cluster,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(NodeState {
+            cluster,
+            left: false,
+            sweeping: false,
+        })
+    }
+
+    async fn post_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        _state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        // At once: a node that starts (or restarts) beats and cleans up too.
+        let _ = myself.cast(NodeMsg::Heartbeat);
+        let _ = myself.cast(NodeMsg::Sweep);
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            NodeMsg::Heartbeat => {
+                state.heartbeat().await;
+                if !state.left {
+                    // The next one a period after this one ended: a slow
+                    // heartbeat delays the next, never makes two at once.
+                    let every = state.cluster.config().heartbeat_every;
+                    myself.send_after(every, || NodeMsg::Heartbeat);
+                }
+            }
+            NodeMsg::Sweep => {
+                if !state.sweeping {
+                    state.sweeping = true;
+                    let cluster = state.cluster.clone();
+                    let me = myself.clone();
+                    tokio::spawn(async move {
+                        sweep(&cluster).await;
+                        let _ = me.cast(NodeMsg::Swept);
+                    });
+                }
+                myself.send_after(SWEEP_EVERY, || NodeMsg::Sweep);
+            }
+            NodeMsg::Swept => state.sweeping = false,
+        }
+        Ok(())
+    }
+}
+
+impl NodeState {
+    /// One heartbeat, and the re-check a late one calls for.
+    async fn heartbeat(&mut self) {
+        let cluster = &self.cluster;
+        match cluster.heartbeat().await {
+            Ok(beat) if beat.run_restarted => {
+                warn!(node_id = %cluster.node_id(), run_ms = beat.run.as_millis() as u64, "heartbeat was late; re-checking ownerships");
+                match cluster.recheck().await {
+                    Ok(lost) if !lost.is_empty() => {
+                        warn!(node_id = %cluster.node_id(), lost = lost.len(), "sessions lost to other nodes")
                     }
-                    PreviousOwner::None | PreviousOwner::Itself => {
-                        debug!(session_id = %session_id, node_id = %cluster.node_id(), fence = claim.fence, "session claimed");
-                        None
+                    Ok(_) => {}
+                    Err(e) => {
+                        warn!(node_id = %cluster.node_id(), error = %e, "ownership re-check failed")
                     }
-                };
-                return Ok(Claimed::Owner { lost_from });
+                }
             }
-            Err(ClusterError::OwnedElsewhere { owner, .. }) => {
-                debug!(session_id = %session_id, node_id = %cluster.node_id(), owner = %owner, "session owned by a live node; following it");
-                return Ok(Claimed::Follower { owner });
+            Ok(_) => {}
+            Err(e @ ClusterError::UnknownNode { .. }) => {
+                // Only `leave` removes the row; nothing to beat for.
+                debug!(node_id = %cluster.node_id(), error = %e, "heartbeat stopped");
+                self.left = true;
             }
-            Err(e) if e.is_retryable() && tokio::time::Instant::now() < deadline => {
-                debug!(session_id = %session_id, node_id = %cluster.node_id(), error = %e, "claim refused for now; retrying");
-                tokio::time::sleep(retry_every(config.heartbeat_every)).await;
-            }
-            Err(ClusterError::Store(e)) => return Err(e),
-            Err(e) => return Err(StoreError::Unavailable(e.to_string())),
+            Err(e) => warn!(node_id = %cluster.node_id(), error = %e, "heartbeat failed"),
         }
     }
 }
 
-/// A refused claim is retried once per heartbeat: what lifts it (this
-/// node's run growing, the owner's lease running out) moves no faster.
-fn retry_every(heartbeat_every: Duration) -> Duration {
-    heartbeat_every.max(Duration::from_millis(50))
+/// Forgets nodes long dead (their rows and peer counts) and forwards long
+/// past their deadline: without it both tables only grow.
+async fn sweep(cluster: &Cluster) {
+    match cluster.sweep(SWEEP_KEEP).await {
+        Ok((0, 0)) => {}
+        Ok((nodes, forwards)) => {
+            info!(node_id = %cluster.node_id(), nodes, forwards, "swept dead nodes and old forwards")
+        }
+        Err(e) => debug!(node_id = %cluster.node_id(), error = %e, "sweep failed; next time"),
+    }
 }

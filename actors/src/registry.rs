@@ -181,7 +181,7 @@ pub enum RegistryMsg {
         counts: Vec<(SessionId, u64)>,
     },
     /// From a session that lost its ownership and follows it now, its
-    /// peers still attached (`session/lost.rs`).
+    /// peers still attached (`session/cluster/lost.rs`).
     Demoted {
         key: SessionKey,
     },

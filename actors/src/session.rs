@@ -17,21 +17,15 @@ mod about;
 mod attach;
 mod branch;
 mod close;
+mod cluster;
 mod commit;
 mod compress;
 mod deferred;
 mod encoded_history;
-mod follow;
-mod follow_deltas;
-mod follow_resume;
-mod forward;
-mod forwarded;
 mod handoff;
 mod history;
-mod lost;
 mod marker;
 mod owed;
-mod peer_count;
 mod peers;
 mod pipeline;
 mod reap;
@@ -54,11 +48,13 @@ use tether_store::SessionRow;
 use tracing::debug;
 
 pub use attach::ResumeReply;
+pub use cluster::ClusterMsg;
 pub use peers::PeerLink;
 pub(crate) use write::{host_wait, WriteReply};
 
 use crate::ctx::{Ctx, SessionGauges};
 use crate::event::EventRecord;
+use crate::host_supervisor::ControlError;
 use crate::reaper::ParkReason;
 use crate::ring::Ring;
 use crate::store_writer::Barrier;
@@ -118,7 +114,7 @@ pub enum SessionMsg {
     /// From the host supervisor: the late answer of a control request.
     ControlLate {
         request_id: String,
-        result: Result<serde_json::Value, String>,
+        result: Result<serde_json::Value, ControlError>,
     },
     /// The running turn's stats entry, if a turn runs.
     ActiveTurn {
@@ -137,55 +133,8 @@ pub enum SessionMsg {
     },
     /// Answered once every event emitted so far is committed and fanned out.
     Flush { reply: RpcReplyPort<()> },
-    /// On a follower: answered once it has read up to `upto` (a forwarded
-    /// write's answer waits for it, `forward.rs`); at once on an owner.
-    CatchUp { upto: u64, reply: RpcReplyPort<()> },
-    /// On a follower: committed events may be waiting after the watermark
-    /// (a notification, or a resync after the listener reconnected).
-    FollowWake,
-    /// On a follower: transient events the owner sent across nodes.
-    FollowDeltas { body: String },
-    /// Internal: what a follower's read found.
-    FollowRead {
-        rows: Result<Vec<tether_store::EventRow>, tether_store::StoreError>,
-    },
-    /// Internal: a cluster's park patch was answered.
-    ParkWritten {
-        result: Result<(), tether_store::StoreError>,
-        reason: ParkReason,
-        reply: RpcReplyPort<bool>,
-    },
-    /// From the registry's poll: the followed owner is dead or gone.
-    OwnerGone,
-    /// From the registry's poll: the other nodes' count of this session's
-    /// peers changed (already in the gauges).
-    OtherPeersChanged,
-    /// Internal: a fresh read of the other nodes' peers, for a
-    /// `close_on_disconnect` session whose last peer here left.
-    LeftEverywhere { others: Result<u64, String> },
-    /// Internal: a second after that read failed, it may be tried again.
-    RecheckLeft,
-    /// From the registry's poll: this node no longer holds the session's
-    /// fence (another node claimed it).
-    Lost,
-    /// Internal: what a follower's claim came to.
-    Promoted { promoted: follow::Promoted },
-    /// On the owner: requests may have been forwarded from another node.
-    ForwardsWake,
-    /// Internal: the forwards read from the store.
-    ForwardsRead {
-        rows: Result<Vec<tether_store::cluster::ForwardRow>, tether_store::cluster::ClusterError>,
-    },
-    /// Internal: a forward accepted before it runs (its first write is
-    /// not one of its events), to run now.
-    RunAccepted {
-        write: SessionWrite,
-        reply: WriteReply,
-    },
-    /// Internal: a forward's answer is written.
-    ForwardDone {
-        id: tether_store::cluster::ForwardId,
-    },
+    /// What only a session on a cluster is told (`cluster.rs`).
+    Cluster(ClusterMsg),
     /// The gateway drains: end the running and queued turns, then answer
     /// as `Flush` does.
     Drain { reply: RpcReplyPort<()> },
@@ -257,8 +206,6 @@ pub struct SessionState {
     /// `close_on_disconnect` session created without one is not "left" by
     /// anybody).
     ever_attached: bool,
-    /// A read of the other nodes' peers is in flight (`close.rs`).
-    checking_left: bool,
     engine_pin: Option<serde_json::Value>,
     /// Use the profile's current engine config instead of `engine_pin`.
     follow_profile_config: bool,
@@ -271,22 +218,9 @@ pub struct SessionState {
     /// Why the turns of that marker ended: `gateway_restart`, or
     /// `node_lost` when the session was taken over from a dead node.
     marker_reason: &'static str,
-    /// On a cluster, while a live other node owns the session: this one
-    /// only relays its committed events (`follow.rs`).
-    following: Option<follow::Following>,
-    /// On a follower: the owner's deltas held for a seq, and the turn they
-    /// build (`follow_deltas.rs`).
-    followed_deltas: follow_deltas::FollowedDeltas,
-    /// On a follower: resumes waiting for it to read up to their watermark
-    /// (`follow_resume.rs`).
-    waiting_resumes: Vec<follow_resume::WaitingResume>,
-    /// On a follower: forwarded answers waiting for it to read up to
-    /// their seq (`forward.rs`).
-    catching_up: Vec<(u64, RpcReplyPort<()>)>,
-    /// Requests forwarded to this owner, while they run (`forwarded.rs`).
-    forwarded: forwarded::Forwarded,
-    /// On a cluster: this node's peer count in the store (`peer_count.rs`).
-    peer_count: Option<peer_count::PeerCount>,
+    /// On a cluster: following, forwarding, this node's peer count
+    /// (`cluster.rs`; empty on a single gateway).
+    cluster: cluster::ClusterState,
     /// What the reaper was last told (`None`: nothing yet).
     reported: Option<Reported>,
     /// `message.complete`s of accepted turns that a failed append lost.
@@ -328,7 +262,7 @@ impl Actor for Session {
     ) -> Result<(), ActorProcessingErr> {
         let marker = state.marker_at_start.take();
         // A follower writes nothing: the owner ends its own turns, or the
-        // follower does once it takes the session over (`follow.rs`).
+        // follower does once it takes the session over (`cluster/follow.rs`).
         if !state.following() {
             state.end_orphaned_turns(&myself, marker);
             // Requests forwarded before this owner was live.
@@ -350,20 +284,6 @@ impl Actor for Session {
             return Ok(());
         };
         match msg {
-            SessionMsg::FollowWake => state.follow_wake(me),
-            SessionMsg::FollowDeltas { body } => state.follow_deltas(&body),
-            SessionMsg::FollowRead { rows } => state.follow_read(me, rows),
-            SessionMsg::OwnerGone => state.owner_gone(me),
-            // `close_if_left` below looks at the new count.
-            SessionMsg::OtherPeersChanged => {}
-            SessionMsg::LeftEverywhere { others } => state.left_everywhere(me, others),
-            SessionMsg::RecheckLeft => state.recheck_left(),
-            SessionMsg::Lost => state.lost(me),
-            SessionMsg::Promoted { promoted } => state.promoted(me, promoted),
-            SessionMsg::ForwardsWake => state.forwards_wake(me),
-            SessionMsg::ForwardsRead { rows } => state.forwards_read(me, rows),
-            SessionMsg::ForwardDone { id } => state.forward_done(&id),
-            SessionMsg::RunAccepted { write, reply } => state.run_accepted(me, write, reply),
             SessionMsg::Resume {
                 params,
                 peer,
@@ -393,7 +313,7 @@ impl Actor for Session {
                 let _ = reply.send(state.active_turn_stat());
             }
             SessionMsg::Flush { reply } => state.when_settled(me, reply),
-            SessionMsg::CatchUp { upto, reply } => state.catch_up(me, upto, reply),
+            SessionMsg::Cluster(msg) => state.cluster_msg(me, msg),
             SessionMsg::Drain { reply } => state.drain(me, reply),
             SessionMsg::Committed {
                 append_gen,
@@ -414,11 +334,6 @@ impl Actor for Session {
             SessionMsg::WriterRestarted => state.writer_restarted(me),
             SessionMsg::Rebased { barrier } => state.rebased(me, barrier),
             SessionMsg::Park { reason, reply } => state.park(me, reason, reply),
-            SessionMsg::ParkWritten {
-                result,
-                reason,
-                reply,
-            } => state.park_written(me, result, reason, reply),
             SessionMsg::ReportToReaper => state.report_to_reaper(true),
             SessionMsg::HostsLost => state.hosts_lost(me),
         }

@@ -10,6 +10,7 @@
 //! ([`HandoffDialect`]): what a refused compare-and-set answers is one rule, not one per dialect.
 
 mod dialect;
+mod sql;
 
 use async_trait::async_trait;
 
@@ -18,6 +19,7 @@ use tether_protocol::{HandoffId, HandoffState, SessionId};
 use crate::StoreError;
 
 pub(crate) use dialect::{HandoffDialect, Handoffs};
+pub(crate) use sql::{HandoffSql, Ordering};
 
 /// The longest `error` a failed handoff keeps, in bytes (UTF-8). Longer texts are cut at the last
 /// character boundary within it, so one client's stack trace cannot bloat every `handoff.state`.

@@ -32,6 +32,7 @@ mod open;
 mod open_error;
 mod paging;
 mod postgres;
+mod reads;
 mod rows;
 mod rules;
 mod served;

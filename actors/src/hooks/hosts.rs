@@ -159,7 +159,7 @@ impl Actor for SessionStandIn {
         let seen = match msg {
             SessionMsg::Turn { turn_id, update } => ToSession::Turn(turn_id, update),
             SessionMsg::ControlLate { request_id, result } => {
-                ToSession::ControlLate(request_id, result)
+                ToSession::ControlLate(request_id, result.map_err(|e| e.to_string()))
             }
             _ => return Ok(()),
         };

@@ -14,6 +14,27 @@ use crate::session::SessionMsg;
 use crate::turn::ControlOutcome;
 use tether_protocol::ControlRequest;
 
+/// Why a control request (a compression) got no answer from its host.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ControlError {
+    /// The host answered `control.error` with this message (or its answer
+    /// was refused at the edge).
+    #[error("{0}")]
+    Host(String),
+    /// The host's process died before it answered.
+    #[error("{0}")]
+    HostDied(String),
+    /// The host supervisor stopped, or was restarted, before an answer.
+    #[error("the host supervisor {0}")]
+    Supervisor(&'static str),
+    /// Evicted from the late handlers by newer ones.
+    #[error("too many control requests are waiting for a late answer")]
+    Evicted,
+    /// No answer within the late-ack TTL.
+    #[error("the compute host did not answer within the late-ack TTL")]
+    Expired,
+}
+
 impl HostSupervisorState {
     pub(super) fn control(
         &mut self,
@@ -91,7 +112,7 @@ impl HostSupervisorState {
             );
             let _ = late.cast(SessionMsg::ControlLate {
                 request_id,
-                result: Err("too many control requests are waiting for a late answer".into()),
+                result: Err(ControlError::Evicted),
             });
         }
     }
@@ -107,7 +128,7 @@ impl HostSupervisorState {
             );
             let _ = late.cast(SessionMsg::ControlLate {
                 request_id,
-                result: Err("the compute host did not answer within the late-ack TTL".into()),
+                result: Err(ControlError::Expired),
             });
         }
     }
@@ -140,6 +161,7 @@ impl HostSupervisorState {
                     ok = result.is_ok(),
                     "late control answer delivered"
                 );
+                let result = result.map_err(ControlError::Host);
                 let _ = late.cast(SessionMsg::ControlLate { request_id, result });
             }
             Taken::Expired => {

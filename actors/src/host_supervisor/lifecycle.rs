@@ -7,7 +7,7 @@ use ractor::{Actor, ActorRef, RpcReplyPort};
 use tether_protocol::{HostStat, ToHost, TurnId};
 use tracing::{debug, error, info, warn};
 
-use super::{now, send_update, HostSupervisorMsg, HostSupervisorState, Phase};
+use super::{now, send_update, ControlError, HostSupervisorMsg, HostSupervisorState, Phase};
 use crate::host::{Host, HostArgs, HostMsg};
 use crate::session::SessionMsg;
 use crate::supervisor::Decision;
@@ -214,7 +214,7 @@ impl HostSupervisorState {
             );
             let _ = late.cast(SessionMsg::ControlLate {
                 request_id,
-                result: Err(message.into()),
+                result: Err(ControlError::HostDied(message.into())),
             });
         }
     }
@@ -343,7 +343,7 @@ impl HostSupervisorState {
         for (request_id, late) in failed.late {
             let _ = late.cast(SessionMsg::ControlLate {
                 request_id,
-                result: Err("the host supervisor stopped".into()),
+                result: Err(ControlError::Supervisor("stopped")),
             });
         }
         self.publish_up();

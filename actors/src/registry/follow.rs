@@ -14,7 +14,7 @@ use tracing::{debug, warn};
 
 use super::{RegistryMsg, RegistryState};
 use crate::ctx::Ctx;
-use crate::session::SessionMsg;
+use crate::session::{ClusterMsg, SessionMsg};
 
 /// How often the owners of followed sessions are read.
 const POLL_EVERY: Duration = Duration::from_secs(1);
@@ -93,7 +93,9 @@ impl RegistryState {
             .get(session_id)
             .and_then(|key| self.live.get(key))
         {
-            let _ = live.actor.cast(SessionMsg::FollowDeltas { body });
+            let _ = live
+                .actor
+                .cast(SessionMsg::Cluster(ClusterMsg::FollowDeltas { body }));
         }
     }
 
@@ -101,7 +103,7 @@ impl RegistryState {
     pub(super) fn follow_wake(&self, session_id: Option<SessionId>) {
         let wake = |key| {
             if let Some(live) = self.live.get(key) {
-                let _ = live.actor.cast(SessionMsg::FollowWake);
+                let _ = live.actor.cast(SessionMsg::Cluster(ClusterMsg::FollowWake));
             }
         };
         match session_id {
@@ -125,13 +127,17 @@ impl RegistryState {
     ) {
         let Some(id) = session_id else {
             for live in self.live.values() {
-                let _ = live.actor.cast(SessionMsg::ForwardsWake);
+                let _ = live
+                    .actor
+                    .cast(SessionMsg::Cluster(ClusterMsg::ForwardsWake));
             }
             return;
         };
         match self.by_id.get(&id).and_then(|key| self.live.get(key)) {
             Some(live) => {
-                let _ = live.actor.cast(SessionMsg::ForwardsWake);
+                let _ = live
+                    .actor
+                    .cast(SessionMsg::Cluster(ClusterMsg::ForwardsWake));
             }
             None => self.load_to_answer(myself, id),
         }
@@ -169,7 +175,7 @@ impl RegistryState {
                     |reply| RegistryMsg::Forward {
                         key: (profile, id),
                         load: true,
-                        msg: SessionMsg::ForwardsWake,
+                        msg: SessionMsg::Cluster(ClusterMsg::ForwardsWake),
                         reply,
                     },
                     None,
@@ -189,7 +195,7 @@ impl RegistryState {
         };
         for (key, live) in &self.live {
             if !self.followers.contains_key(&key.1) && cluster.fence(&key.1).is_none() {
-                let _ = live.actor.cast(SessionMsg::Lost);
+                let _ = live.actor.cast(SessionMsg::Cluster(ClusterMsg::Lost));
             }
         }
         self.count_other_peers(myself, &cluster);
@@ -245,7 +251,9 @@ impl RegistryState {
             if u64::from(before) != n {
                 // A `close_on_disconnect` session may have lost its last
                 // peer on another node.
-                let _ = live.actor.cast(SessionMsg::OtherPeersChanged);
+                let _ = live
+                    .actor
+                    .cast(SessionMsg::Cluster(ClusterMsg::OtherPeersChanged));
             }
         }
     }
@@ -256,7 +264,7 @@ impl RegistryState {
         let Some(live) = self.live.get(&key) else {
             return;
         };
-        let _ = live.actor.cast(SessionMsg::FollowWake);
+        let _ = live.actor.cast(SessionMsg::Cluster(ClusterMsg::FollowWake));
         self.followers.insert(key.1.clone(), key);
     }
 
@@ -279,7 +287,7 @@ impl RegistryState {
                 .get(&o.session_id)
                 .and_then(|key| self.live.get(key))
             {
-                let _ = live.actor.cast(SessionMsg::OwnerGone);
+                let _ = live.actor.cast(SessionMsg::Cluster(ClusterMsg::OwnerGone));
             }
         }
     }

@@ -223,7 +223,7 @@ impl RegistryState {
                 }
                 // Say so in the store too (listings read it); only an owner
                 // writes (a follower that takes a parked session over
-                // patches it then, `follow.rs`).
+                // patches it then, `session/cluster/follow.rs`).
                 if was_parked && !following {
                     if let Some(writer) = self.ctx.writer() {
                         let _ = writer.cast(crate::store_writer::StoreWriterMsg::Patch {

@@ -71,18 +71,16 @@ impl SessionState {
     /// On a cluster: this node, or the one it follows (if it knows yet).
     fn owner_node(&self) -> Option<String> {
         let cluster = self.ctx.cluster.as_ref()?;
-        match &self.following {
-            Some(f) => f.owner().map(ToString::to_string),
-            None => Some(cluster.node_id().to_string()),
+        if self.following() {
+            return self.followed_owner().map(ToString::to_string);
         }
+        Some(cluster.node_id().to_string())
     }
 
     pub(super) fn publish_gauges(&self) {
         self.gauges
             .set(self.peers.len(), self.ring.len(), self.ring.bytes());
-        if let Some(count) = &self.peer_count {
-            count.set(self.peers.len());
-        }
+        self.cluster.set_peers(self.peers.len());
         self.gauges.set_running(self.turns.running.is_some());
     }
 

@@ -9,21 +9,15 @@
 //! after `session.closed` (`pipeline.rs` refuses it), and every request
 //! answers 4002.
 
-use std::sync::atomic::Ordering;
-use std::time::Duration;
-
 use ractor::ActorRef;
 use tether_protocol::{
     CloseParams, CloseResult, EventType, RpcError, SessionClosedPayload, SessionStatus,
 };
-use tracing::{info, warn};
+use tracing::info;
 
 use super::write::{FirstWrite, Reply, Write};
 use super::{SessionMsg, SessionState, Waiter};
 use crate::turn::reasons;
-
-/// How long after a failed read of the other nodes' peers the next one waits.
-const RECHECK_LEFT: Duration = Duration::from_secs(1);
 
 impl Write for CloseParams {
     type Answer = CloseResult;
@@ -60,63 +54,15 @@ impl SessionState {
         {
             return;
         }
-        if let Some(cluster) = self.ctx.cluster.clone() {
-            if self.checking_left {
-                return;
-            }
-            self.checking_left = true;
-            let id = self.id.clone();
-            let me = myself.clone();
-            tokio::spawn(async move {
-                let others = cluster
-                    .others_peers(std::slice::from_ref(&id))
-                    .await
-                    .map(|counts| counts.iter().map(|(_, n)| *n).sum());
-                let _ = me.cast(SessionMsg::LeftEverywhere {
-                    others: others.map_err(|e| e.to_string()),
-                });
-            });
+        if self.ctx.cluster.is_some() {
+            // The other nodes' peers are read afresh first (`cluster/left.rs`).
+            self.check_left_elsewhere(myself);
             return;
         }
         self.close_on_disconnect_now(myself);
     }
 
-    /// The fresh read of the other nodes' peers: none, and none here either,
-    /// closes the session. A failed read closes nothing; the next read waits
-    /// [`RECHECK_LEFT`] (the store may be down: no read per message).
-    pub(super) fn left_everywhere(
-        &mut self,
-        myself: &ActorRef<SessionMsg>,
-        others: Result<u64, String>,
-    ) {
-        if others.is_ok() {
-            self.checking_left = false;
-        }
-        match others {
-            Ok(0) if self.peers.is_empty() && !self.following() => {
-                self.close_on_disconnect_now(myself)
-            }
-            Ok(n) => {
-                if n > 0 {
-                    self.gauges
-                        .other_peers
-                        .store(u32::try_from(n).unwrap_or(u32::MAX), Ordering::Relaxed);
-                }
-            }
-            Err(e) => {
-                warn!(session_id = %self.id, error = %e, "could not read other nodes' peers; not closing yet");
-                // `checking_left` stays set until then.
-                myself.send_after(RECHECK_LEFT, || SessionMsg::RecheckLeft);
-            }
-        }
-    }
-
-    /// [`RECHECK_LEFT`] after a failed read: `close_if_left` may read again.
-    pub(super) fn recheck_left(&mut self) {
-        self.checking_left = false;
-    }
-
-    fn close_on_disconnect_now(&mut self, myself: &ActorRef<SessionMsg>) {
+    pub(super) fn close_on_disconnect_now(&mut self, myself: &ActorRef<SessionMsg>) {
         if self.status == SessionStatus::Closed {
             return;
         }

@@ -22,7 +22,7 @@ use tracing::{debug, info, warn};
 use super::deferred::Deferred;
 use super::write::{FirstWrite, Reply, Write};
 use super::{SessionMsg, SessionState, Waiter};
-use crate::host_supervisor::HostSupervisorMsg;
+use crate::host_supervisor::{ControlError, HostSupervisorMsg};
 use crate::turn::ControlOutcome;
 use tether_protocol::ControlRequest;
 
@@ -159,7 +159,7 @@ impl SessionState {
                         // Answered once `session.compacted` is on disk.
                         self.wait_for(myself, seq, Waiter::Reply(Deferred::new(reply, result)));
                     }
-                    Err(e) => drop(reply.send(Err(compress_failed(&e)))),
+                    Err(e) => drop(reply.send(Err(compress_failed(&e.to_string())))),
                 }
             }
             ControlOutcome::Error(message) => {
@@ -200,7 +200,7 @@ impl SessionState {
         &mut self,
         myself: &ActorRef<SessionMsg>,
         request_id: String,
-        result: Result<Value, String>,
+        result: Result<Value, ControlError>,
     ) {
         let Some(compacting) = self
             .compacting
@@ -214,12 +214,14 @@ impl SessionState {
             // Not answered yet: this is its answer.
             let outcome = match result {
                 Ok(v) => ControlOutcome::Ack(v),
-                Err(e) => ControlOutcome::Error(e),
+                Err(e) => ControlOutcome::Error(e.to_string()),
             };
             return self.control_done(myself, request_id, outcome);
         }
         self.compacting = None;
-        let outcome = result.and_then(|v| parse_compress(&v));
+        let outcome = result
+            .map_err(CompressFailed::from)
+            .and_then(|v| parse_compress(&v));
         let (kind, text) = match outcome {
             Ok((summary, removed)) => {
                 self.apply_compaction(summary, removed);
@@ -267,11 +269,20 @@ impl SessionState {
     }
 }
 
-fn parse_compress(result: &Value) -> Result<(String, u64), String> {
+/// Why a compression made nothing.
+#[derive(Debug, thiserror::Error)]
+enum CompressFailed {
+    #[error(transparent)]
+    Control(#[from] ControlError),
+    #[error("the host's answer has no summary")]
+    NoSummary,
+}
+
+fn parse_compress(result: &Value) -> Result<(String, u64), CompressFailed> {
     let summary = result
         .get("summary")
         .and_then(Value::as_str)
-        .ok_or("the host's answer has no summary")?;
+        .ok_or(CompressFailed::NoSummary)?;
     let removed = result.get("removed").and_then(Value::as_u64).unwrap_or(0);
     Ok((summary.to_string(), removed))
 }

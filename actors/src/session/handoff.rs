@@ -2,7 +2,7 @@
 //! handoff row, which on a cluster is a fenced write of the session (the
 //! store checks this node's fence under the ownership row's lock), so it
 //! runs where the session is owned: here on its owner, forwarded from a
-//! follower (`follow.rs`, `forwarded.rs`). The other transitions (claim,
+//! follower (`cluster/`). The other transitions (claim,
 //! complete, fail) are compare-and-sets on the handoff row alone and run on
 //! any node (`peer/handoff.rs`); only their announcements are the owner's.
 

@@ -12,7 +12,7 @@ use tether_store::SessionPatch;
 use tether_store::StoreError;
 use tracing::{debug, info, warn};
 
-use super::{SessionMsg, SessionState};
+use super::{ClusterMsg, SessionMsg, SessionState};
 use crate::reaper::{ParkReason, ReaperMsg};
 use crate::store_writer::StoreWriterMsg;
 
@@ -130,11 +130,11 @@ impl SessionState {
                         "the park's patch was dropped".into(),
                     ))
                 });
-                let _ = me.cast(SessionMsg::ParkWritten {
+                let _ = me.cast(SessionMsg::Cluster(ClusterMsg::ParkWritten {
                     result,
                     reason,
                     reply,
-                });
+                }));
             });
             return;
         }

@@ -5,9 +5,10 @@
 
 use std::collections::HashMap;
 
+use super::cluster::ClusterState;
 use super::history::Transcript;
 use super::turns::Turns;
-use super::{follow, forwarded, owed, peer_count, row, Commit, SessionArgs, SessionState};
+use super::{owed, row, Commit, SessionArgs, SessionState};
 use crate::node::Claimed;
 use crate::ring::{Ring, RingEntry};
 
@@ -22,14 +23,11 @@ impl SessionState {
             gauges,
             claimed,
         } = args;
-        let (marker_reason, following) = match claimed {
-            Some(Claimed::Owner { lost_from: Some(_) }) => (crate::turn::reasons::NODE_LOST, None),
-            Some(Claimed::Follower { owner }) => (
-                crate::turn::reasons::GATEWAY_RESTART,
-                Some(follow::Following::new(Some(owner))),
-            ),
-            _ => (crate::turn::reasons::GATEWAY_RESTART, None),
+        let marker_reason = match claimed {
+            Some(Claimed::Owner { lost_from: Some(_) }) => crate::turn::reasons::NODE_LOST,
+            _ => crate::turn::reasons::GATEWAY_RESTART,
         };
+        let cluster = ClusterState::new(&ctx, &row.id, claimed.as_ref());
         let mut ring = Ring::new(ctx.config.ring_events, ctx.config.ring_bytes);
         for rec in &initial {
             if let Some(seq) = rec.seq {
@@ -39,7 +37,6 @@ impl SessionState {
                 });
             }
         }
-        let peer_count = peer_count::PeerCount::start(ctx.cluster.as_ref(), &row.id);
         SessionState {
             id: row.id,
             profile: row.profile,
@@ -56,7 +53,6 @@ impl SessionState {
             ring,
             peers: HashMap::new(),
             ever_attached: false,
-            checking_left: false,
             engine_pin: row.engine_pin,
             follow_profile_config: row.follow_profile_config,
             turns: Turns {
@@ -68,12 +64,7 @@ impl SessionState {
             pending_compress: None,
             marker_at_start: row.turn_marker,
             marker_reason,
-            following,
-            followed_deltas: Default::default(),
-            waiting_resumes: Vec::new(),
-            catching_up: Vec::new(),
-            forwarded: forwarded::Forwarded::default(),
-            peer_count,
+            cluster,
             reported: None,
             owed: owed::Owed::default(),
             closed_at: None,

@@ -276,7 +276,7 @@ impl SessionState {
     pub(super) fn active_turn(&self) -> Option<ActiveTurn> {
         if self.following() {
             // The owner runs it; what crossed nodes tells it here.
-            return self.followed_deltas.active_turn();
+            return self.followed_turn();
         }
         self.turns.running.as_ref().map(|t| ActiveTurn {
             turn_id: t.tag.turn_id.clone(),

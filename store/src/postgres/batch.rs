@@ -24,8 +24,6 @@ mod statement;
 
 use std::collections::{HashMap, HashSet};
 
-use super::cluster::Guard;
-
 use tether_protocol::{SessionId, SessionStatus};
 
 use crate::columns::{json_text, to_i64};
@@ -98,6 +96,13 @@ impl<'a> Values<'a> {
             updated_at_ms: patch.updated_at_ms,
         })
     }
+}
+
+/// What planning a batch in cluster mode consults (`Plan::new`): the fences held for its
+/// sessions, and the sessions already refused in an earlier round of the same batch.
+pub(crate) struct Guard<'g> {
+    pub held: &'g HashMap<SessionId, u64>,
+    pub refused: &'g HashMap<SessionId, StoreError>,
 }
 
 /// A batch, planned.

@@ -19,14 +19,14 @@ use async_trait::async_trait;
 use sqlx::postgres::{PgArguments, PgPool, Postgres};
 use sqlx::query::Query;
 
-use tether_protocol::{HandoffId, HandoffState, SessionId, SessionStatus};
+use tether_protocol::{HandoffId, HandoffState, SessionId};
 
-use crate::handoff::{HandoffDialect, HandoffRow, Handoffs};
-use crate::rows::{handoff_from_row, parse_handoff_state, StoreRow, HANDOFF_COLUMNS};
+use crate::handoff::{HandoffDialect, HandoffRow, HandoffSql, Handoffs, Ordering};
+use crate::rows::{handoff_from_row, parse_handoff_state, StoreRow};
 use crate::StoreError;
 
-use super::cluster::{fenced, Fencing};
 use super::errors::map_sqlx;
+use super::fencing::{self as fenced, Fencing};
 
 /// The [`HandoffStore`](crate::HandoffStore) of the PostgreSQL store: the shared queue
 /// (`handoff/dialect.rs`) over this dialect's statements.
@@ -35,78 +35,24 @@ pub(crate) type PgHandoffs = Handoffs<PgHandoffSql>;
 /// The handoff statements of the PostgreSQL store, on the handoff pool.
 pub(crate) struct PgHandoffSql {
     pool: PgPool,
-    sql: Sql,
+    sql: HandoffSql,
     /// A cluster node's: `request` is fenced (module doc).
     fencing: Option<Fencing>,
 }
 
 type PgQuery<'q> = Query<'q, Postgres, PgArguments>;
 
-/// The statements, built once.
-struct Sql {
-    request: String,
-    claim: String,
-    complete: String,
-    fail: String,
-    latest: String,
-    in_flight: String,
-    state_of: String,
-}
-
-impl Sql {
-    fn new() -> Self {
-        let pending = HandoffState::Pending.as_str();
-        let running = HandoffState::Running.as_str();
-        let completed = HandoffState::Completed.as_str();
-        let failed = HandoffState::Failed.as_str();
-        let closed = SessionStatus::Closed.as_str();
-        Sql {
-            request: format!(
-                "INSERT INTO handoffs ({HANDOFF_COLUMNS}) \
-                 SELECT $1, $2, $3, $4, '{pending}', NULL, $5, $5 \
-                 WHERE EXISTS (SELECT 1 FROM sessions WHERE id = $2 AND profile = $3 \
-                     AND status <> '{closed}') \
-                 AND NOT EXISTS (SELECT 1 FROM handoffs WHERE session_id = $2 \
-                     AND state IN ('{pending}', '{running}'))"
-            ),
-            // The oldest pending one (insertion order breaks ties within a millisecond).
-            claim: format!(
-                "UPDATE handoffs SET state = '{running}', updated_at_ms = $3 \
-                 WHERE id = (SELECT id FROM handoffs WHERE profile = $1 AND target = $2 \
-                     AND state = '{pending}' ORDER BY created_at_ms, ord LIMIT 1 \
-                     FOR UPDATE SKIP LOCKED) \
-                 AND state = '{pending}' RETURNING {HANDOFF_COLUMNS}"
-            ),
-            complete: format!(
-                "UPDATE handoffs SET state = '{completed}', updated_at_ms = $3 \
-                 WHERE id = $1 AND profile = $2 AND state = '{running}' RETURNING {HANDOFF_COLUMNS}"
-            ),
-            // `$5` = only_if_pending.
-            fail: format!(
-                "UPDATE handoffs SET state = '{failed}', error = $3, updated_at_ms = $4 \
-                 WHERE id = $1 AND profile = $2 \
-                 AND (state = '{pending}' OR (NOT $5 AND state = '{running}')) \
-                 RETURNING {HANDOFF_COLUMNS}"
-            ),
-            // Insertion order, not the clock: a clock that steps back must not hide the newest.
-            latest: format!(
-                "SELECT {HANDOFF_COLUMNS} FROM handoffs WHERE session_id = $1 AND profile = $2 \
-                 ORDER BY ord DESC LIMIT 1"
-            ),
-            in_flight: format!(
-                "SELECT {HANDOFF_COLUMNS} FROM handoffs WHERE session_id = $1 AND profile = $2 \
-                 AND state IN ('{pending}', '{running}')"
-            ),
-            state_of: "SELECT state FROM handoffs WHERE id = $1 AND profile = $2".to_string(),
-        }
-    }
-}
+/// Insertion order is the `ord` sequence; a claim skips rows another claim has locked.
+const ORDERING: Ordering = Ordering {
+    inserted: "ord",
+    claim_lock: "FOR UPDATE SKIP LOCKED",
+};
 
 impl Handoffs<PgHandoffSql> {
     pub(crate) fn new(pool: PgPool) -> Self {
         Handoffs::over(PgHandoffSql {
             pool,
-            sql: Sql::new(),
+            sql: HandoffSql::new(&ORDERING),
             fencing: None,
         })
     }
@@ -115,7 +61,7 @@ impl Handoffs<PgHandoffSql> {
     pub(crate) fn fenced(pool: PgPool, fencing: Fencing) -> Self {
         Handoffs::over(PgHandoffSql {
             pool,
-            sql: Sql::new(),
+            sql: HandoffSql::new(&ORDERING),
             fencing: Some(fencing),
         })
     }
@@ -242,7 +188,7 @@ impl HandoffDialect for PgHandoffSql {
         profile: &str,
         session_id: &SessionId,
     ) -> Result<Option<String>, StoreError> {
-        let query = sqlx::query("SELECT status FROM sessions WHERE id = $1 AND profile = $2")
+        let query = sqlx::query(&self.sql.session_status)
             .bind(session_id.as_str())
             .bind(profile);
         self.text(query).await

@@ -17,6 +17,7 @@ pub(crate) mod batch;
 pub(crate) mod cluster;
 pub(crate) mod connect;
 pub(crate) mod errors;
+pub(crate) mod fencing;
 mod handoffs;
 mod reader;
 mod rows;

@@ -10,85 +10,30 @@ use async_trait::async_trait;
 use sqlx::postgres::{PgArguments, PgPool, PgRow, Postgres};
 use sqlx::query::Query;
 
-use tether_protocol::{EventType, SessionId, SessionStatus};
+use tether_protocol::{SessionId, SessionStatus};
 
 use crate::paging::{events_since_binds, ListPage};
+use crate::reads::{IndexHints, ReadSql};
 use crate::{EventRow, SessionRow, StoreError, StoreRead};
 
 use super::errors::map_sqlx;
-use super::rows::{event_from_row, session_from_row, StoreRow, EVENT_COLUMNS, SESSION_COLUMNS};
+use super::rows::{event_from_row, session_from_row, StoreRow};
 
 /// The [`StoreRead`] of the PostgreSQL store.
 pub(crate) struct PgReader {
     pool: PgPool,
     epoch: String,
-    sql: Sql,
+    sql: ReadSql,
 }
 
 type PgQuery<'q> = Query<'q, Postgres, PgArguments>;
-
-/// The reader's statements, built once from the column lists.
-struct Sql {
-    get_session: String,
-    list_first: String,
-    list_after: String,
-    events_since: String,
-    segment: String,
-    latest_todos: String,
-}
-
-impl Sql {
-    fn new() -> Self {
-        let kinds = EventType::ALL
-            .iter()
-            .filter(|k| k.feeds_transcript())
-            .map(|k| format!("'{k}'"))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let closed = SessionStatus::Closed.as_str();
-        // `$2` = include_closed. The row-value comparison keeps the (profile, created_at_ms
-        // DESC, id DESC) index usable for the keyset condition.
-        let list = |after: &str| {
-            format!(
-                "SELECT {SESSION_COLUMNS} FROM sessions WHERE profile = $1 \
-                 AND ($2 OR status <> '{closed}') {after} \
-                 ORDER BY created_at_ms DESC, id DESC LIMIT $3"
-            )
-        };
-        Sql {
-            get_session: format!(
-                "SELECT {SESSION_COLUMNS} FROM sessions WHERE id = $1 AND profile = $2"
-            ),
-            list_first: list(""),
-            list_after: list("AND (created_at_ms, id) < ($4, $5)"),
-            events_since: format!(
-                "SELECT {EVENT_COLUMNS} FROM events WHERE session_id = $1 AND seq > $2 \
-                 ORDER BY seq LIMIT $3"
-            ),
-            // The segment starts at the latest compaction (found in the partial index of
-            // compactions), or at the beginning when there was none.
-            segment: format!(
-                "SELECT {EVENT_COLUMNS} FROM events WHERE session_id = $1 \
-                 AND seq >= COALESCE((SELECT MAX(seq) FROM events \
-                     WHERE session_id = $1 AND type = '{compacted}' AND seq <= $2), 0) \
-                 AND seq <= $2 AND type IN ({kinds}) ORDER BY seq",
-                compacted = EventType::SessionCompacted
-            ),
-            latest_todos: format!(
-                "SELECT {EVENT_COLUMNS} FROM events \
-                 WHERE session_id = $1 AND type = '{todos}' ORDER BY seq DESC LIMIT 1",
-                todos = EventType::TodoUpdated,
-            ),
-        }
-    }
-}
 
 impl PgReader {
     pub(crate) fn new(pool: PgPool, epoch: String) -> Self {
         PgReader {
             pool,
             epoch,
-            sql: Sql::new(),
+            sql: ReadSql::new(&IndexHints::NONE),
         }
     }
 
@@ -190,13 +135,13 @@ impl StoreRead for PgReader {
     }
 
     async fn sessions_with_turn_marker(&self) -> Result<Vec<(String, SessionId)>, StoreError> {
-        let query = sqlx::query("SELECT profile, id FROM sessions WHERE turn_marker IS NOT NULL");
+        let query = sqlx::query(&self.sql.with_turn_marker);
         self.all(query, |r| Ok((r.text(0)?, SessionId::from(r.text(1)?))))
             .await
     }
 
     async fn count_open_sessions(&self) -> Result<u64, StoreError> {
-        let row = sqlx::query("SELECT COUNT(*) FROM sessions WHERE status <> $1")
+        let row = sqlx::query(&self.sql.count_not_closed)
             .bind(SessionStatus::Closed.as_str())
             .fetch_one(&self.pool)
             .await
@@ -209,10 +154,9 @@ impl StoreRead for PgReader {
         profile: &str,
         parent: &SessionId,
     ) -> Result<Vec<String>, StoreError> {
-        let query =
-            sqlx::query("SELECT title FROM sessions WHERE profile = $1 AND parent_session_id = $2")
-                .bind(profile)
-                .bind(parent.as_str());
+        let query = sqlx::query(&self.sql.branch_titles)
+            .bind(profile)
+            .bind(parent.as_str());
         self.all(query, |r| r.text(0)).await
     }
 }

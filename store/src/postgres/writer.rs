@@ -45,7 +45,7 @@
 //!
 //! Started with a [`Fencing`] (a cluster node's writer), a batch is a transaction that first
 //! locks and checks the ownership rows of its sessions, and notifies followers before it
-//! commits (`cluster/fenced.rs`). Ops of a session this node does not own under the fence it
+//! commits (`postgres/fencing.rs`). Ops of a session this node does not own under the fence it
 //! holds fail with [`StoreError::NotOwner`] and write nothing; the rest of the batch is planned
 //! again and committed without them. A batch in doubt is resolved by looking for its last
 //! event stored with its fence (another node may have written the same seqs since), and a
@@ -68,9 +68,9 @@ use crate::writer_command::WriterCommand;
 use crate::{StoreError, StoreWrite, WriteOp};
 
 use super::batch::{Evidence, Known, Plan};
-use super::cluster::Fencing;
 use super::connect::{close, ConnectError, Settings};
 use super::errors::{classify, Failure};
+use super::fencing::Fencing;
 
 mod commit;
 mod doubt;

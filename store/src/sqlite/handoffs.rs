@@ -30,10 +30,10 @@ use async_trait::async_trait;
 use sqlx::query::Query;
 use sqlx::sqlite::{Sqlite, SqliteArguments, SqlitePool, SqlitePoolOptions};
 
-use tether_protocol::{HandoffId, HandoffState, SessionId, SessionStatus};
+use tether_protocol::{HandoffId, HandoffState, SessionId};
 
-use crate::handoff::{HandoffDialect, HandoffRow, Handoffs};
-use crate::rows::{handoff_from_row, parse_handoff_state, StoreRow, HANDOFF_COLUMNS};
+use crate::handoff::{HandoffDialect, HandoffRow, HandoffSql, Handoffs, Ordering};
+use crate::rows::{handoff_from_row, parse_handoff_state, StoreRow};
 use crate::{StoreConfig, StoreError};
 
 use super::base_options;
@@ -46,73 +46,16 @@ pub(crate) type SqliteHandoffs = Handoffs<SqliteHandoffSql>;
 /// The handoff statements of the SQLite store, on the handoff connection.
 pub(crate) struct SqliteHandoffSql {
     pool: SqlitePool,
-    sql: Sql,
+    sql: HandoffSql,
 }
 
 type SqliteQuery<'q> = Query<'q, Sqlite, SqliteArguments<'q>>;
 
-/// The statements, built once.
-struct Sql {
-    request: String,
-    claim: String,
-    complete: String,
-    fail: String,
-    latest: String,
-    in_flight: String,
-    state_of: String,
-}
-
-impl Sql {
-    fn new() -> Self {
-        let pending = HandoffState::Pending.as_str();
-        let running = HandoffState::Running.as_str();
-        let completed = HandoffState::Completed.as_str();
-        let failed = HandoffState::Failed.as_str();
-        let closed = SessionStatus::Closed.as_str();
-        Sql {
-            // The session (open, in this profile) and the absence of a handoff in flight are
-            // checked by the INSERT itself: no other writer can slip in between.
-            request: format!(
-                "INSERT INTO handoffs ({HANDOFF_COLUMNS}) \
-                 SELECT ?1, ?2, ?3, ?4, '{pending}', NULL, ?5, ?5 \
-                 WHERE EXISTS (SELECT 1 FROM sessions WHERE id = ?2 AND profile = ?3 \
-                     AND status <> '{closed}') \
-                 AND NOT EXISTS (SELECT 1 FROM handoffs WHERE session_id = ?2 \
-                     AND state IN ('{pending}', '{running}'))"
-            ),
-            // The oldest pending one (insertion order breaks ties within a millisecond), moved
-            // in the same statement that picks it. The repeated `state = pending` keeps it a
-            // compare-and-set even under an isolation level that re-reads the row.
-            claim: format!(
-                "UPDATE handoffs SET state = '{running}', updated_at_ms = ?3 \
-                 WHERE id = (SELECT id FROM handoffs WHERE profile = ?1 AND target = ?2 \
-                     AND state = '{pending}' ORDER BY created_at_ms, rowid LIMIT 1) \
-                 AND state = '{pending}' RETURNING {HANDOFF_COLUMNS}"
-            ),
-            complete: format!(
-                "UPDATE handoffs SET state = '{completed}', updated_at_ms = ?3 \
-                 WHERE id = ?1 AND profile = ?2 AND state = '{running}' RETURNING {HANDOFF_COLUMNS}"
-            ),
-            // `?5` = only_if_pending.
-            fail: format!(
-                "UPDATE handoffs SET state = '{failed}', error = ?3, updated_at_ms = ?4 \
-                 WHERE id = ?1 AND profile = ?2 \
-                 AND (state = '{pending}' OR (NOT ?5 AND state = '{running}')) \
-                 RETURNING {HANDOFF_COLUMNS}"
-            ),
-            // rowid, not the clock: a clock that steps back must not hide the newest one.
-            latest: format!(
-                "SELECT {HANDOFF_COLUMNS} FROM handoffs WHERE session_id = ?1 AND profile = ?2 \
-                 ORDER BY rowid DESC LIMIT 1"
-            ),
-            in_flight: format!(
-                "SELECT {HANDOFF_COLUMNS} FROM handoffs WHERE session_id = ?1 AND profile = ?2 \
-                 AND state IN ('{pending}', '{running}')"
-            ),
-            state_of: "SELECT state FROM handoffs WHERE id = ?1 AND profile = ?2".to_string(),
-        }
-    }
-}
+/// Insertion order is the rowid; a claim needs no lock of its own (one writer at a time).
+const ORDERING: Ordering = Ordering {
+    inserted: "rowid",
+    claim_lock: "",
+};
 
 impl Handoffs<SqliteHandoffSql> {
     /// Opens the handoff connection on an existing, migrated store.
@@ -129,7 +72,7 @@ impl Handoffs<SqliteHandoffSql> {
             .map_err(|e| map_sqlx(e, Doing::Open))?;
         Ok(Handoffs::over(SqliteHandoffSql {
             pool,
-            sql: Sql::new(),
+            sql: HandoffSql::new(&ORDERING),
         }))
     }
 }
@@ -233,7 +176,7 @@ impl HandoffDialect for SqliteHandoffSql {
         profile: &str,
         session_id: &SessionId,
     ) -> Result<Option<String>, StoreError> {
-        let query = sqlx::query("SELECT status FROM sessions WHERE id = ?1 AND profile = ?2")
+        let query = sqlx::query(&self.sql.session_status)
             .bind(session_id.as_str())
             .bind(profile);
         self.text(query).await

@@ -8,82 +8,35 @@ use async_trait::async_trait;
 use sqlx::query::Query;
 use sqlx::sqlite::{Sqlite, SqliteArguments, SqlitePool, SqliteRow};
 
-use tether_protocol::{EventType, SessionId, SessionStatus};
+use tether_protocol::{SessionId, SessionStatus};
 
 use crate::paging::{events_since_binds, ListPage};
+use crate::reads::{IndexHints, ReadSql};
 use crate::{EventRow, SessionRow, StoreError, StoreRead};
 
 use super::errors::{map_sqlx, Doing};
-use super::rows::{event_from_row, session_from_row, StoreRow, EVENT_COLUMNS, SESSION_COLUMNS};
+use super::rows::{event_from_row, session_from_row, StoreRow};
+
+/// Left to itself, the planner walks a session's whole event range in the primary key to
+/// find its latest compaction (~45 ms at 200k events) instead of using the partial index of
+/// compactions (~10 µs); the partial indexes of todo snapshots and turn markers make those
+/// reads one seek too.
+const HINTS: IndexHints = IndexHints {
+    compactions: "INDEXED BY events_compactions",
+    todos: "INDEXED BY events_todos",
+    turn_markers: "INDEXED BY sessions_with_turn_marker",
+};
 
 /// The [`StoreRead`] of the SQLite store.
 pub(crate) struct SqliteReader {
     pool: SqlitePool,
     epoch: String,
-    sql: Sql,
+    sql: ReadSql,
     /// Dropped with the reader, which stops the background checkpointer.
     _stop_checkpoints: tokio::sync::oneshot::Sender<()>,
 }
 
 type SqliteQuery<'q> = Query<'q, Sqlite, SqliteArguments<'q>>;
-
-/// The reader's statements, built once from the column lists.
-struct Sql {
-    get_session: String,
-    list_first: String,
-    list_after: String,
-    events_since: String,
-    segment: String,
-    latest_todos: String,
-}
-
-impl Sql {
-    fn new() -> Self {
-        let kinds = EventType::ALL
-            .iter()
-            .filter(|k| k.feeds_transcript())
-            .map(|k| format!("'{k}'"))
-            .collect::<Vec<_>>()
-            .join(", ");
-        // `?2` = include_closed. Row-value comparison keeps the (profile, created_at_ms DESC,
-        // id DESC) index usable for the keyset condition.
-        let list = |after: &str| {
-            format!(
-                "SELECT {SESSION_COLUMNS} FROM sessions WHERE profile = ?1 \
-                 AND (?2 OR status <> '{closed}') {after} \
-                 ORDER BY created_at_ms DESC, id DESC LIMIT ?3",
-                closed = SessionStatus::Closed.as_str()
-            )
-        };
-        Sql {
-            get_session: format!(
-                "SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?1 AND profile = ?2"
-            ),
-            list_first: list(""),
-            list_after: list("AND (created_at_ms, id) < (?4, ?5)"),
-            events_since: format!(
-                "SELECT {EVENT_COLUMNS} FROM events WHERE session_id = ?1 AND seq > ?2 \
-                 ORDER BY seq LIMIT ?3"
-            ),
-            // The segment starts at the latest compaction, or at the beginning when there was
-            // none. INDEXED BY: left to itself the planner walks the session's whole event range
-            // in the primary key to find it (~45 ms at 200k events) instead of using the
-            // partial index of compactions (~10 µs).
-            segment: format!(
-                "SELECT {EVENT_COLUMNS} FROM events WHERE session_id = ?1 \
-                 AND seq >= COALESCE((SELECT MAX(seq) FROM events INDEXED BY events_compactions \
-                     WHERE session_id = ?1 AND type = '{compacted}' AND seq <= ?2), 0) \
-                 AND seq <= ?2 AND type IN ({kinds}) ORDER BY seq",
-                compacted = EventType::SessionCompacted,
-            ),
-            latest_todos: format!(
-                "SELECT {EVENT_COLUMNS} FROM events INDEXED BY events_todos \
-                 WHERE session_id = ?1 AND type = '{todos}' ORDER BY seq DESC LIMIT 1",
-                todos = EventType::TodoUpdated,
-            ),
-        }
-    }
-}
 
 impl SqliteReader {
     pub(crate) fn new(
@@ -94,7 +47,7 @@ impl SqliteReader {
         SqliteReader {
             pool,
             epoch,
-            sql: Sql::new(),
+            sql: ReadSql::new(&HINTS),
             _stop_checkpoints: stop_checkpoints,
         }
     }
@@ -185,8 +138,6 @@ impl StoreRead for SqliteReader {
     }
 
     async fn latest_todos(&self, session_id: &SessionId) -> Result<Option<EventRow>, StoreError> {
-        // INDEXED BY: the partial index makes this one seek; without it the
-        // planner walks the session's events backwards.
         let query = sqlx::query(&self.sql.latest_todos).bind(session_id.as_str());
         self.optional(query, event_from_row).await
     }
@@ -196,24 +147,20 @@ impl StoreRead for SqliteReader {
         profile: &str,
         parent: &SessionId,
     ) -> Result<Vec<String>, StoreError> {
-        let query =
-            sqlx::query("SELECT title FROM sessions WHERE profile = ? AND parent_session_id = ?")
-                .bind(profile)
-                .bind(parent.as_str());
+        let query = sqlx::query(&self.sql.branch_titles)
+            .bind(profile)
+            .bind(parent.as_str());
         self.all(query, |r| r.text(0)).await
     }
 
     async fn sessions_with_turn_marker(&self) -> Result<Vec<(String, SessionId)>, StoreError> {
-        let query = sqlx::query(
-            "SELECT profile, id FROM sessions INDEXED BY sessions_with_turn_marker \
-             WHERE turn_marker IS NOT NULL",
-        );
+        let query = sqlx::query(&self.sql.with_turn_marker);
         self.all(query, |r| Ok((r.text(0)?, SessionId::from(r.text(1)?))))
             .await
     }
 
     async fn count_open_sessions(&self) -> Result<u64, StoreError> {
-        let row = sqlx::query("SELECT COUNT(*) FROM sessions WHERE status <> ?")
+        let row = sqlx::query(&self.sql.count_not_closed)
             .bind(SessionStatus::Closed.as_str())
             .fetch_one(&self.pool)
             .await

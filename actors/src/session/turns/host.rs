@@ -12,6 +12,7 @@ use tracing::{debug, warn};
 
 use super::super::{SessionMsg, SessionState};
 use crate::event::EventRecord;
+use crate::host_supervisor::ControlError;
 use crate::turn::{reasons, TurnUpdate};
 
 impl SessionState {
@@ -186,7 +187,7 @@ impl SessionState {
             );
         }
         if let Some(request_id) = self.compacting.as_ref().map(|c| c.request_id.clone()) {
-            let lost = Err("the host supervisor was restarted".into());
+            let lost = Err(ControlError::Supervisor("was restarted"));
             self.control_late(myself, request_id, lost);
         }
     }

@@ -54,7 +54,7 @@ SELECT tether_expect_sessions((SELECT count(*) FROM changed), $35)"
 const STATEMENT: &str = batch_statement!("", "");
 
 /// The batch statement of a cluster node's writer: each event also stores the fence its batch
-/// was written under (`$36`), inside the transaction that checked it (`cluster/fenced.rs`).
+/// was written under (`$36`), inside the transaction that checked it (`postgres/fencing.rs`).
 const STATEMENT_FENCED: &str = batch_statement!(", fence", ", $36::bigint[]");
 
 impl<'a> Plan<'a> {

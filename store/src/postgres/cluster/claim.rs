@@ -262,7 +262,7 @@ pub(crate) async fn owners(
          WHERE o.session_id = ANY($1) ORDER BY o.session_id",
     )
     .bind(&names)
-    .bind(super::node::millis(config.lease))
+    .bind(crate::postgres::fencing::millis(config.lease))
     .fetch_all(pool)
     .await
     .map_err(map_sqlx)?;

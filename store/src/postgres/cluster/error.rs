@@ -10,7 +10,7 @@ use tether_protocol::SessionId;
 
 use crate::{OpenError, StoreError};
 
-use super::NodeId;
+use crate::postgres::fencing::NodeId;
 
 /// Why a cluster operation did not happen.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

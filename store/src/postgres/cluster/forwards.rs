@@ -16,9 +16,6 @@
 //! So "was it accepted?" has one answer, readable by anyone at any time ([`state`]), whether
 //! or not the owner lived to write the answer.
 
-use std::collections::HashMap;
-use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use sqlx::postgres::{PgPool, PgRow};
@@ -28,39 +25,11 @@ use tether_protocol::SessionId;
 use crate::postgres::errors::map_sqlx;
 use crate::StoreError;
 
-use super::node::millis;
-use super::{ClusterError, NodeId};
+use super::ClusterError;
+use crate::postgres::fencing::{millis, ForwardId, NodeId};
 
 /// The channel a new forward is announced on: payload `<session_id>:<forward_id>`.
 pub const FORWARD_CHANNEL: &str = "tether_forwards";
-
-/// A forward's id: `f_` + 32 random hex digits.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ForwardId(String);
-
-impl ForwardId {
-    /// A fresh id.
-    pub fn fresh() -> ForwardId {
-        ForwardId(format!("f_{:032x}", rand::random::<u128>()))
-    }
-
-    /// The id as stored.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl From<String> for ForwardId {
-    fn from(s: String) -> Self {
-        ForwardId(s)
-    }
-}
-
-impl fmt::Display for ForwardId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
 
 /// Where a forward stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,7 +83,7 @@ const COLUMNS: &str = "id, session_id, from_node, method, params, state, answer,
 fn from_row(row: &PgRow) -> Result<ForwardRow, StoreError> {
     let state: String = row.try_get(5).map_err(map_sqlx)?;
     Ok(ForwardRow {
-        id: ForwardId(row.try_get(0).map_err(map_sqlx)?),
+        id: ForwardId::from(row.try_get::<String, _>(0).map_err(map_sqlx)?),
         session_id: SessionId::from(row.try_get::<String, _>(1).map_err(map_sqlx)?),
         from_node: NodeId::from(row.try_get::<String, _>(2).map_err(map_sqlx)?),
         method: row.try_get(3).map_err(map_sqlx)?,
@@ -264,45 +233,4 @@ pub(crate) async fn answer(
     .map_err(map_sqlx)?;
     tx.commit().await.map_err(map_sqlx)?;
     Ok(done.rows_affected() == 1)
-}
-
-/// Forwards to accept with a given write: (session, seq of the request's first event) → the
-/// forward. Shared by the owner's session logic, which registers, and its writer, which
-/// accepts in the transaction that writes that seq.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Accepts(Arc<Mutex<HashMap<(SessionId, u64), ForwardId>>>);
-
-impl Accepts {
-    fn map(&self) -> MutexGuard<'_, HashMap<(SessionId, u64), ForwardId>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    pub(crate) fn register(&self, session_id: &SessionId, seq: u64, id: &ForwardId) {
-        self.map().insert((session_id.clone(), seq), id.clone());
-    }
-
-    /// The forwards registered for any of `events` (session, seq).
-    pub(crate) fn for_events<'a>(
-        &self,
-        events: impl Iterator<Item = (&'a str, u64)>,
-    ) -> Vec<(SessionId, u64, ForwardId)> {
-        let map = self.map();
-        if map.is_empty() {
-            return Vec::new();
-        }
-        events
-            .filter_map(|(id, seq)| {
-                let key = (SessionId::from(id), seq);
-                map.get(&key).map(|f| (key.0, seq, f.clone()))
-            })
-            .collect()
-    }
-
-    /// Done with these, accepted or refused.
-    pub(crate) fn remove(&self, done: &[(SessionId, u64, ForwardId)]) {
-        let mut map = self.map();
-        for (session_id, seq, _) in done {
-            map.remove(&(session_id.clone(), *seq));
-        }
-    }
 }

@@ -15,11 +15,11 @@ use tether_protocol::SessionId;
 use crate::postgres::errors::map_sqlx;
 
 use super::deltas::{self, Deltas, DELTA_CHANNEL};
-use super::forwards::{ForwardId, FORWARD_CHANNEL};
+use super::forwards::FORWARD_CHANNEL;
 use super::ClusterError;
-
-/// The channel every node's writer notifies (`cluster/fenced.rs`).
-pub const CHANNEL: &str = "tether_events";
+use crate::postgres::fencing::ForwardId;
+/// The channel every node's writer notifies (`postgres/fencing.rs`).
+pub use crate::postgres::fencing::CHANNEL;
 
 /// What woke the listener.
 #[derive(Debug, Clone, PartialEq, Eq)]

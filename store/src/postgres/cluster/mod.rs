@@ -5,15 +5,16 @@
 //! One concept per file:
 //!
 //! - `config.rs`: the lease and the timeouts derived from it;
-//! - `node.rs`: a node's fresh id, its row in `nodes`, its heartbeat and its run of
-//!   heartbeats;
+//! - `node.rs`: a node's row in `nodes`, its heartbeat and its run of heartbeats;
 //! - `claim.rs`: claiming a session (the fence), releasing it;
-//! - `fences.rs`: the fences this node holds, shared by its claims and its writer;
-//! - `fenced.rs`: the writer's fenced transaction and its notifications;
 //! - `forwards.rs`: requests forwarded to a session's owner, accepted at most once;
 //! - `listener.rs`: `LISTEN` for committed events, with a resync after every reconnect;
 //! - `peers.rs`: each node's peer count per session;
 //! - `error.rs`: [`ClusterError`].
+//!
+//! What the writer and the handoff store need to fence their writes (the fences this node
+//! holds, the node and forward ids, the forwards a write accepts, the fenced transaction
+//! itself) is `postgres/fencing.rs`, below both them and this module, which starts them.
 //!
 //! PostgreSQL is the only shared component: nodes never talk to each other. Every judgement of
 //! time (who is dead, whose run is long enough) is made by the server's `clock_timestamp()`.
@@ -22,8 +23,6 @@ mod claim;
 mod config;
 mod deltas;
 mod error;
-pub(crate) mod fenced;
-mod fences;
 mod forwards;
 mod listener;
 mod node;
@@ -38,6 +37,8 @@ use tether_protocol::SessionId;
 use crate::{Opened, PostgresConfig, StoreWrite};
 
 use super::connect::{close, node_lock_key, Settings, WriterLock};
+use super::fencing::{Accepts, Fencing};
+pub use super::fencing::{Fences, ForwardId, NodeId};
 use super::handoffs::PgHandoffs;
 use super::reader::PgReader;
 use super::{check_pool, connect_retrying, ensure_epoch, migrate, writer, HANDOFF_CONNECTIONS};
@@ -47,12 +48,9 @@ pub use claim::{Claim, Ownership, PreviousOwner};
 pub use config::ClusterConfig;
 pub use deltas::{Deltas, DELTA_CHANNEL, MAX_BODY as MAX_DELTA_BODY};
 pub use error::ClusterError;
-pub(crate) use fenced::{Fencing, Guard};
-pub use fences::Fences;
-use forwards::Accepts;
-pub use forwards::{ForwardId, ForwardRow, ForwardState, FORWARD_CHANNEL};
+pub use forwards::{ForwardRow, ForwardState, FORWARD_CHANNEL};
 pub use listener::{parse as parse_notification, EventListener, Wake, CHANNEL};
-pub use node::{Heartbeat, NodeId};
+pub use node::Heartbeat;
 
 /// Connections of a node's own pool: claims, peer counts, forwards. Heartbeats have a
 /// connection of their own, so that claims waiting on row locks (up to `lock_timeout` each)
@@ -261,7 +259,7 @@ impl Cluster {
         &self.inner.fences
     }
 
-    /// A writer of this node: every batch is fenced (`fenced.rs`). Like
+    /// A writer of this node: every batch is fenced (`postgres/fencing.rs`). Like
     /// [`open_postgres_writer`](crate::open_postgres_writer) it does not fail when the
     /// server is down (it answers 5072 and connects in the background); a newer writer of
     /// this node replaces an older one.

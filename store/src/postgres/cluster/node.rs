@@ -4,7 +4,6 @@
 //! execution, not of its transaction's start), so nodes whose clocks disagree still agree on
 //! who is alive.
 
-use std::fmt;
 use std::time::Duration;
 
 use sqlx::postgres::PgPool;
@@ -13,42 +12,7 @@ use sqlx::Row;
 use crate::postgres::errors::map_sqlx;
 
 use super::{ClusterConfig, ClusterError};
-
-/// A node's id: `n_` + 24 hex digits (time, then random), fresh for every process start, so a
-/// restarted node never inherits its previous life's sessions without claiming them.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct NodeId(String);
-
-impl NodeId {
-    /// A fresh id.
-    pub fn fresh() -> NodeId {
-        let ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
-        NodeId(format!(
-            "n_{:012x}{:012x}",
-            ms & 0xffff_ffff_ffff,
-            rand::random::<u64>() & 0xffff_ffff_ffff
-        ))
-    }
-
-    /// The id as stored.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl From<String> for NodeId {
-    fn from(s: String) -> Self {
-        NodeId(s)
-    }
-}
-
-impl fmt::Display for NodeId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
+use crate::postgres::fencing::{millis, NodeId};
 
 /// What one heartbeat tells the node about itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -179,11 +143,6 @@ pub(crate) async fn sweep(pool: &PgPool, keep: Duration) -> Result<(u64, u64), C
         tracing::info!(nodes, forwards, "cluster housekeeping");
     }
     Ok((nodes, forwards))
-}
-
-/// A duration in whole milliseconds for SQL (`$n * interval '1 millisecond'`).
-pub(crate) fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 /// Milliseconds from SQL as a duration (a negative one, from a clock that stepped back, as 0).

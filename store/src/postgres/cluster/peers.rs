@@ -10,8 +10,8 @@ use tether_protocol::SessionId;
 
 use crate::postgres::errors::map_sqlx;
 
-use super::node::millis;
 use super::{ClusterConfig, ClusterError, NodeId};
+use crate::postgres::fencing::millis;
 
 /// Sets this node's count of peers on `session_id` (0 removes the row), holding the
 /// session's ownership row `FOR SHARE` (a park holds it `FOR UPDATE` while it counts), and

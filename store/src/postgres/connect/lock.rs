@@ -26,7 +26,7 @@
 //! its node id: that second lock keeps the property above (a new writer connection of this
 //! node starts only once the old one's backend is gone), which the writer's in-doubt handling
 //! relies on. What keeps two nodes from writing one session is not a lock here but the
-//! ownership row and its fence (`cluster/fenced.rs`). A node's connections also set
+//! ownership row and its fence (`postgres/fencing.rs`). A node's connections also set
 //! `idle_in_transaction_session_timeout` and `lock_timeout` below the lease, so a node paused
 //! inside a transaction cannot hold an ownership row past it.
 

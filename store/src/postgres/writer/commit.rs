@@ -10,9 +10,10 @@ use tether_protocol::SessionId;
 
 use crate::{StoreError, WriteOp};
 
+use super::super::batch::Guard;
 use super::super::batch::{session_of, Plan};
-use super::super::cluster::{fenced, Fencing, Guard};
 use super::super::errors::Failure;
+use super::super::fencing::{self as fenced, Fencing};
 use super::{OpResult, Sent, Task, MAX_KNOWN};
 
 impl Task {
@@ -210,7 +211,7 @@ impl Task {
     }
 }
 
-/// Cluster mode: the batch as one fenced transaction (`cluster/fenced.rs`), accepting the
+/// Cluster mode: the batch as one fenced transaction (`postgres/fencing.rs`), accepting the
 /// forwarded requests whose first write it holds.
 pub(super) async fn execute_fenced(
     conn: &mut PgConnection,

@@ -16,9 +16,9 @@ use tokio::time::Instant;
 use crate::StoreError;
 
 use super::super::batch::{Evidence, Plan};
-use super::super::cluster::fenced;
 use super::super::connect::ConnectError;
 use super::super::errors::{classify, Failure};
+use super::super::fencing as fenced;
 use super::{OpResult, Sent, Task, FIRST_BACKOFF, MAX_BACKOFF};
 
 /// What the database says a batch in doubt wrote.

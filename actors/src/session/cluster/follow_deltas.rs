@@ -17,9 +17,9 @@ use std::sync::Arc;
 use serde::Deserialize;
 use tether_protocol::{ActiveTurn, EventType};
 
-use super::SessionState;
 use crate::delta_relay::parse_body;
 use crate::event::{frame_of, EventRecord, TurnTag};
+use crate::session::SessionState;
 
 /// Batches held for a seq not relayed yet, at most; older ones are dropped.
 const HELD: usize = 64;
@@ -48,7 +48,7 @@ struct FollowedTurn {
 
 impl FollowedDeltas {
     /// A stored event was relayed: the turn it starts or ends.
-    pub(super) fn relayed(&mut self, rec: &EventRecord) {
+    pub(in crate::session) fn relayed(&mut self, rec: &EventRecord) {
         match rec.kind {
             EventType::MessageUser => {
                 self.turn = rec.turn.clone().map(|tag| FollowedTurn {
@@ -66,7 +66,7 @@ impl FollowedDeltas {
     }
 
     /// `active_turn` as this follower knows it.
-    pub(super) fn active_turn(&self) -> Option<ActiveTurn> {
+    pub(in crate::session) fn active_turn(&self) -> Option<ActiveTurn> {
         self.turn.as_ref().map(|t| ActiveTurn {
             turn_id: t.tag.turn_id.clone(),
             trace_id: t.tag.trace_id.clone(),
@@ -100,18 +100,18 @@ impl FollowedDeltas {
 
 impl SessionState {
     /// A batch of the owner's transient events for this follower.
-    pub(super) fn follow_deltas(&mut self, body: &str) {
+    pub(in crate::session) fn follow_deltas(&mut self, body: &str) {
         let Some((after, events)) = parse_body(body) else {
             return;
         };
-        if self.following.is_none() {
+        if self.cluster.following.is_none() {
             return;
         }
         if after <= self.commit.committed_seq() {
             self.fan_out_transients(&events);
             return;
         }
-        let held = &mut self.followed_deltas.held;
+        let held = &mut self.cluster.followed_deltas.held;
         if held.len() >= HELD {
             held.pop_front();
         }
@@ -119,15 +119,16 @@ impl SessionState {
     }
 
     /// After a stored event was relayed: the batches that waited for it.
-    pub(super) fn release_held_deltas(&mut self) {
+    pub(in crate::session) fn release_held_deltas(&mut self) {
         let upto = self.commit.committed_seq();
         while self
+            .cluster
             .followed_deltas
             .held
             .front()
             .is_some_and(|(after, _)| *after <= upto)
         {
-            if let Some((_, events)) = self.followed_deltas.held.pop_front() {
+            if let Some((_, events)) = self.cluster.followed_deltas.held.pop_front() {
                 self.fan_out_transients(&events);
             }
         }
@@ -135,7 +136,7 @@ impl SessionState {
 
     fn fan_out_transients(&mut self, events: &[EventRecord]) {
         for rec in events {
-            let ended = &self.followed_deltas.ended;
+            let ended = &self.cluster.followed_deltas.ended;
             if rec
                 .turn
                 .as_ref()
@@ -143,10 +144,10 @@ impl SessionState {
             {
                 continue;
             }
-            self.followed_deltas.saw(rec);
+            self.cluster.followed_deltas.saw(rec);
             let frame = frame_of(&rec.params_of(&self.id));
             let delta = rec.delta_meta(&self.id, &frame).map(Arc::new);
-            self.fan_out(&frame, super::pipeline::transient_class(delta));
+            self.fan_out(&frame, crate::session::pipeline::transient_class(delta));
         }
     }
 }

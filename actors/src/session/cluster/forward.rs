@@ -24,9 +24,11 @@ use tether_store::cluster::{Cluster, ForwardId, ForwardState};
 use tracing::{debug, warn};
 
 use super::forwarded::{Answer, Forwardable};
-use super::write::{host_wait, WriteReply};
-use super::{SessionMsg, SessionState};
+use super::take_ready;
+use super::ClusterMsg;
 use crate::event::EventRecord;
+use crate::session::write::{host_wait, WriteReply};
+use crate::session::{SessionMsg, SessionState};
 
 /// First wait between two reads of a forward's state; doubled up to
 /// [`POLL_MAX`].
@@ -41,7 +43,7 @@ impl SessionState {
     /// the protocol's request, which must take it within
     /// `--forward-timeout-s` (a compression: within its host's wait), and
     /// the owner's answer relayed to `reply`.
-    pub(super) fn forward_write(
+    pub(in crate::session) fn forward_write(
         &self,
         myself: &ActorRef<SessionMsg>,
         write: SessionWrite,
@@ -57,7 +59,7 @@ impl SessionState {
     /// Events emitted from outside (a handoff's announcement) are the
     /// owner's to write: forwarded; `reply`, if any, is told whether the
     /// owner emitted them (`false` also when it could not be asked).
-    pub(super) fn forward_emit(
+    pub(in crate::session) fn forward_emit(
         &self,
         myself: &ActorRef<SessionMsg>,
         events: Vec<EventRecord>,
@@ -113,7 +115,7 @@ impl SessionState {
                         let upto = row.latest_seq;
                         let caught = me
                             .call(
-                                |reply| SessionMsg::CatchUp { upto, reply },
+                                |reply| SessionMsg::Cluster(ClusterMsg::CatchUp { upto, reply }),
                                 Some(catch_up_wait),
                             )
                             .await;
@@ -134,7 +136,7 @@ impl SessionState {
     /// `CatchUp`: answered once this follower has read up to `upto` (at
     /// once on an owner, or when it already has), or once a read finds the
     /// store has nothing more. A bounded few wait; more are answered at once.
-    pub(super) fn catch_up(
+    pub(in crate::session) fn catch_up(
         &mut self,
         myself: &ActorRef<SessionMsg>,
         upto: u64,
@@ -142,12 +144,12 @@ impl SessionState {
     ) {
         if !self.following()
             || self.commit.committed_seq() >= upto
-            || self.catching_up.len() >= CATCHING_UP
+            || self.cluster.catching_up.len() >= CATCHING_UP
         {
             let _ = reply.send(());
             return;
         }
-        self.catching_up.push((upto, reply));
+        self.cluster.catching_up.push((upto, reply));
         // A read started now sees everything committed before the answer.
         self.follow_wake(myself);
     }
@@ -155,17 +157,9 @@ impl SessionState {
     /// After a read: the catch-ups this follower has read far enough for,
     /// or all of them when `caught_up` (a read started after they came
     /// found nothing more) or when this node owns the session now.
-    pub(super) fn release_caught_up(&mut self, caught_up: bool) {
-        if self.catching_up.is_empty() {
-            return;
-        }
-        let h = self.commit.committed_seq();
-        let all = caught_up || !self.following();
-        let (ready, wait): (Vec<_>, Vec<_>) = std::mem::take(&mut self.catching_up)
-            .into_iter()
-            .partition(|(upto, _)| all || *upto <= h);
-        self.catching_up = wait;
-        for (_, reply) in ready {
+    pub(in crate::session) fn release_caught_up(&mut self, caught_up: bool) {
+        let read = self.read_so_far(caught_up);
+        for (_, reply) in take_ready(&mut self.cluster.catching_up, read, |(upto, _)| *upto) {
             let _ = reply.send(());
         }
     }

@@ -12,9 +12,9 @@ use ractor::ActorRef;
 use tracing::{info, warn};
 
 use super::follow::Following;
-use super::{SessionMsg, SessionState};
 use crate::host_supervisor::HostSupervisorMsg;
 use crate::registry::RegistryMsg;
+use crate::session::{SessionMsg, SessionState};
 
 impl SessionState {
     /// Interrupts the running turn's host work (its side effects stop as
@@ -23,7 +23,7 @@ impl SessionState {
     /// it stops. An append still at the writer is waited for first: it
     /// fails (the fence is gone) and calls this again with its rewind done,
     /// so the follower starts from what was really committed.
-    pub(super) fn lost(&mut self, myself: &ActorRef<SessionMsg>) {
+    pub(in crate::session) fn lost(&mut self, myself: &ActorRef<SessionMsg>) {
         if self.following() || self.status == tether_protocol::SessionStatus::Closed {
             return;
         }
@@ -48,7 +48,7 @@ impl SessionState {
         }
         warn!(session_id = %self.id, node_id = %node_id, turn_id = ?running, peers = self.peers.len(), "another node owns the session now; following it");
         self.forget_ownership();
-        self.following = Some(Following::new(None));
+        self.cluster.following = Some(Following::new(None));
         // The registry routes notifications to followers it knows of; it
         // wakes this one once it does. Until then, read at once.
         if let Ok(registry) = self.ctx.registry() {
@@ -70,11 +70,11 @@ impl SessionState {
         self.turns.queue.clear();
         self.turns.sticky_host = None;
         self.turns.marker_dirty = false;
-        self.owed = super::owed::Owed::default();
-        self.forwarded = super::forwarded::Forwarded::default();
+        self.owed = crate::session::owed::Owed::default();
+        self.cluster.forwarded = super::forwarded::Forwarded::default();
         let not_here = self.not_here();
         self.abandon_compression(|| not_here.clone());
-        self.transcript = super::history::Transcript::default();
+        self.transcript = crate::session::history::Transcript::default();
         self.row_written.forget();
     }
 }

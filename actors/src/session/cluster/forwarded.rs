@@ -21,9 +21,10 @@ use tether_protocol::{HandleWrite, RpcError, SessionStatus, SessionWrite};
 use tether_store::cluster::{Cluster, ClusterError, ForwardId, ForwardRow};
 use tracing::{debug, warn};
 
-use super::write::{FirstWrite, Reply, Write, WriteReply};
-use super::{SessionMsg, SessionState};
+use super::ClusterMsg;
 use crate::event::EventRecord;
+use crate::session::write::{FirstWrite, Reply, Write, WriteReply};
+use crate::session::{SessionMsg, SessionState};
 
 /// How long the answer waits for what the request emitted to be committed.
 const SETTLE_WAIT: Duration = Duration::from_secs(10);
@@ -58,7 +59,10 @@ struct EmitParams {
 impl Forwardable {
     /// The method and params stored for the owner, naming `profile` (the
     /// owner's node may have to bring the session back to run it).
-    pub(super) fn encode(self, profile: &str) -> (&'static str, Result<String, serde_json::Error>) {
+    pub(in crate::session) fn encode(
+        self,
+        profile: &str,
+    ) -> (&'static str, Result<String, serde_json::Error>) {
         match self {
             Forwardable::Write(mut write) => {
                 write.set_profile(profile.to_owned());
@@ -163,55 +167,55 @@ impl<P: Write> HandleWrite<P> for RunForward<'_> {
 impl SessionState {
     /// There may be forwards for this session: read them (once more after
     /// the read in flight).
-    pub(super) fn forwards_wake(&mut self, myself: &ActorRef<SessionMsg>) {
+    pub(in crate::session) fn forwards_wake(&mut self, myself: &ActorRef<SessionMsg>) {
         if self.following() {
             return;
         }
         let Some(cluster) = self.ctx.cluster.clone() else {
             return;
         };
-        if self.forwarded.reading {
-            self.forwarded.again = true;
+        if self.cluster.forwarded.reading {
+            self.cluster.forwarded.again = true;
             return;
         }
-        self.forwarded.reading = true;
-        self.forwarded.again = false;
+        self.cluster.forwarded.reading = true;
+        self.cluster.forwarded.again = false;
         let id = self.id.clone();
         let me = myself.clone();
         tokio::spawn(async move {
             let rows = cluster.pending_forwards(&id).await;
-            let _ = me.cast(SessionMsg::ForwardsRead { rows });
+            let _ = me.cast(SessionMsg::Cluster(ClusterMsg::ForwardsRead { rows }));
         });
     }
 
     /// Runs each forward not already running, oldest first.
-    pub(super) fn forwards_read(
+    pub(in crate::session) fn forwards_read(
         &mut self,
         myself: &ActorRef<SessionMsg>,
         rows: Result<Vec<ForwardRow>, ClusterError>,
     ) {
-        self.forwarded.reading = false;
+        self.cluster.forwarded.reading = false;
         match rows {
             Ok(rows) => {
                 for row in rows {
                     if self.following() {
                         break;
                     }
-                    if self.forwarded.running.insert(row.id.clone()) {
+                    if self.cluster.forwarded.running.insert(row.id.clone()) {
                         self.run_forward(myself, row);
                     }
                 }
             }
             Err(e) => warn!(session_id = %self.id, error = %e, "could not read forwarded requests"),
         }
-        if self.forwarded.again {
+        if self.cluster.forwarded.again {
             self.forwards_wake(myself);
         }
     }
 
     /// The answer is in the store (or could not be written).
-    pub(super) fn forward_done(&mut self, id: &ForwardId) {
-        self.forwarded.running.remove(id);
+    pub(in crate::session) fn forward_done(&mut self, id: &ForwardId) {
+        self.cluster.forwarded.running.remove(id);
     }
 
     fn run_forward(&mut self, myself: &ActorRef<SessionMsg>, row: ForwardRow) {
@@ -239,7 +243,7 @@ impl SessionState {
 
     /// A forward this node accepted before running it: run it now, unless
     /// the session is another node's since (it did not run; retry).
-    pub(super) fn run_accepted(
+    pub(in crate::session) fn run_accepted(
         &mut self,
         myself: &ActorRef<SessionMsg>,
         write: SessionWrite,
@@ -289,7 +293,10 @@ fn accept_then(
     tokio::spawn(async move {
         match cluster.accept_forward(&id).await {
             Ok(true) => {
-                let _ = me.cast(SessionMsg::RunAccepted { write, reply });
+                let _ = me.cast(SessionMsg::Cluster(ClusterMsg::RunAccepted {
+                    write,
+                    reply,
+                }));
             }
             // Withdrawn or past its deadline: it must not run.
             Ok(false) => {}
@@ -328,7 +335,7 @@ fn answer_after(
             Ok(answer) => answer,
             Err(e) => {
                 warn!(forward_id = %id, error = %e, "could not encode a forwarded request's answer");
-                let _ = me.cast(SessionMsg::ForwardDone { id });
+                let _ = me.cast(SessionMsg::Cluster(ClusterMsg::ForwardDone { id }));
                 return;
             }
         };
@@ -337,6 +344,6 @@ fn answer_after(
         if let Err(e) = cluster.answer_forward(&id, &answer).await {
             warn!(forward_id = %id, node_id = %cluster.node_id(), error = %e, "could not answer a forwarded request");
         }
-        let _ = me.cast(SessionMsg::ForwardDone { id });
+        let _ = me.cast(SessionMsg::Cluster(ClusterMsg::ForwardDone { id }));
     });
 }

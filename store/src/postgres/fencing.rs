@@ -1,5 +1,8 @@
-//! The fenced half of a cluster node's writer: what its transaction does before and after
-//! the batch statement (`postgres/batch.rs`), and how it tells what a batch in doubt wrote.
+//! The fenced half of a cluster node's writes: what its writer's transaction does before and
+//! after the batch statement (`postgres/batch.rs`), how it tells what a batch in doubt wrote,
+//! and the check its handoff store makes (`postgres/handoffs.rs`). Below both the writer and
+//! the cluster module (`postgres/cluster/`), which makes the claims whose fences this checks
+//! and starts the writer with a [`Fencing`].
 //!
 //! A node's batch is one transaction:
 //!
@@ -30,10 +33,16 @@ use tether_protocol::SessionId;
 use crate::postgres::batch::Evidence;
 use crate::StoreError;
 
-use super::forwards::{Accepts, ForwardId};
-use super::listener::CHANNEL;
-use super::node::millis;
-use super::{Fences, NodeId};
+mod accepts;
+mod fences;
+mod ids;
+
+pub(crate) use accepts::Accepts;
+pub use fences::Fences;
+pub use ids::{ForwardId, NodeId};
+
+/// The channel committed events are announced on: payload `<session_id>:<latest_seq>`.
+pub const CHANNEL: &str = "tether_events";
 
 /// What a node's writer needs to fence its writes: who it is, what it holds, and which
 /// forwarded requests its writes accept.
@@ -44,13 +53,6 @@ pub(crate) struct Fencing {
     pub accepts: Accepts,
     /// The lease: peers of nodes whose heartbeat is older do not count.
     pub lease: Duration,
-}
-
-/// What planning a batch in cluster mode consults (`Plan::new`): the fences held for its
-/// sessions, and the sessions already refused in an earlier round of the same batch.
-pub(crate) struct Guard<'g> {
-    pub held: &'g HashMap<SessionId, u64>,
-    pub refused: &'g HashMap<SessionId, StoreError>,
 }
 
 /// Step 1: locks the ownership rows of `guarded` (sorted by id) and returns the sessions this
@@ -221,4 +223,9 @@ pub(crate) async fn written(
     rows.iter()
         .map(|r| r.try_get::<String, _>(0).map(SessionId::from))
         .collect()
+}
+
+/// A duration in whole milliseconds for SQL (`$n * interval '1 millisecond'`).
+pub(crate) fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }

@@ -12,7 +12,8 @@
 use ractor::{ActorRef, RpcReplyPort};
 use tether_protocol::{ResumeParams, RpcError};
 
-use super::{PeerLink, ResumeReply, SessionMsg, SessionState};
+use super::take_ready;
+use crate::session::{PeerLink, ResumeReply, SessionMsg, SessionState};
 
 /// Resumes waiting for the follower to catch up, at most.
 const WAITING: usize = 64;
@@ -35,7 +36,7 @@ impl std::fmt::Debug for WaitingResume {
 impl SessionState {
     /// `session.resume`, unless this follower must first read up to the
     /// client's watermark: then it is held and a read started.
-    pub(super) fn resume_when_caught_up(
+    pub(in crate::session) fn resume_when_caught_up(
         &mut self,
         myself: &ActorRef<SessionMsg>,
         params: ResumeParams,
@@ -46,13 +47,13 @@ impl SessionState {
             .last_seen
             .is_some_and(|n| n > self.commit.committed_seq());
         if ahead && self.following() {
-            if self.waiting_resumes.len() >= WAITING {
+            if self.cluster.waiting_resumes.len() >= WAITING {
                 let _ = reply.send(Err(RpcError::storage_unavailable(
                     "this node has not yet read the session up to last_seen; retry",
                 )));
                 return;
             }
-            self.waiting_resumes.push(WaitingResume {
+            self.cluster.waiting_resumes.push(WaitingResume {
                 params,
                 peer,
                 reply,
@@ -66,16 +67,11 @@ impl SessionState {
     /// After a read: the held resumes the follower has caught up for, or
     /// all of them when `caught_up` (the store had nothing more) or when
     /// this node owns the session now.
-    pub(super) fn release_waiting_resumes(&mut self, caught_up: bool) {
-        if self.waiting_resumes.is_empty() {
-            return;
-        }
-        let h = self.commit.committed_seq();
-        let all = caught_up || !self.following();
-        let (ready, wait): (Vec<_>, Vec<_>) = std::mem::take(&mut self.waiting_resumes)
-            .into_iter()
-            .partition(|w| all || w.params.last_seen.is_none_or(|n| n <= h));
-        self.waiting_resumes = wait;
+    pub(in crate::session) fn release_waiting_resumes(&mut self, caught_up: bool) {
+        let read = self.read_so_far(caught_up);
+        let ready = take_ready(&mut self.cluster.waiting_resumes, read, |w| {
+            w.params.last_seen.unwrap_or(0)
+        });
         for w in ready {
             self.resume(w.params, w.peer, w.reply);
         }

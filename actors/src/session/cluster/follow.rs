@@ -19,11 +19,12 @@ use tether_store::cluster::NodeId;
 use tether_store::{EventRow, SessionRow, StoreError};
 use tracing::{debug, info, warn};
 
-use super::{Commit, SessionMsg, SessionState};
+use super::ClusterMsg;
 use crate::event::{frame_of, EventRecord};
 use crate::node::Claimed;
 use crate::outbox::FrameClass;
 use crate::ring::RingEntry;
+use crate::session::{Commit, SessionMsg, SessionState};
 use crate::store_writer::{Barrier, StoreWriterMsg};
 use crate::transcript;
 
@@ -94,85 +95,10 @@ pub enum Promoted {
 }
 
 impl SessionState {
-    /// Whether this node only follows the session.
-    pub(super) fn following(&self) -> bool {
-        self.following.is_some()
-    }
-
-    /// Where a message goes on a follower: what changes the session is
-    /// forwarded to its owner, what only an owner gets is dropped (it came
-    /// late, after this node lost the session: `lost.rs`), and the rest is
-    /// handled as on an owner (`None`: done here). The match names every
-    /// message, so a new one is routed on purpose, not by default.
-    pub(super) fn unless_following(
-        &mut self,
-        myself: &ActorRef<SessionMsg>,
-        msg: SessionMsg,
-    ) -> Option<SessionMsg> {
-        if !self.following() {
-            return Some(msg);
-        }
-        match msg {
-            SessionMsg::Write { write, reply } => self.forward_write(myself, write, reply),
-            SessionMsg::EmitIfOpen { events, reply } => self.forward_emit(myself, events, reply),
-            // What only an owner gets or does; its work is the new owner's.
-            SessionMsg::Turn { .. }
-            | SessionMsg::TurnDeadline { .. }
-            | SessionMsg::ControlLate { .. }
-            | SessionMsg::ControlDone { .. }
-            | SessionMsg::TranscriptLoaded { .. }
-            | SessionMsg::RepayCompletions
-            | SessionMsg::HostsLost
-            | SessionMsg::ForwardsWake
-            | SessionMsg::ForwardsRead { .. } => {}
-            SessionMsg::Park { reply, .. } => {
-                // Nothing to write: a follower nobody here follows just stops.
-                let idle = self.peers.is_empty();
-                let _ = reply.send(idle);
-                if idle {
-                    myself.stop(Some("parked (follower)".into()));
-                }
-            }
-            // Reads, peers, the follower's own work, and what an owner
-            // that just lost the session still has to finish.
-            msg @ (SessionMsg::Resume { .. }
-            | SessionMsg::AttachFromStart { .. }
-            | SessionMsg::Joined { .. }
-            | SessionMsg::Backfill { .. }
-            | SessionMsg::Detach { .. }
-            | SessionMsg::Since { .. }
-            | SessionMsg::Info { .. }
-            | SessionMsg::ActiveTurn { .. }
-            | SessionMsg::Flush { .. }
-            | SessionMsg::CatchUp { .. }
-            | SessionMsg::FollowWake
-            | SessionMsg::FollowDeltas { .. }
-            | SessionMsg::FollowRead { .. }
-            | SessionMsg::ParkWritten { .. }
-            | SessionMsg::OwnerGone
-            | SessionMsg::OtherPeersChanged
-            | SessionMsg::LeftEverywhere { .. }
-            | SessionMsg::RecheckLeft
-            | SessionMsg::Lost
-            | SessionMsg::Promoted { .. }
-            | SessionMsg::RunAccepted { .. }
-            | SessionMsg::ForwardDone { .. }
-            | SessionMsg::Drain { .. }
-            | SessionMsg::Committed { .. }
-            | SessionMsg::AppendFailed { .. }
-            | SessionMsg::WriterRestarted
-            | SessionMsg::Rebased { .. }
-            | SessionMsg::ReportToReaper) => return Some(msg),
-        }
-        None
-    }
-
     /// The answer to a request this follower cannot run itself.
-    pub(super) fn not_here(&self) -> RpcError {
+    pub(in crate::session) fn not_here(&self) -> RpcError {
         let owner = self
-            .following
-            .as_ref()
-            .and_then(|f| f.owner.as_ref())
+            .followed_owner()
             .map_or_else(|| "another node".to_string(), |o| format!("node {o}"));
         RpcError::new(
             tether_protocol::codes::STORAGE_UNAVAILABLE,
@@ -182,8 +108,8 @@ impl SessionState {
 
     /// A notification or a resync: read after the watermark (once more
     /// after the read in flight, if there is one).
-    pub(super) fn follow_wake(&mut self, myself: &ActorRef<SessionMsg>) {
-        let Some(f) = self.following.as_mut() else {
+    pub(in crate::session) fn follow_wake(&mut self, myself: &ActorRef<SessionMsg>) {
+        let Some(f) = self.cluster.following.as_mut() else {
             return;
         };
         if f.reading {
@@ -198,17 +124,17 @@ impl SessionState {
         let me = myself.clone();
         tokio::spawn(async move {
             let rows = reader.events_since(&id, after, READ_PAGE).await;
-            let _ = me.cast(SessionMsg::FollowRead { rows });
+            let _ = me.cast(SessionMsg::Cluster(ClusterMsg::FollowRead { rows }));
         });
     }
 
     /// Fans out what a read found, then reads again if more may be there.
-    pub(super) fn follow_read(
+    pub(in crate::session) fn follow_read(
         &mut self,
         myself: &ActorRef<SessionMsg>,
         rows: Result<Vec<EventRow>, StoreError>,
     ) {
-        let Some(f) = self.following.as_mut() else {
+        let Some(f) = self.cluster.following.as_mut() else {
             return;
         };
         f.reading = false;
@@ -224,7 +150,7 @@ impl SessionState {
                 (false, false)
             }
         };
-        let again = self.following.as_ref().is_some_and(|f| f.again);
+        let again = self.cluster.following.as_ref().is_some_and(|f| f.again);
         // Nothing more in the store (as of this read): a resume waiting for
         // a watermark beyond it is answered now.
         self.release_waiting_resumes(read && !(more || again));
@@ -262,7 +188,7 @@ impl SessionState {
                 },
                 count,
             );
-            self.followed_deltas.relayed(&rec);
+            self.cluster.followed_deltas.relayed(&rec);
             match rec.kind {
                 EventType::MessageUser => self.set_status(SessionStatus::Running),
                 EventType::MessageComplete => self.set_status(SessionStatus::Idle),
@@ -296,8 +222,8 @@ impl SessionState {
     /// Also the retry of a takeover whose claim succeeded: that one is
     /// finished whether or not anyone follows here, since the session is
     /// this node's now and its dead owner's turns must end.
-    pub(super) fn owner_gone(&mut self, myself: &ActorRef<SessionMsg>) {
-        let Some(f) = self.following.as_mut() else {
+    pub(in crate::session) fn owner_gone(&mut self, myself: &ActorRef<SessionMsg>) {
+        let Some(f) = self.cluster.following.as_mut() else {
             return;
         };
         if self.peers.is_empty() && f.claimed.is_none() {
@@ -326,9 +252,9 @@ impl SessionState {
                 None => match crate::node::claim(&cluster, &id).await {
                     Ok(Claimed::Owner { lost_from }) => lost_from,
                     Ok(Claimed::Follower { owner }) => {
-                        let _ = me.cast(SessionMsg::Promoted {
+                        let _ = me.cast(SessionMsg::Cluster(ClusterMsg::Promoted {
                             promoted: Promoted::Follow(owner),
-                        });
+                        }));
                         return;
                     }
                     Err(error) => {
@@ -336,7 +262,7 @@ impl SessionState {
                             error,
                             claimed: None,
                         };
-                        let _ = me.cast(SessionMsg::Promoted { promoted });
+                        let _ = me.cast(SessionMsg::Cluster(ClusterMsg::Promoted { promoted }));
                         return;
                     }
                 },
@@ -378,13 +304,17 @@ impl SessionState {
             }
             .await;
             let promoted = promoted.unwrap_or_else(|error| Promoted::Failed { error, claimed });
-            let _ = me.cast(SessionMsg::Promoted { promoted });
+            let _ = me.cast(SessionMsg::Cluster(ClusterMsg::Promoted { promoted }));
         });
     }
 
     /// The claim's outcome: owner in place, or still a follower.
-    pub(super) fn promoted(&mut self, myself: &ActorRef<SessionMsg>, promoted: Promoted) {
-        let Some(f) = self.following.as_mut() else {
+    pub(in crate::session) fn promoted(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        promoted: Promoted,
+    ) {
+        let Some(f) = self.cluster.following.as_mut() else {
             return;
         };
         f.promoting = false;
@@ -412,14 +342,14 @@ impl SessionState {
                 // dead owner's turn, and its peers would wait forever.
                 warn!(session_id = %self.id, error = %error, "took over a followed session but could not read it; retrying");
                 f.claimed = Some(lost_from);
-                myself.send_after(PROMOTE_RETRY, || SessionMsg::OwnerGone);
+                myself.send_after(PROMOTE_RETRY, || SessionMsg::Cluster(ClusterMsg::OwnerGone));
                 return;
             }
         };
         // What the peers have not seen first, then the endings.
         self.relay(&p.missed);
-        self.following = None;
-        self.followed_deltas = Default::default();
+        self.cluster.following = None;
+        self.cluster.followed_deltas = Default::default();
         self.release_waiting_resumes(true);
         self.release_caught_up(true);
         self.commit = Commit::new(p.barrier, p.row.message_count);
