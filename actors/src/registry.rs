@@ -62,8 +62,11 @@ pub enum Resolved {
 
 pub enum RegistryMsg {
     /// `session.create`: persist (one transaction), bring live, maybe attach.
+    /// `id` is the new session's id when the caller chose it (the chat
+    /// sessions of `crate::named`); `None` mints one.
     Create {
         profile: String,
+        id: Option<SessionId>,
         params: CreateParams,
         attach: Option<PeerLink>,
         reply: RpcReplyPort<Result<CreatedSession, RpcError>>,
@@ -279,10 +282,11 @@ impl Actor for Registry {
         match msg {
             RegistryMsg::Create {
                 profile,
+                id,
                 params,
                 attach,
                 reply,
-            } => state.create(&myself, profile, params, attach, reply),
+            } => state.create(&myself, profile, id, params, attach, reply),
             RegistryMsg::CreateFrom {
                 new,
                 initial,

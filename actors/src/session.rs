@@ -34,6 +34,7 @@ mod peer_count;
 mod peers;
 mod pipeline;
 mod reap;
+mod replace;
 pub(crate) mod replay;
 mod row;
 mod start;
@@ -109,9 +110,10 @@ pub enum SessionMsg {
         events: Vec<EventRecord>,
         reply: Option<RpcReplyPort<bool>>,
     },
-    /// `prompt.submit`.
+    /// `prompt.submit`; `replaces`: the turn it replaces (`replace.rs`).
     Submit {
         text: String,
+        replaces: Option<TurnId>,
         reply: RpcReplyPort<Result<SubmitResult, RpcError>>,
     },
     /// `handoff.request`: insert the handoff (a write of the session, so
@@ -279,6 +281,8 @@ pub struct SessionState {
     transcript: Transcript,
     compacting: Option<Compacting>,
     pending_compress: Option<(Option<String>, CompressReply)>,
+    /// A replacing prompt waiting for the segment to load (`replace.rs`).
+    pending_replace: Option<replace::PendingReplace>,
     /// The turn marker found in the store at start, handled in post_start.
     marker_at_start: Option<serde_json::Value>,
     /// Why the turns of that marker ended: `gateway_restart`, or
@@ -385,7 +389,16 @@ impl Actor for Session {
                 let _ = reply.send(state.info());
             }
             SessionMsg::EmitIfOpen { events, reply } => state.emit_if_open(events, reply),
-            SessionMsg::Submit { text, reply } => state.submit(me, text, reply),
+            SessionMsg::Submit {
+                text,
+                replaces: None,
+                reply,
+            } => state.submit(me, text, reply),
+            SessionMsg::Submit {
+                text,
+                replaces: Some(turn),
+                reply,
+            } => state.submit_replacing(me, text, turn, reply),
             SessionMsg::Interrupt { reply } => state.interrupt(me, reply),
             SessionMsg::HandoffRequest { target, reply } => state.handoff_request(target, reply),
             SessionMsg::Branch { ask, reply } => state.branch(ask, reply),

@@ -9,7 +9,9 @@
 //! the started gateway's context, and [`serve`] it (or [`serve_stdio`]).
 #![forbid(unsafe_code)]
 
+mod ai_sdk;
 mod auth;
+mod chat;
 mod client_rate;
 mod console;
 mod http;

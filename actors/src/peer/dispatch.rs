@@ -98,13 +98,17 @@ impl PeerState {
             Request::SessionClose(p) => self.close(p).await,
             Request::EventsSince(p) => self.since(p).await,
             Request::PromptSubmit(p) => {
-                let text = p.text;
+                let (text, replaces) = (p.text, p.replaces);
                 let result = self
                     .ask_live(
                         p.profile.as_deref(),
                         &p.session_id,
                         self.timeout(),
-                        |reply| SessionMsg::Submit { text, reply },
+                        |reply| SessionMsg::Submit {
+                            text,
+                            replaces,
+                            reply,
+                        },
                     )
                     .await??;
                 ok(&result)
@@ -265,6 +269,7 @@ impl PeerState {
             &registry,
             |reply| RegistryMsg::Create {
                 profile: prof,
+                id: None,
                 params: p,
                 attach,
                 reply,

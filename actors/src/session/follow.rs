@@ -95,9 +95,15 @@ impl SessionState {
             return Some(msg);
         }
         match msg {
-            SessionMsg::Submit { text, reply } => {
-                self.forward_request("prompt.submit", serde_json::json!({ "text": text }), reply)
-            }
+            SessionMsg::Submit {
+                text,
+                replaces,
+                reply,
+            } => self.forward_request(
+                "prompt.submit",
+                serde_json::json!({ "text": text, "replaces": replaces }),
+                reply,
+            ),
             SessionMsg::Interrupt { reply } => {
                 self.forward_request("session.interrupt", serde_json::json!({}), reply)
             }

@@ -97,9 +97,12 @@ impl SessionState {
         let id = row.id;
         let text = |k: &str| params.get(k).and_then(Value::as_str).map(str::to_owned);
         match row.method.as_str() {
-            "prompt.submit" => match text("text") {
-                Some(prompt) => self.forwarded_submit(myself, cluster, id, prompt),
-                None => self.answer_now(myself, id, Err(required("text"))),
+            "prompt.submit" => match (text("text"), text("replaces")) {
+                (Some(prompt), None) => self.forwarded_submit(myself, cluster, id, prompt),
+                (Some(prompt), Some(turn)) => {
+                    self.forwarded_replace(myself, cluster, id, prompt, turn.into())
+                }
+                (None, _) => self.answer_now(myself, id, Err(required("text"))),
             },
             "session.interrupt" => {
                 if self.turns.running.is_some() {
@@ -162,6 +165,39 @@ impl SessionState {
         cluster.accept_with(&self.id, self.commit.next_seq(), &id);
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.submit(myself, prompt, tx.into());
+        answer_after(cluster, myself, id, rx);
+    }
+
+    /// `prompt.submit` with `replaces`: as a local one, except that its
+    /// first write must be known when it is accepted, so a segment not in
+    /// memory yet is loaded and the request refused as busy (the client
+    /// retries; the next one finds it loaded).
+    fn forwarded_replace(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        cluster: Cluster,
+        id: ForwardId,
+        prompt: String,
+        replaces: tether_protocol::TurnId,
+    ) {
+        if let Err(e) = self.check_replace() {
+            return self.answer_now(myself, id, Err(e));
+        }
+        let kept = match self.replace_point(&replaces) {
+            Some(Some((_, kept))) => kept,
+            Some(None) => {
+                let e = super::replace::not_in_history(&replaces);
+                return self.answer_now(myself, id, Err(e));
+            }
+            None => {
+                self.load_transcript(myself);
+                let e = RpcError::session_busy("the session is loading its history: retry");
+                return self.answer_now(myself, id, Err(e));
+            }
+        };
+        cluster.accept_with(&self.id, self.commit.next_seq(), &id);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.accept(myself, prompt, Some((replaces, kept)), tx.into());
         answer_after(cluster, myself, id, rx);
     }
 

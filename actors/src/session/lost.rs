@@ -76,6 +76,9 @@ impl SessionState {
         if let Some((_, reply)) = self.pending_compress.take() {
             let _ = reply.send(Err(self.not_here()));
         }
+        if let Some(p) = self.pending_replace.take() {
+            let _ = p.reply.send(Err(self.not_here()));
+        }
         self.transcript = super::history::Transcript::default();
         self.row_written.forget();
     }

@@ -72,6 +72,23 @@ impl SessionState {
         seq
     }
 
+    /// Emits a durable event after which the segment holds
+    /// `message_count` messages (a replacing prompt, which removes some).
+    pub(crate) fn emit_durable_counted<P: Serialize>(
+        &mut self,
+        kind: EventType,
+        payload: &P,
+        turn: Option<TurnTag>,
+        message_count: u64,
+    ) -> u64 {
+        let seq = self.commit.next_seq();
+        self.emit_with_count(
+            EventRecord::new(kind, payload, turn, now_ms()),
+            Some(message_count),
+        );
+        seq
+    }
+
     pub(crate) fn emit_transient<P: Serialize>(
         &mut self,
         kind: EventType,
@@ -83,7 +100,13 @@ impl SessionState {
 
     /// Emits one event. Durable events get the next seq and wait for their
     /// commit; transient ones go out at once unless durable ones are pending.
-    pub(crate) fn emit(&mut self, mut rec: EventRecord) {
+    pub(crate) fn emit(&mut self, rec: EventRecord) {
+        self.emit_with_count(rec, None);
+    }
+
+    /// [`Self::emit`], with the segment's message count after the event
+    /// when the caller knows it better than [`transcript::count_after`].
+    fn emit_with_count(&mut self, mut rec: EventRecord, count: Option<u64>) {
         let now = now_ms();
         self.updated_at_ms = now;
         // Every event is activity, including a running turn's host frames.
@@ -107,7 +130,8 @@ impl SessionState {
             }
             return;
         }
-        let message_count = transcript::count_after(rec.kind, self.commit.message_count());
+        let message_count =
+            count.unwrap_or_else(|| transcript::count_after(rec.kind, self.commit.message_count()));
         let (id, notes) = (&self.id, &mut self.transcript);
         self.commit.emit_durable(message_count, |seq| {
             rec.seq = Some(seq);
