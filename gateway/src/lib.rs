@@ -9,6 +9,7 @@
 //! the started gateway's context, and [`serve`] it (or [`serve_stdio`]).
 #![forbid(unsafe_code)]
 
+mod ag_ui;
 mod ai_sdk;
 mod auth;
 mod chat;

@@ -4,6 +4,8 @@
 //! test. Without node, or without `npm ci --prefix tests/frontends`, a test
 //! is skipped with one loud line, unless `TETHER_REQUIRE_CLIENTS=1` (CI)
 //! makes that a failure.
+// Each suite that includes this uses part of it.
+#![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};

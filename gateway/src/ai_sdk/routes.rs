@@ -15,7 +15,8 @@ use super::regenerate;
 use crate::auth::Caller;
 use crate::chat::error::{refused, Refusal};
 use crate::chat::event::TetherEvent;
-use crate::chat::open::{resume, resume_or_create};
+use crate::chat::interrupt::{json_response, stop};
+use crate::chat::open::{attach_running, resume, resume_or_create};
 use crate::chat::peer::{CallError, ViewPeer};
 use crate::chat::request::{admit, chat, json_body, Asked, ProfileQuery};
 use crate::chat::stream::{body, View};
@@ -113,38 +114,14 @@ pub async fn get_stream(
     else {
         return unavailable();
     };
-    // Which turn runs, and where it started...
-    let now = match resume(
-        &mut peer,
-        &asked,
-        json!({"attach": false, "omit_messages": true}),
-    )
-    .await
-    {
-        Ok(r) => r,
-        Err(CallError::Rpc { code, .. }) if code == tether_protocol::codes::SESSION_NOT_FOUND => {
-            return StatusCode::NO_CONTENT.into_response()
-        }
+    let running = match attach_running(&mut peer, &asked).await {
+        Ok(Some(r)) => r,
+        Ok(None) => return StatusCode::NO_CONTENT.into_response(),
         Err(e) => return refused(&e),
     };
-    let active = &now["active_turn"];
-    let Some(turn_id) = active["turn_id"].as_str() else {
-        return StatusCode::NO_CONTENT.into_response();
-    };
-    // ...then attach and replay from just before it, in one step, so that
-    // every event of the turn comes once: replayed, or live after.
-    let from = active["user_seq"]
-        .as_u64()
-        .map(|s| s.saturating_sub(1))
-        .or_else(|| now["latest_seq"].as_u64())
-        .unwrap_or(0);
-    let params = json!({"attach": true, "omit_messages": true, "last_seen": from});
-    let replay = match resume(&mut peer, &asked, params).await {
-        Ok(r) => r,
-        Err(e) => return refused(&e),
-    };
+    let (turn_id, replay) = (running.turn_id.as_str(), &running.replay);
     let mut chunks = TurnChunks::new(turn_id);
-    let mut out = vec![chunks.start(asked.session_id().as_str(), active["trace_id"].as_str())];
+    let mut out = vec![chunks.start(asked.session_id().as_str(), running.trace_id.as_deref())];
     for params in replay["events"].as_array().into_iter().flatten() {
         if let Some(ev) = TetherEvent::from_params(params) {
             chunks.event(&ev, &mut out);
@@ -203,25 +180,6 @@ pub async fn post_stop(
         Err(refusal) => return refusal.into_response(),
     };
     stop(&app, &asked).await
-}
-
-/// `session.interrupt` of the chat's session: 200 `{"status"}`.
-pub async fn stop(app: &AppState, asked: &Asked) -> Response {
-    let Some(mut peer) =
-        ViewPeer::start(app, asked.caller.clone(), false, PeerTransport::Http).await
-    else {
-        return unavailable();
-    };
-    match peer
-        .call(
-            "session.interrupt",
-            json!({"session_id": asked.session_id()}),
-        )
-        .await
-    {
-        Ok(r) => json_response(&r),
-        Err(e) => refused(&e),
-    }
 }
 
 /// The stored events of the chat session's current history segment, in
@@ -327,14 +285,5 @@ fn stream_response(
     if let Ok(v) = HeaderValue::from_str(asked.session_id().as_str()) {
         h.insert("x-tether-session-id", v);
     }
-    resp
-}
-
-fn json_response(v: &Value) -> Response {
-    let mut resp = Response::new(Body::from(v.to_string()));
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
     resp
 }

@@ -7,6 +7,7 @@
 pub mod error;
 pub mod event;
 pub mod id;
+pub mod interrupt;
 pub mod open;
 pub mod peer;
 pub mod request;

@@ -61,3 +61,47 @@ pub async fn resume_or_create(
         (_, Err(e)) => Err(e),
     }
 }
+
+/// The chat's running turn, attached to from its start.
+pub struct Running {
+    pub turn_id: String,
+    pub trace_id: Option<String>,
+    /// The attaching resume's result: `events` from the turn's
+    /// `message.user` on, then `active_turn` with the text so far, and
+    /// `todos`; live events follow on the peer.
+    pub replay: Value,
+}
+
+/// Attaches `peer` to the chat's running turn from its start; `None` when
+/// no turn runs (or the chat was never used).
+pub async fn attach_running(
+    peer: &mut ViewPeer,
+    asked: &Asked,
+) -> Result<Option<Running>, CallError> {
+    // Which turn runs, and where it started...
+    let now = match resume(peer, asked, json!({"attach": false, "omit_messages": true})).await {
+        Ok(r) => r,
+        Err(CallError::Rpc { code, .. }) if code == tether_protocol::codes::SESSION_NOT_FOUND => {
+            return Ok(None)
+        }
+        Err(e) => return Err(e),
+    };
+    let active = &now["active_turn"];
+    let Some(turn_id) = active["turn_id"].as_str() else {
+        return Ok(None);
+    };
+    // ...then attach and replay from just before it, in one step, so that
+    // every event of the turn comes once: replayed, or live after.
+    let from = active["user_seq"]
+        .as_u64()
+        .map(|s| s.saturating_sub(1))
+        .or_else(|| now["latest_seq"].as_u64())
+        .unwrap_or(0);
+    let params = json!({"attach": true, "omit_messages": true, "last_seen": from});
+    let replay = resume(peer, asked, params).await?;
+    Ok(Some(Running {
+        turn_id: turn_id.to_string(),
+        trace_id: active["trace_id"].as_str().map(str::to_string),
+        replay,
+    }))
+}

@@ -17,6 +17,19 @@ pub struct SentText {
 }
 
 impl SentText {
+    /// A stream that has already sent `sent` bytes (a resumed one).
+    pub fn from_sent(sent: u64) -> SentText {
+        SentText {
+            sent: usize::try_from(sent).unwrap_or(usize::MAX),
+            hole: false,
+        }
+    }
+
+    /// Bytes sent so far.
+    pub fn sent(&self) -> u64 {
+        self.sent as u64
+    }
+
     /// The new part of a delta of `text` at `offset`, if it continues what
     /// was sent and adds to it.
     pub fn delta<'a>(&mut self, offset: u64, text: &'a str) -> Option<&'a str> {
@@ -84,8 +97,8 @@ mod tests {
         let mut s = SentText::default();
         assert_eq!(s.delta(0, "é"), Some("é"));
         assert_eq!(s.delta(0, "éa"), Some("a"));
-        let mut s = SentText::default();
-        assert_eq!(s.delta(0, "x"), Some("x"));
+        let mut s = SentText::from_sent(1);
         assert_eq!(s.delta(0, "éa"), None, "it would split the é");
+        assert_eq!(s.sent(), 1);
     }
 }
