@@ -12,22 +12,45 @@ mod harness;
 
 use common::http::http;
 use common::terminal::Attached;
-use common::Gateway;
+use common::{Backend, Gateway};
 use harness::{available, run, text_of, words, Scenario};
-use serde_json::Value;
+use serde_json::{json, Value};
 
 const SCRIPT: &str = "ai_sdk.mjs";
 
 /// A gateway whose echo engine waits 40 ms between words.
 fn gateway(dir: &std::path::Path, extra: &[&str]) -> Gateway {
+    gateway_on(&Backend::Sqlite, dir, extra)
+}
+
+fn gateway_on(backend: &Backend, dir: &std::path::Path, extra: &[&str]) -> Gateway {
     let host = format!(
         "{} host --engine echo --delay-ms 40",
         env!("CARGO_BIN_EXE_tether")
     );
     let mut args = vec!["--host-command", host.as_str()];
     args.extend_from_slice(extra);
-    Gateway::start(dir, &args)
+    Gateway::start_on(backend, dir, &args)
 }
+
+/// A scenario run off the async test's threads.
+async fn run_async(scenario: &'static str, env: Vec<(&'static str, String)>) -> Value {
+    tokio::task::spawn_blocking(move || {
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        run(SCRIPT, scenario, &env)
+    })
+    .await
+    .expect("the scenario's thread")
+}
+
+// The stores' own rules meet these routes here: a chat's session created
+// under its derived id (and found there), and a replacing prompt read back
+// after a restart.
+backends!(
+    a_chat_is_created_once_and_found_again,
+    two_first_requests_at_once_make_one_session,
+    regenerate_replaces_the_answer_in_the_history_too
+);
 
 fn url(gw: &Gateway) -> String {
     format!("http://{}", gw.addr)
@@ -119,8 +142,8 @@ fn a_tool_turn_shows_the_call_and_its_result() {
             .unwrap_or_else(|| panic!("no tool part: {answer}"));
         assert_eq!(tool["toolName"], "lookup");
         assert_eq!(tool["state"], "output-available");
-        assert_eq!(tool["input"], serde_json::json!({"q": 1}));
-        assert_eq!(tool["output"], serde_json::json!({"q": 1}));
+        assert_eq!(tool["input"], json!({"q": 1}));
+        assert_eq!(tool["output"], json!({"q": 1}));
         assert_eq!(text_of(answer), "found it");
     }
 }
@@ -139,7 +162,7 @@ fn a_failed_turn_ends_in_error_with_its_message() {
     );
     assert_eq!(r["status"], "error", "{r}");
     assert_eq!(r["error"], "boom");
-    assert_eq!(r["errors"], serde_json::json!(["boom"]), "reported once");
+    assert_eq!(r["errors"], json!(["boom"]), "reported once");
     for answer in [&r["messages"][1], &r["transcript"]["messages"][1]] {
         let tether = &answer["metadata"]["tether"];
         assert_eq!(tether["status"], "error", "{answer}");
@@ -306,18 +329,17 @@ fn two_chats_on_one_id_see_the_same_answer() {
     );
 }
 
-#[test]
-fn regenerate_replaces_the_answer_in_the_history_too() {
+async fn regenerate_replaces_the_answer_in_the_history_too(b: Backend) {
     if !available("ai_sdk::regenerate") {
         return;
     }
     let dir = common::tempdir();
-    let mut gw = gateway(dir.path(), &[]);
-    let r = run(
-        SCRIPT,
+    let mut gw = gateway_on(&b, dir.path(), &[]);
+    let r = run_async(
         "regenerate",
-        &[("TETHER_URL", &url(&gw)), ("PROMPT", "one|two")],
-    );
+        vec![("TETHER_URL", url(&gw)), ("PROMPT", "one|two".into())],
+    )
+    .await;
     let before = assistants(&r["before"]);
     let after = assistants(&r["messages"]);
     assert_eq!((before.len(), after.len()), (2, 2), "{r}");
@@ -332,47 +354,45 @@ fn regenerate_replaces_the_answer_in_the_history_too() {
     // The history the next turn sees leaves the replaced turn out (the
     // transcript is that history), from memory and, after a restart, from
     // the store, while its events stay in the log.
-    let check = |gw: &Gateway| {
-        let rt = tokio::runtime::Runtime::new().unwrap();
-        rt.block_on(async {
-            let mut c = gw.client().await;
-            let res = c
-                .ok(
-                    "session.resume",
-                    serde_json::json!({"session_id": session, "attach": false}),
-                )
-                .await;
-            let texts: Vec<(&str, &str)> = res["messages"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|m| (m["role"].as_str().unwrap(), m["text"].as_str().unwrap()))
-                .collect();
-            assert_eq!(
-                texts,
-                vec![
-                    ("user", "one"),
-                    ("assistant", "one"),
-                    ("user", "two"),
-                    ("assistant", "two")
-                ]
-            );
-            assert!(res["messages"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .all(|m| m["turn_id"] != replaced.as_str()));
-            assert_eq!(res["session"]["message_count"], 4);
-            let all = common::all_events(&mut c, &session).await;
-            assert!(
-                all.iter().any(|e| e["turn_id"] == replaced.as_str()),
-                "its events are kept"
-            );
-        });
-    };
-    check(&gw);
-    gw.restart();
-    check(&gw);
+    for restart in [false, true] {
+        if restart {
+            gw.restart();
+        }
+        let mut c = gw.client().await;
+        let res = c
+            .ok(
+                "session.resume",
+                json!({"session_id": session, "attach": false}),
+            )
+            .await;
+        let texts: Vec<(&str, &str)> = res["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| (m["role"].as_str().unwrap(), m["text"].as_str().unwrap()))
+            .collect();
+        assert_eq!(
+            texts,
+            vec![
+                ("user", "one"),
+                ("assistant", "one"),
+                ("user", "two"),
+                ("assistant", "two")
+            ],
+            "restarted: {restart}"
+        );
+        assert!(res["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|m| m["turn_id"] != replaced.as_str()));
+        assert_eq!(res["session"]["message_count"], 4);
+        let all = common::all_events(&mut c, &session).await;
+        assert!(
+            all.iter().any(|e| e["turn_id"] == replaced.as_str()),
+            "its events are kept"
+        );
+    }
     let t: Vec<String> = r["transcript"]["messages"]
         .as_array()
         .unwrap()
@@ -381,6 +401,84 @@ fn regenerate_replaces_the_answer_in_the_history_too() {
         .collect();
     assert_eq!(t.len(), 4);
     assert!(!t.contains(&replaced));
+    // A prompt replacing a turn the history does not hold is refused.
+    let mut c = gw.client().await;
+    let e = c
+        .err(
+            "prompt.submit",
+            json!({"session_id": session, "text": "x", "replaces": replaced}),
+        )
+        .await;
+    assert_eq!(e["code"], -32602, "{e}");
+}
+
+async fn two_first_requests_at_once_make_one_session(b: Backend) {
+    if !available("ai_sdk::race") {
+        return;
+    }
+    let dir = common::tempdir();
+    let gw = gateway_on(&b, dir.path(), &[]);
+    let r = run_async(
+        "race",
+        vec![("TETHER_URL", url(&gw)), ("PROMPT", "tab".into())],
+    )
+    .await;
+    assert_eq!(r["sessions"][0], r["sessions"][1], "{r}");
+    for chat in r["chats"].as_array().unwrap() {
+        assert_eq!(chat["status"], "ready", "{r}");
+    }
+    let mut prompts: Vec<String> = r["transcript"]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .map(text_of)
+        .collect();
+    prompts.sort();
+    assert_eq!(prompts, vec!["tab 0", "tab 1"]);
+    let mut c = gw.client().await;
+    let list = c.ok("session.list", json!({})).await;
+    assert_eq!(list["sessions"].as_array().unwrap().len(), 1, "{list}");
+}
+
+async fn a_chat_is_created_once_and_found_again(b: Backend) {
+    if !available("ai_sdk::created_once") {
+        return;
+    }
+    let dir = common::tempdir();
+    let mut gw = gateway_on(&b, dir.path(), &[]);
+    // Seeded by its first request, found by the next, after a restart too.
+    let first = run_async(
+        "seeded",
+        vec![("TETHER_URL", url(&gw)), ("PROMPT", "third".into())],
+    )
+    .await;
+    let session = first["responses"][0]["session"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    gw.restart();
+    let again = run_async(
+        "send",
+        vec![("TETHER_URL", url(&gw)), ("PROMPT", "fourth".into())],
+    )
+    .await;
+    assert_eq!(again["responses"][0]["session"], session.as_str());
+    let texts: Vec<String> = again["transcript"]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(text_of)
+        .collect();
+    assert_eq!(
+        texts,
+        vec!["first", "an answer", "third", "third", "fourth", "fourth"],
+        "{again}"
+    );
+    let mut c = gw.client().await;
+    let list = c.ok("session.list", json!({})).await;
+    assert_eq!(list["sessions"].as_array().unwrap().len(), 1, "{list}");
+    assert_eq!(list["sessions"][0]["title"], "chat chat-1");
 }
 
 #[test]
@@ -563,13 +661,13 @@ async fn bad_requests_are_4xx_and_change_nothing() {
         b"",
     )
     .await;
-    assert_eq!((r.status, r.json()), (200, serde_json::json!([])));
+    assert_eq!((r.status, r.json()), (200, json!([])));
     let r = http(&gw.addr, "POST", "/v1/ai-sdk/chat/new-one/stop", &[], b"").await;
     assert_eq!(r.status, 404);
     // None of it made a session.
     let mut c = gw.client().await;
-    let list = c.ok("session.list", serde_json::json!({})).await;
-    assert_eq!(list["sessions"], serde_json::json!([]), "{list}");
+    let list = c.ok("session.list", json!({})).await;
+    assert_eq!(list["sessions"], json!([]), "{list}");
 }
 
 #[test]

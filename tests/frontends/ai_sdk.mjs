@@ -158,6 +158,31 @@ const scenarios = {
     return { ...view(chat, errors), responses: tap.seen.responses, transcript: await transcript() };
   },
 
+  // A chat whose first request carries an earlier conversation (a chat
+  // the app had before it used tether): the session is seeded with it.
+  async seeded() {
+    const tap = tappedFetch();
+    const { chat, errors } = newChat(tap.fetch, [
+      { id: "m1", role: "user", parts: [{ type: "text", text: "first" }] },
+      { id: "m2", role: "assistant", parts: [{ type: "text", text: "an answer" }] },
+    ]);
+    await chat.sendMessage({ text: prompt });
+    return { ...view(chat, errors), responses: tap.seen.responses, transcript: await transcript() };
+  },
+
+  // Two first requests of one new chat at once (two tabs opened together):
+  // one session, both prompts answered in it.
+  async race() {
+    const taps = [tappedFetch(), tappedFetch()];
+    const chats = taps.map((t) => newChat(t.fetch));
+    await Promise.all(chats.map(({ chat }, i) => chat.sendMessage({ text: `${prompt} ${i}` })));
+    return {
+      chats: chats.map(({ chat, errors }) => view(chat, errors)),
+      sessions: taps.map((t) => t.seen.responses[0].session),
+      transcript: await transcript(),
+    };
+  },
+
   // Several prompts in a row, then a regenerate of the last answer.
   async regenerate() {
     const { chat, errors } = newChat();

@@ -2,12 +2,21 @@
 //!
 //! A chat id names its session before the session exists (`id.rs`), so the
 //! first request of a chat creates it, seeded with the conversation the
-//! client already has. Two first requests at once (two tabs, two nodes of
-//! a cluster) both try; the store takes one session under the id and
-//! refuses the other, whose request then resumes the one that exists.
+//! client already has. Two first requests at once (two tabs opened
+//! together) must not both write it: the second row would fail in the
+//! store, and with it the other writes committed in the same transaction.
+//! So within a gateway the creations of one id take turns, and each looks
+//! again before it creates: the second finds the session the first made.
+//! Between the nodes of a cluster, the claim a node takes on a new id
+//! before writing it does the same (the second node's claim finds the
+//! first's, and its create fails before any write), and the request then
+//! resumes the session that exists.
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
 
 use serde_json::{json, Value};
-use tether_protocol::{CreateParams, SeedMessage};
+use tether_protocol::{CreateParams, SeedMessage, SessionId};
 
 use super::peer::{CallError, ViewPeer};
 use super::request::Asked;
@@ -31,6 +40,11 @@ pub async fn resume_or_create(
     params: Value,
     seed: Vec<SeedMessage>,
 ) -> Result<Value, CallError> {
+    match resume(peer, asked, params.clone()).await {
+        Err(CallError::Rpc { code, .. }) if code == tether_protocol::codes::SESSION_NOT_FOUND => {}
+        other => return other,
+    }
+    let _turn = Creating::take(asked.session_id()).await;
     match resume(peer, asked, params.clone()).await {
         Err(CallError::Rpc { code, .. }) if code == tether_protocol::codes::SESSION_NOT_FOUND => {}
         other => return other,
@@ -59,6 +73,45 @@ pub async fn resume_or_create(
             })
         }
         (_, Err(e)) => Err(e),
+    }
+}
+
+/// The ids being created in this process, each with the lock its
+/// creators take turns on; an entry lives while someone holds or waits for
+/// it.
+static CREATING: LazyLock<Mutex<HashMap<SessionId, Arc<tokio::sync::Mutex<()>>>>> =
+    LazyLock::new(Default::default);
+
+/// One creator's turn at an id.
+struct Creating {
+    id: SessionId,
+    lock: Arc<tokio::sync::Mutex<()>>,
+    _turn: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl Creating {
+    async fn take(id: SessionId) -> Creating {
+        let lock = {
+            let mut all = CREATING.lock().unwrap_or_else(|e| e.into_inner());
+            all.entry(id.clone()).or_default().clone()
+        };
+        let turn = lock.clone().lock_owned().await;
+        Creating {
+            id,
+            lock,
+            _turn: Some(turn),
+        }
+    }
+}
+
+impl Drop for Creating {
+    fn drop(&mut self) {
+        self._turn = None;
+        let mut all = CREATING.lock().unwrap_or_else(|e| e.into_inner());
+        // The map's reference and this one: nobody else waits.
+        if Arc::strong_count(&self.lock) == 2 {
+            all.remove(&self.id);
+        }
     }
 }
 
