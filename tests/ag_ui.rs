@@ -381,3 +381,35 @@ async fn threads_are_per_profile_and_bad_input_is_4xx() {
         assert_eq!(r.status, 400, "{bad}");
     }
 }
+
+#[test]
+fn the_tether_agent_types_check_against_ag_ui_s_own() {
+    if !available("ag_ui::types") {
+        return;
+    }
+    let out = std::process::Command::new("node")
+        .current_dir(harness::dir())
+        .args([
+            "node_modules/typescript/bin/tsc",
+            "--noEmit",
+            "--strict",
+            "--module",
+            "nodenext",
+            "--moduleResolution",
+            "nodenext",
+            "--target",
+            "es2022",
+            "--lib",
+            "es2022,dom",
+            "--preserveSymlinks",
+            "types.ts",
+        ])
+        .output()
+        .expect("run tsc");
+    assert!(
+        out.status.success(),
+        "tsc: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
