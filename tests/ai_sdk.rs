@@ -709,3 +709,25 @@ fn tether_attach_and_the_chat_see_each_others_prompts() {
     let last_user = t.iter().rev().find(|m| m["role"] == "user").unwrap();
     assert_eq!(text_of(last_user), typed);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_routes_draw_from_the_http_rate_bucket() {
+    let dir = common::tempdir();
+    // One request a second, a burst of two: of five requests in a row at
+    // least one is refused (they would need seconds to all pass).
+    let gw = gateway(dir.path(), &["--rate-limit-rps", "1"]);
+    let mut statuses = Vec::new();
+    for _ in 0..5 {
+        let r = http(&gw.addr, "GET", "/v1/ai-sdk/chat/c/messages", &[], b"").await;
+        if r.status == 429 {
+            assert!(r.header("retry-after").is_some());
+            assert_eq!(r.json()["error"]["code"], 4029);
+        }
+        statuses.push(r.status);
+    }
+    assert!(statuses.contains(&429), "{statuses:?}");
+    assert!(
+        statuses.iter().all(|s| *s == 200 || *s == 429),
+        "{statuses:?}"
+    );
+}
