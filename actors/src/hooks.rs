@@ -106,6 +106,7 @@ impl LiveSession {
         let created = registry.call(
             |reply| RegistryMsg::Create {
                 profile: PROFILE.into(),
+                id: None,
                 params: CreateParams {
                     attach: false,
                     ..CreateParams::default()

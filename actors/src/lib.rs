@@ -11,6 +11,8 @@
 //! - the peer API: [`spawn_peer`] for each connection, the [`PeerMsg`]s a
 //!   transport feeds it, and the [`OutboxReceiver`] of [`Outbound`] frames
 //!   it writes;
+//! - sessions created under an id the caller chose ([`create_with_id`]),
+//!   for the front-end routes that name sessions by the client's ids;
 //! - what `/metrics`, `/readyz` and the client rate limits read:
 //!   [`metrics`], [`Lifecycle`], [`rate`];
 //! - the start-up cleanup of host processes a crashed gateway left behind
@@ -38,6 +40,7 @@ mod info;
 mod late_acks;
 mod lifecycle;
 pub mod metrics;
+mod named;
 mod node;
 mod outbox;
 mod peer;
@@ -59,6 +62,7 @@ pub use gateway::{spawn_peer, GatewayArgs, GatewayHandle};
 pub use host_registry::kill_leftovers;
 pub use host_supervisor::{HostStart, StartState};
 pub use lifecycle::Lifecycle;
+pub use named::create_with_id;
 pub use outbox::{Outbound, OutboxReceiver, CLOSE_GOING_AWAY, CLOSE_SLOW_CONSUMER};
 pub use peer::{Identity, PeerMsg};
 pub use supervisor::{AfterIntensity, Backoff, RestartPolicy, Strategy};

@@ -63,8 +63,11 @@ pub enum Resolved {
 
 pub enum RegistryMsg {
     /// `session.create`: persist (one transaction), bring live, maybe attach.
+    /// `id` is the new session's id when the caller chose it (the chat
+    /// sessions of `crate::named`); `None` mints one.
     Create {
         profile: String,
+        id: Option<SessionId>,
         params: CreateParams,
         attach: Option<PeerLink>,
         reply: RpcReplyPort<Result<CreatedSession, RpcError>>,
@@ -296,10 +299,11 @@ impl Actor for Registry {
         match msg {
             RegistryMsg::Create {
                 profile,
+                id,
                 params,
                 attach,
                 reply,
-            } => state.create(&myself, profile, params, attach, reply),
+            } => state.create(&myself, profile, id, params, attach, reply),
             RegistryMsg::CreateFrom {
                 new,
                 initial,

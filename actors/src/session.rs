@@ -29,6 +29,7 @@ mod owed;
 mod peers;
 mod pipeline;
 mod reap;
+mod replace;
 pub(crate) mod replay;
 mod row;
 mod start;
@@ -213,6 +214,8 @@ pub struct SessionState {
     transcript: Transcript,
     compacting: Option<Compacting>,
     pending_compress: Option<(Option<String>, CompressReply)>,
+    /// A replacing prompt waiting for the segment to load (`replace.rs`).
+    pending_replace: Option<replace::PendingReplace>,
     /// The turn marker found in the store at start, handled in post_start.
     marker_at_start: Option<serde_json::Value>,
     /// Why the turns of that marker ended: `gateway_restart`, or

@@ -46,15 +46,33 @@ impl TurnError {
     }
 }
 
+/// The turn a `message.user` replaces (`prompt.submit`'s `replaces`): its
+/// messages and every later one leave the history before this one joins.
+pub fn replaced_turn(row: &EventRow) -> Option<TurnId> {
+    if row.kind != EventType::MessageUser.as_str() || !row.payload.contains("\"replaces\"") {
+        return None;
+    }
+    let payload: Value = serde_json::from_str(&row.payload).ok()?;
+    payload.get("replaces")?.as_str().map(TurnId::from)
+}
+
 /// Converts stored events (already restricted to the current segment) into
 /// transcript messages. Events that are not messages are skipped.
 pub fn messages_from_rows(rows: &[EventRow]) -> Vec<Message> {
     let mut turn_error = None;
-    let mut messages = Vec::new();
+    let mut messages: Vec<Message> = Vec::new();
     for row in rows {
         if let Some(e) = TurnError::of(row) {
             turn_error = Some(e);
             continue;
+        }
+        if let Some(turn) = replaced_turn(row) {
+            if let Some(i) = messages
+                .iter()
+                .position(|m| m.turn_id.as_ref() == Some(&turn))
+            {
+                messages.truncate(i);
+            }
         }
         if let Some(m) = message_from_row(row, turn_error.as_ref()) {
             messages.push(m);
@@ -310,6 +328,55 @@ mod tests {
                 (5, MessageRole::User, String::new()),
             ]
         );
+    }
+
+    #[test]
+    fn a_replacing_prompt_drops_the_turn_it_replaces_and_what_followed() {
+        let rows = vec![
+            turn_row(2, "message.user", r#"{"text":"q1"}"#, "t_1"),
+            turn_row(
+                3,
+                "message.complete",
+                r#"{"text":"a1","status":"complete"}"#,
+                "t_1",
+            ),
+            turn_row(4, "message.user", r#"{"text":"q2"}"#, "t_2"),
+            turn_row(
+                5,
+                "tool.complete",
+                r#"{"tool_id":"1","name":"x","result":1,"is_error":false}"#,
+                "t_2",
+            ),
+            turn_row(
+                6,
+                "message.complete",
+                r#"{"text":"a2","status":"complete"}"#,
+                "t_2",
+            ),
+            turn_row(
+                7,
+                "message.user",
+                r#"{"text":"q2","replaces":"t_2"}"#,
+                "t_3",
+            ),
+            turn_row(
+                8,
+                "message.complete",
+                r#"{"text":"a2'","status":"complete"}"#,
+                "t_3",
+            ),
+            // A turn not in the segment replaces nothing.
+            turn_row(
+                9,
+                "message.user",
+                r#"{"text":"q4","replaces":"t_0"}"#,
+                "t_4",
+            ),
+        ];
+        let got: Vec<u64> = messages_from_rows(&rows).iter().map(|m| m.seq).collect();
+        assert_eq!(got, vec![2, 3, 7, 8, 9]);
+        assert_eq!(replaced_turn(&rows[5]), Some(TurnId::from("t_2")));
+        assert_eq!(replaced_turn(&rows[0]), None);
     }
 
     #[test]

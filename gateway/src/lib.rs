@@ -1,7 +1,9 @@
 //! tether's transports: how clients reach the actor system. One axum
 //! server carries the WebSocket (`/ws`), HTTP + SSE (`POST /rpc`,
-//! `/v1/sessions/{id}/events`), the web console's static files, `/metrics`
-//! and the probes, behind the token, Origin/Host and rate-limit checks;
+//! `/v1/sessions/{id}/events`), the front-end views of sessions (the AI
+//! SDK's `/v1/ai-sdk/…` and AG-UI's `/v1/ag-ui…`), the web console's
+//! static files, `/metrics` and the probes, behind the token, Origin/Host
+//! and rate-limit checks;
 //! `--stdio` serves one peer over stdin/stdout. Every frame is handed to a
 //! peer actor of `tether-actors`; nothing here keeps session state.
 //!
@@ -9,7 +11,10 @@
 //! the started gateway's context, and [`serve`] it (or [`serve_stdio`]).
 #![forbid(unsafe_code)]
 
+mod ag_ui;
+mod ai_sdk;
 mod auth;
+mod chat;
 mod client_rate;
 mod console;
 mod http;

@@ -88,6 +88,8 @@ pub fn router(app: AppState) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(crate::metrics::metrics))
         .merge(crate::console::routes())
+        .merge(crate::ai_sdk::routes())
+        .merge(crate::ag_ui::routes())
         // Inner layer: runs after the Origin/Host check below.
         .layer(axum::middleware::from_fn_with_state(
             app.clone(),

@@ -94,6 +94,16 @@ pub struct TextPayload {
     pub text: String,
 }
 
+/// `message.user` of a prompt that replaces a turn (`prompt.submit`'s
+/// `replaces`): from that turn's first message on, the history leaves
+/// out what came before this prompt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserPayload {
+    pub text: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaces: Option<crate::ids::TurnId>,
+}
+
 /// `message.start` (and any event whose payload is `{}`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EmptyPayload {}

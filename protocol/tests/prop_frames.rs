@@ -391,13 +391,16 @@ fn request() -> impl Strategy<Value = Request> {
                 title,
             }))
         });
-    let submit = (session_id(), opt_text(), text()).prop_map(|(session_id, profile, text)| {
-        Request::Write(SessionWrite::PromptSubmit(SubmitParams {
-            session_id,
-            profile,
-            text,
-        }))
-    });
+    let submit = (session_id(), opt_text(), text(), opt_text()).prop_map(
+        |(session_id, profile, text, replaces)| {
+            Request::Write(SessionWrite::PromptSubmit(SubmitParams {
+                session_id,
+                profile,
+                text,
+                replaces: replaces.map(Into::into),
+            }))
+        },
+    );
     let interrupt = (session_id(), opt_text()).prop_map(|(session_id, profile)| {
         Request::Write(SessionWrite::SessionInterrupt(InterruptParams {
             session_id,
@@ -895,6 +898,7 @@ proptest! {
                     session_id: s.as_str().into(),
                     profile: None,
                     text: s,
+                    replaces: None,
                 })),
             }))
         );

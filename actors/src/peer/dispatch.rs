@@ -227,6 +227,7 @@ impl PeerState {
             &registry,
             |reply| RegistryMsg::Create {
                 profile: prof,
+                id: None,
                 params: p,
                 attach,
                 reply,

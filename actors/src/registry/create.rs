@@ -33,12 +33,13 @@ impl RegistryState {
         &mut self,
         myself: &ActorRef<RegistryMsg>,
         profile: String,
+        id: Option<SessionId>,
         params: CreateParams,
         attach: Option<PeerLink>,
         reply: RpcReplyPort<Result<CreatedSession, RpcError>>,
     ) {
         let now = now_ms();
-        let id = SessionId::new();
+        let id = id.unwrap_or_else(SessionId::new);
         let title = params.title.clone().unwrap_or_default();
         let mut initial = Vec::with_capacity(params.messages.len() + 1);
         initial.push(EventRecord::new(

@@ -11,7 +11,7 @@
 //! up to it, so that a host that holds an earlier prefix is sent only the
 //! rest (`actors/src/host/held.rs`).
 
-use tether_protocol::{History, Mark, Message};
+use tether_protocol::{History, Mark, Message, TurnId};
 
 /// The messages as JSON objects joined by commas, and where each one ends
 /// (with its seq, increasing), so the history before any seq is a prefix.
@@ -52,6 +52,29 @@ impl EncodedHistory {
         self.json.clear();
         self.seqs.clear();
         self.marks.clear();
+    }
+
+    /// The seq of turn `turn`'s first message, if the segment holds one
+    /// (decodes the messages: a replacing prompt, which is rare).
+    pub(crate) fn first_of_turn(&self, turn: &TurnId) -> Option<u64> {
+        self.messages()
+            .into_iter()
+            .find(|m| m.turn_id.as_ref() == Some(turn))
+            .map(|m| m.seq)
+    }
+
+    /// How many messages come before seq `seq`.
+    pub(crate) fn count_before(&self, seq: u64) -> usize {
+        self.seqs.partition_point(|s| *s < seq)
+    }
+
+    /// Drops the messages from seq `seq` on (a replacing prompt).
+    pub(crate) fn truncate_from(&mut self, seq: u64) {
+        let n = self.count_before(seq);
+        let end = n.checked_sub(1).map_or(0, |i| self.marks[i].end);
+        self.json.truncate(end);
+        self.seqs.truncate(n);
+        self.marks.truncate(n);
     }
 
     /// The history a host reads for a prompt at `before`: the messages
@@ -117,5 +140,23 @@ mod tests {
         assert_eq!(h.messages(), all.to_vec());
         h.clear();
         assert_eq!(h.before(u64::MAX).as_json(), "[]");
+    }
+
+    #[test]
+    fn a_truncated_history_is_the_prefix_it_was() {
+        let mut a = msg(4, "b");
+        a.turn_id = Some("t_1".into());
+        let all = [msg(1, "a"), a, msg(9, "c")];
+        let mut h = EncodedHistory::from_messages(&all);
+        assert_eq!(h.first_of_turn(&"t_1".into()), Some(4));
+        assert_eq!(h.first_of_turn(&"t_2".into()), None);
+        let prefix = h.before(4);
+        h.truncate_from(4);
+        assert_eq!(h.before(u64::MAX).as_json(), prefix.as_json());
+        assert_eq!(h.before(u64::MAX).digest(), prefix.digest());
+        h.push(&msg(10, "d"));
+        let want = serde_json::to_string(&[msg(1, "a"), msg(10, "d")]).expect("encodes");
+        assert_eq!(h.before(u64::MAX).as_json(), want);
+        assert_eq!(h.count_before(u64::MAX), 2);
     }
 }

@@ -52,6 +52,15 @@ impl Transcript {
             return None;
         }
         let message = message_from_row(row, self.turn_error.take().as_ref())?;
+        if let Some(turn) = crate::transcript::replaced_turn(row) {
+            // Only accepted with the segment in memory (`replace.rs`), so
+            // there is always one to cut here.
+            if let Segment::Ready(encoded) = &mut self.segment {
+                if let Some(seq) = encoded.first_of_turn(&turn) {
+                    encoded.truncate_from(seq);
+                }
+            }
+        }
         let compaction = kind == EventType::SessionCompacted;
         match &mut self.segment {
             Segment::NotLoaded => {}
@@ -79,6 +88,23 @@ impl SessionState {
     pub(super) fn history_before(&self, before: u64) -> Option<History> {
         match &self.transcript.segment {
             Segment::Ready(encoded) => Some(encoded.before(before)),
+            _ => None,
+        }
+    }
+
+    /// The seq of turn `turn`'s first message in the segment and how many
+    /// messages come before it; `None` when the transcript is not in
+    /// memory, `Some(None)` when the segment holds no message of the turn.
+    pub(super) fn replace_point(
+        &self,
+        turn: &tether_protocol::TurnId,
+    ) -> Option<Option<(u64, u64)>> {
+        match &self.transcript.segment {
+            Segment::Ready(encoded) => Some(
+                encoded
+                    .first_of_turn(turn)
+                    .map(|seq| (seq, encoded.count_before(seq) as u64)),
+            ),
             _ => None,
         }
     }
@@ -141,6 +167,7 @@ impl SessionState {
                 self.transcript.segment = Segment::Ready(EncodedHistory::from_messages(&messages));
                 self.dispatch_turn(myself);
                 self.resume_pending_compress(myself);
+                self.resume_pending_replace(myself);
             }
             Err(e) => {
                 tracing::warn!(session_id = %self.id, error = %e, "transcript load failed");
@@ -154,6 +181,9 @@ impl SessionState {
                         None,
                         Some(("storage_unavailable", &msg)),
                     );
+                }
+                if let Some(p) = self.pending_replace.take() {
+                    let _ = p.reply.send(Err(e.clone()));
                 }
                 if let Some((_, reply)) = self.pending_compress.take() {
                     let _ = reply.send(Err(e));

@@ -74,6 +74,23 @@ impl SessionState {
         seq
     }
 
+    /// Emits a durable event after which the segment holds
+    /// `message_count` messages (a replacing prompt, which removes some).
+    pub(crate) fn emit_durable_counted<P: Serialize>(
+        &mut self,
+        kind: EventType,
+        payload: &P,
+        turn: Option<TurnTag>,
+        message_count: u64,
+    ) -> u64 {
+        let seq = self.commit.next_seq();
+        self.emit_with_count(
+            EventRecord::new(kind, payload, turn, now_ms()),
+            Some(message_count),
+        );
+        seq
+    }
+
     pub(crate) fn emit_transient<P: Serialize>(
         &mut self,
         kind: EventType,
@@ -89,7 +106,13 @@ impl SessionState {
     /// emitted after it is a bug of its caller, logged and dropped (every
     /// request refuses a closed session before it writes, and a close ends
     /// every turn before it writes `session.closed`).
-    pub(crate) fn emit(&mut self, mut rec: EventRecord) {
+    pub(crate) fn emit(&mut self, rec: EventRecord) {
+        self.emit_with_count(rec, None);
+    }
+
+    /// [`Self::emit`], with the segment's message count after the event
+    /// when the caller knows it better than [`transcript::count_after`].
+    fn emit_with_count(&mut self, mut rec: EventRecord, count: Option<u64>) {
         if let Some(closed_seq) = self.closed_at {
             warn!(session_id = %self.id, kind = rec.kind.as_str(), closed_seq, "event after session.closed dropped");
             return;
@@ -117,7 +140,8 @@ impl SessionState {
             }
             return;
         }
-        let message_count = transcript::count_after(rec.kind, self.commit.message_count());
+        let message_count =
+            count.unwrap_or_else(|| transcript::count_after(rec.kind, self.commit.message_count()));
         let (id, notes) = (&self.id, &mut self.transcript);
         self.commit.emit_durable(message_count, |seq| {
             rec.seq = Some(seq);

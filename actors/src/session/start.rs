@@ -62,6 +62,7 @@ impl SessionState {
             transcript: Transcript::default(),
             compacting: None,
             pending_compress: None,
+            pending_replace: None,
             marker_at_start: row.turn_marker,
             marker_reason,
             cluster,

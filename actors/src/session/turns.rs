@@ -111,7 +111,10 @@ impl Write for SubmitParams {
         myself: &ActorRef<SessionMsg>,
         reply: Reply<SubmitResult>,
     ) {
-        session.submit(myself, self.text, reply);
+        match self.replaces {
+            None => session.submit(myself, self.text, reply),
+            Some(turn) => session.submit_replacing(myself, self.text, turn, reply),
+        }
     }
 }
 
@@ -122,15 +125,39 @@ impl SessionState {
             let _ = reply.send(Err(e));
             return;
         }
+        self.accept(myself, text, None, reply);
+    }
+
+    /// Accepts a checked prompt: its `message.user`, then the turn starts
+    /// or waits. `replacing`: the turn it replaces, and how many messages
+    /// of the segment stay before it (`replace.rs`).
+    pub(super) fn accept(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        text: String,
+        replacing: Option<(TurnId, u64)>,
+        reply: Reply<SubmitResult>,
+    ) {
         let tag = TurnTag {
             turn_id: TurnId::new(),
             trace_id: TraceId::new(),
         };
-        let user_seq = self.emit_durable(
-            EventType::MessageUser,
-            &TextPayload { text: text.clone() },
-            Some(tag.clone()),
-        );
+        let user_seq = match replacing {
+            None => self.emit_durable(
+                EventType::MessageUser,
+                &TextPayload { text: text.clone() },
+                Some(tag.clone()),
+            ),
+            Some((replaces, kept)) => self.emit_durable_counted(
+                EventType::MessageUser,
+                &tether_protocol::UserPayload {
+                    text: text.clone(),
+                    replaces: Some(replaces),
+                },
+                Some(tag.clone()),
+                kept + 1,
+            ),
+        };
         let status = if self.turns.running.is_none() {
             self.turns.running = Some(RunningTurn::new(tag.clone(), text, user_seq));
             self.set_status(SessionStatus::Running);
@@ -283,6 +310,7 @@ impl SessionState {
             trace_id: t.tag.trace_id.clone(),
             text: t.text.clone(),
             started_at: tether_protocol::format_ts(t.started_at_ms),
+            user_seq: Some(t.user_seq),
         })
     }
 

@@ -74,6 +74,7 @@ fn valid_request() {
             session_id: "s_x".into(),
             profile: None,
             text: "a \"quoted\" \u{e9}".into(),
+            replaces: None,
         }))
     );
 }
@@ -425,6 +426,7 @@ fn response_and_request_frames_round_trip() {
             session_id: "s_1".into(),
             profile: None,
             text: "hi".into(),
+            replaces: None,
         },
     );
     let text = serde_json::to_string(&f).unwrap();

@@ -67,6 +67,10 @@ wire_enum! {
         Http = "http",
         /// `tether serve --stdio`.
         Stdio = "stdio",
+        /// A stream of the Vercel AI SDK routes (`/v1/ai-sdk/...`).
+        AiSdk = "ai-sdk",
+        /// A stream of the AG-UI routes (`/v1/ag-ui...`).
+        AgUi = "ag-ui",
     }
 }
 
@@ -135,6 +139,10 @@ pub struct ActiveTurn {
     /// Assistant text streamed so far.
     pub text: String,
     pub started_at: String,
+    /// The seq of the turn's `message.user`: a client that wants the
+    /// turn's stored events from its start replays from just before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_seq: Option<u64>,
 }
 
 /// One todo entry (in `todo.updated` and a resume's `todos`).

@@ -213,6 +213,10 @@ pub struct SubmitParams {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<String>,
     pub text: String,
+    /// A turn this prompt replaces (a regenerated answer, an edited
+    /// prompt): that turn and everything after it leave the history.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaces: Option<crate::ids::TurnId>,
 }
 
 impl Params for SubmitParams {}
@@ -405,8 +409,18 @@ mod tests {
                 session_id: "s_1".into(),
                 profile: None,
                 text: "hello".into(),
+                replaces: None,
             },
             json!({"session_id":"s_1","text":"hello"}),
+        );
+        round_trip(
+            &SubmitParams {
+                session_id: "s_1".into(),
+                profile: None,
+                text: "again".into(),
+                replaces: Some("t_1".into()),
+            },
+            json!({"session_id":"s_1","text":"again","replaces":"t_1"}),
         );
         round_trip(
             &CompressParams {

@@ -42,6 +42,8 @@ pub(crate) struct FollowedDeltas {
 struct FollowedTurn {
     tag: TurnTag,
     started_at_ms: i64,
+    /// The seq of its `message.user`.
+    user_seq: Option<u64>,
     /// Text from offset 0, as far as it is known without a hole.
     text: String,
 }
@@ -54,6 +56,7 @@ impl FollowedDeltas {
                 self.turn = rec.turn.clone().map(|tag| FollowedTurn {
                     tag,
                     started_at_ms: rec.ts_ms,
+                    user_seq: rec.seq,
                     text: String::new(),
                 })
             }
@@ -72,6 +75,7 @@ impl FollowedDeltas {
             trace_id: t.tag.trace_id.clone(),
             text: t.text.clone(),
             started_at: tether_protocol::format_ts(t.started_at_ms),
+            user_seq: t.user_seq,
         })
     }
 

@@ -154,7 +154,9 @@ impl<P: Write> HandleWrite<P> for RunForward<'_> {
                 // that wrote nothing, refused or with nothing to do, is
                 // answered as it is).
                 let first = state.commit.next_seq();
+                state.cluster.running_forward = true;
                 params.run(state, myself, Reply::new(reply));
+                state.cluster.running_forward = false;
                 if state.commit.next_seq() > first {
                     cluster.accept_with(&state.id, first, &id);
                 }

@@ -74,6 +74,9 @@ impl SessionState {
         self.cluster.forwarded = super::forwarded::Forwarded::default();
         let not_here = self.not_here();
         self.abandon_compression(|| not_here.clone());
+        if let Some(p) = self.pending_replace.take() {
+            let _ = p.reply.send(Err(self.not_here()));
+        }
         self.transcript = crate::session::history::Transcript::default();
         self.row_written.forget();
     }

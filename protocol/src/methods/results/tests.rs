@@ -171,6 +171,7 @@ fn resume_result_full() {
             trace_id: "3f9c2a1b7d4e".into(),
             text: "so far".into(),
             started_at: "y".into(),
+            user_seq: Some(3),
         }),
         todos: Some(Todos {
             items: vec![TodoItem {
@@ -191,7 +192,7 @@ fn resume_result_full() {
         &r,
         json!({"session": info_json(), "epoch":"e", "latest_seq":41,
                "messages":[{"seq":2,"role":"tool","text":"{}","turn_id":"t_1","ts":"x"}],
-               "active_turn":{"turn_id":"t_2","trace_id":"3f9c2a1b7d4e","text":"so far","started_at":"y"},
+               "active_turn":{"turn_id":"t_2","trace_id":"3f9c2a1b7d4e","text":"so far","started_at":"y","user_seq":3},
                "todos":{"items":[{"id":"1","text":"a","status":"pending"}],"revision":3},
                "events":[{"type":"message.user","seq":40},{"type":"message.start","seq":41}],
                "truncated":false,"resync":false}),

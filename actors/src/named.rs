@@ -1,0 +1,42 @@
+//! Sessions whose id the caller chooses: the gateway's front-end routes
+//! (the AI SDK chat and AG-UI thread ids) derive a session id from the
+//! profile and the client's own id, and create the session under it on
+//! first use. Everything else about such a session is ordinary: it is
+//! reached by that id through the usual methods, by any transport.
+
+use tether_protocol::{CreateParams, RpcError, SessionId};
+
+use crate::ctx::Ctx;
+use crate::peer::ask;
+use crate::registry::RegistryMsg;
+
+/// Creates session `id` in `profile` as `session.create` with `params`
+/// would (one transaction: the session and its seed, or nothing), with
+/// nobody attached. Fails like `session.create` does; a session that
+/// already has this id makes it fail too (the store refuses the second
+/// row), which the caller tells apart by resuming it.
+pub async fn create_with_id(
+    ctx: &Ctx,
+    profile: &str,
+    id: SessionId,
+    params: CreateParams,
+) -> Result<(), RpcError> {
+    let registry = ctx.registry()?;
+    let params = CreateParams {
+        attach: false,
+        ..params
+    };
+    ask(
+        &registry,
+        |reply| RegistryMsg::Create {
+            profile: profile.to_string(),
+            id: Some(id),
+            params,
+            attach: None,
+            reply,
+        },
+        ctx.config.call_timeout,
+    )
+    .await??;
+    Ok(())
+}
