@@ -44,6 +44,7 @@ mod named;
 mod node;
 mod outbox;
 mod peer;
+pub mod profile_limits;
 pub mod rate;
 mod reaper;
 mod registry;

@@ -58,6 +58,8 @@ pub struct Identity {
     pub can_attach: bool,
     /// Told to the sessions it attaches to (`SessionInfo.attached`).
     pub transport: PeerTransport,
+    /// Limits its token sets over the profile's configured ones.
+    pub limits: Option<std::sync::Arc<crate::profile_limits::ProfileLimits>>,
 }
 
 pub enum PeerMsg {

@@ -42,6 +42,7 @@ impl Asker {
             fixed: false,
             can_attach: true,
             transport: tether_protocol::PeerTransport::WebSocket,
+            limits: None,
         };
         let (peer, rx) = spawn_peer(ctx, identity).await.expect("peer");
         let mut asker = Asker {

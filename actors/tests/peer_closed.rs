@@ -43,6 +43,7 @@ async fn frames_that_arrive_after_the_close_are_not_executed() {
         fixed: false,
         can_attach: true,
         transport: tether_protocol::PeerTransport::WebSocket,
+        limits: None,
     };
     let (peer, mut rx) = spawn_peer(gw.ctx(), identity).await.expect("peer");
     assert_eq!(

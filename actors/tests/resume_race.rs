@@ -29,6 +29,7 @@ async fn resume_and_collect(
         fixed: false,
         can_attach: true,
         transport: tether_protocol::PeerTransport::WebSocket,
+        limits: None,
     };
     let (peer, mut rx) = spawn_peer(&ctx, identity).await.expect("peer");
     let ready = next_json(&mut rx).await;

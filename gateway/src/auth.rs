@@ -131,6 +131,8 @@ pub struct Caller {
     pub profile: String,
     /// Fixed by a token: a `profile` parameter cannot change it.
     pub fixed: bool,
+    /// Limits the token sets over the profile's configured ones.
+    pub limits: Option<std::sync::Arc<tether_actors::profile_limits::ProfileLimits>>,
 }
 
 impl Caller {
@@ -138,6 +140,7 @@ impl Caller {
         Caller {
             profile: "default".into(),
             fixed: false,
+            limits: None,
         }
     }
 }
@@ -171,6 +174,7 @@ pub async fn authenticate(State(app): State<AppState>, mut req: Request, next: N
             Some(profile) => Caller {
                 profile,
                 fixed: true,
+                limits: None,
             },
             None => return unauthorized(),
         }

@@ -58,6 +58,7 @@ impl AppState {
             fixed: caller.fixed,
             can_attach,
             transport,
+            limits: caller.limits,
         };
         match tether_actors::spawn_peer(&self.ctx, identity).await {
             Ok(p) => Some(p),

@@ -29,6 +29,7 @@ pub async fn serve_stdio(
         fixed: false,
         can_attach: true,
         transport: tether_protocol::PeerTransport::Stdio,
+        limits: None,
     };
     let (peer, rx) = tether_actors::spawn_peer(ctx, identity).await?;
     let writer = tokio::spawn(write_lines(rx));

@@ -38,6 +38,7 @@ impl Conn {
             fixed: false,
             can_attach: true,
             transport: tether_protocol::PeerTransport::WebSocket,
+            limits: None,
         };
         let (peer, rx) = tether_actors::spawn_peer(ctx, identity).await.ok()?;
         let mut c = Conn {

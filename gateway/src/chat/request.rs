@@ -47,6 +47,7 @@ pub fn admit(
         Some(p) => Caller {
             profile: p,
             fixed: caller.fixed,
+            limits: caller.limits,
         },
         None => caller,
     };
