@@ -27,6 +27,7 @@ use tether_protocol::{
 };
 
 use super::engine::{AsyncEngine, Cancel, CompressResult, TurnOutcome, TurnSink};
+use crate::CompressError;
 use agent::{Agent, Line, Step};
 
 /// `turn.error` reason for everything that goes wrong with the agent.
@@ -113,7 +114,11 @@ impl AsyncEngine for CommandEngine {
         }
     }
 
-    async fn summarize(&self, history: &[Message], args: &Value) -> Result<CompressResult, String> {
+    async fn summarize(
+        &self,
+        history: &[Message],
+        args: &Value,
+    ) -> Result<CompressResult, CompressError> {
         let input = json!({
             "history": history,
             "prompt": "",
@@ -122,23 +127,22 @@ impl AsyncEngine for CommandEngine {
         });
         let envs = [("TETHER_OP", "compress".to_owned())];
         let mut agent = Agent::spawn(&self.command, &envs, input.to_string().into_bytes())
-            .map_err(|e| format!("cannot start the agent: {e}"))?;
+            .map_err(CompressError::AgentStart)?;
         let mut summary = String::new();
         loop {
             match agent.step().await {
                 Ok(Step::Line(line)) => {
                     if summary.len() + line.text.len() > MAX_SUMMARY {
-                        return Err(format!(
-                            "the agent's summary is longer than {MAX_SUMMARY} bytes"
-                        ));
+                        return Err(CompressError::TooLong { limit: MAX_SUMMARY });
                     }
                     summary.push_str(&line.text);
                 }
                 Ok(Step::Exited(status)) if status.success() => break,
                 Ok(Step::Exited(status)) => {
-                    return Err(exit_message(status, &agent.stderr_tail().await))
+                    let tail = agent.stderr_tail().await;
+                    return Err(CompressError::AgentExit(exit_message(status, &tail)));
                 }
-                Err(e) => return Err(format!("cannot read the agent's output: {e}")),
+                Err(e) => return Err(CompressError::AgentRead(e)),
             }
         }
         Ok(CompressResult {

@@ -40,6 +40,7 @@ use tether_protocol::{Message, TodoItem, TurnStart};
 
 use super::engine::{AsyncEngine, Cancel, CompressResult, TurnOutcome, TurnSink};
 use super::flood::Flood;
+use crate::CompressError;
 
 /// The largest `/big` reply.
 const MAX_BIG: u64 = 64 * 1024 * 1024;
@@ -167,7 +168,7 @@ impl AsyncEngine for EchoEngine {
         &self,
         history: &[Message],
         _args: &Value,
-    ) -> Result<CompressResult, String> {
+    ) -> Result<CompressResult, CompressError> {
         tokio::time::sleep(self.compress_delay).await;
         let k = history.len();
         Ok(CompressResult {

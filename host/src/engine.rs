@@ -21,6 +21,7 @@ use tether_protocol::{
 use tokio::sync::watch;
 
 use super::io::{Closed, Writer};
+use crate::CompressError;
 
 /// A compute engine. Object safe (boxed futures), so the host holds an
 /// `Arc<dyn Engine>` chosen by `--engine`. Engines implement
@@ -41,13 +42,13 @@ pub trait Engine: Send + Sync + 'static {
         cancel: Cancel,
     ) -> BoxFuture<'_, TurnOutcome>;
 
-    /// `control` op `compress`: summarizes `history`. `Err` is the message
-    /// of a `control.error`.
+    /// `control` op `compress`: summarizes `history`. `Err`'s text is the
+    /// message of a `control.error`.
     fn compress<'a>(
         &'a self,
         history: &'a [Message],
         args: &'a Value,
-    ) -> BoxFuture<'a, Result<CompressResult, String>>;
+    ) -> BoxFuture<'a, Result<CompressResult, CompressError>>;
 }
 
 /// What an engine writes: two plain async functions. The blanket impl
@@ -70,7 +71,7 @@ pub trait AsyncEngine: Send + Sync + 'static {
         &self,
         history: &[Message],
         args: &Value,
-    ) -> impl Future<Output = Result<CompressResult, String>> + Send;
+    ) -> impl Future<Output = Result<CompressResult, CompressError>> + Send;
 }
 
 impl<E: AsyncEngine> Engine for E {
@@ -91,7 +92,7 @@ impl<E: AsyncEngine> Engine for E {
         &'a self,
         history: &'a [Message],
         args: &'a Value,
-    ) -> BoxFuture<'a, Result<CompressResult, String>> {
+    ) -> BoxFuture<'a, Result<CompressResult, CompressError>> {
         Box::pin(self.summarize(history, args))
     }
 }

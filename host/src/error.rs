@@ -29,3 +29,27 @@ impl From<crate::io::Closed> for HostError {
         HostError::StdoutClosed
     }
 }
+
+/// Why an engine could not summarize a history (`control` op `compress`).
+/// Its text is the `control.error` message the gateway passes on.
+#[derive(Debug, thiserror::Error)]
+pub enum CompressError {
+    /// The command engine's agent process could not be started.
+    #[error("cannot start the agent: {0}")]
+    AgentStart(std::io::Error),
+    /// Its output could not be read.
+    #[error("cannot read the agent's output: {0}")]
+    AgentRead(std::io::Error),
+    /// It exited unsuccessfully: how, and the tail of its stderr.
+    #[error("{0}")]
+    AgentExit(String),
+    /// The summary passed the host's bound on it.
+    #[error("the summary is longer than {limit} bytes")]
+    TooLong { limit: usize },
+    /// The model answered with nothing.
+    #[error("the model answered the compress with an empty summary")]
+    Empty,
+    /// The model's completion failed.
+    #[error(transparent)]
+    Completion(#[from] crate::openai::CompletionError),
+}

@@ -45,7 +45,7 @@ use held::HeldHistories;
 use io::{Input, Writer};
 use openai::{OpenAiArgs, OpenAiEngine};
 
-pub use error::HostError;
+pub use error::{CompressError, HostError};
 
 /// The host protocol version announced in `hello`.
 const PROTOCOL_VERSION: u32 = 1;
@@ -350,7 +350,10 @@ impl Host {
                         request_id,
                         result: serde_json::to_value(result).unwrap_or_default(),
                     },
-                    Err(message) => FromHost::ControlError { request_id, message },
+                    Err(e) => FromHost::ControlError {
+                        request_id,
+                        message: e.to_string(),
+                    },
                 },
                 () = stopping.cancelled() => FromHost::ControlError {
                     request_id,

@@ -25,9 +25,10 @@ use serde_json::Value;
 use tether_protocol::{mask_urls, Message, TurnStart};
 
 use super::engine::{AsyncEngine, Cancel, CompressResult, TurnOutcome, TurnSink};
-use crate::HostError;
+use crate::{CompressError, HostError};
 use chunk::Chunk;
-use client::{Completion, CompletionError, ModelClient};
+pub(crate) use client::CompletionError;
+use client::{Completion, ModelClient};
 
 /// `turn.error` reason for everything that goes wrong with the model.
 const ENGINE_ERROR: &str = "engine_error";
@@ -158,13 +159,17 @@ impl AsyncEngine for OpenAiEngine {
         TurnOutcome::Complete { text: out.text() }
     }
 
-    async fn summarize(&self, history: &[Message], args: &Value) -> Result<CompressResult, String> {
+    async fn summarize(
+        &self,
+        history: &[Message],
+        args: &Value,
+    ) -> Result<CompressResult, CompressError> {
         let body = request::summary_body(&self.model, history, args);
-        let completion = self.client.start(&body).await.map_err(|e| e.to_string())?;
+        let completion = self.client.start(&body).await?;
         let summary = collect(completion).await?;
         let summary = summary.trim();
         if summary.is_empty() {
-            return Err("the model answered the compress with an empty summary".into());
+            return Err(CompressError::Empty);
         }
         Ok(CompressResult {
             summary: summary.to_owned(),
@@ -190,15 +195,15 @@ async fn forward(
 
 /// The whole text of a completion (a compress: nothing is streamed, and
 /// reasoning is not part of the summary).
-async fn collect(mut completion: Completion) -> Result<String, String> {
+async fn collect(mut completion: Completion) -> Result<String, CompressError> {
     let mut text = String::new();
     let mut finished = false;
     loop {
-        match completion.next().await.map_err(|e| e.to_string())? {
+        match completion.next().await? {
             None if finished => break,
-            None => return Err(CompletionError::Truncated.to_string()),
+            None => return Err(CompletionError::Truncated.into()),
             Some(Chunk::Done) => break,
-            Some(Chunk::Error(message)) => return Err(CompletionError::Server(message).to_string()),
+            Some(Chunk::Error(message)) => return Err(CompletionError::Server(message).into()),
             Some(Chunk::Delta {
                 content,
                 finish_reason,
@@ -207,9 +212,7 @@ async fn collect(mut completion: Completion) -> Result<String, String> {
                 finished |= finish_reason.is_some();
                 let content = content.unwrap_or_default();
                 if text.len() + content.len() > MAX_SUMMARY {
-                    return Err(format!(
-                        "the model's summary is longer than {MAX_SUMMARY} bytes"
-                    ));
+                    return Err(CompressError::TooLong { limit: MAX_SUMMARY });
                 }
                 text.push_str(&content);
             }
