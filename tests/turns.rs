@@ -181,7 +181,9 @@ async fn queued_prompts_run_in_order_and_the_queue_is_bounded(b: Backend) {
     let gw = Gateway::start_on(&b, dir.path(), &["--max-queued", "2"]);
     let mut c = gw.client().await;
     let id = session(&mut c).await;
-    let first = submit(&mut c, &id, "/sleep 300\none").await;
+    // Long enough that the next two arrive while it runs, even on a
+    // loaded machine.
+    let first = submit(&mut c, &id, "/sleep 3000\none").await;
     assert_eq!(first["status"], "started");
     let second = submit(&mut c, &id, "two").await;
     let third = submit(&mut c, &id, "three").await;
@@ -325,7 +327,7 @@ async fn compress_answers_at_once_refuses_during_a_turn_and_starts_a_new_segment
         let t = submit(&mut c, &id, text).await;
         turn_events(&mut c, t["turn_id"].as_str().unwrap()).await;
     }
-    let t = submit(&mut c, &id, "/sleep 400\nbusy").await;
+    let t = submit(&mut c, &id, "/sleep 3000\nbusy").await;
     let e = c.err("session.compress", json!({"session_id": id})).await;
     assert_eq!(e["code"], 4009);
     turn_events(&mut c, t["turn_id"].as_str().unwrap()).await;
