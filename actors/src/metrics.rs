@@ -17,13 +17,11 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tether_protocol::{now_ms, CompleteStatus};
+use tether_protocol::{now_ms, CompleteStatus, FailureReason};
 use tether_store::StoreError;
 
 pub use histogram::{Histogram, HistogramSnapshot, COMMIT_SECONDS, TURN_SECONDS};
 pub use outbox::OutboxMetrics;
-
-use crate::turn::reasons;
 
 /// A monotonic count.
 #[derive(Debug, Default)]
@@ -104,20 +102,14 @@ impl ReplayKind {
     }
 }
 
-/// `failure_reason`s counted under their own label; an engine's own reason
-/// (passed through from its `turn.error`) is counted as `other`, so no
+/// Every `failure_reason` the gateway gives is counted under its own
+/// label (by its index in [`FailureReason::ALL`]); an engine's own reason
+/// (passed through from its `turn.error`) under one more, [`OTHER`], so no
 /// host can grow the number of series.
-pub const FAILURE_REASONS: [&str; 9] = [
-    reasons::HOST_CRASH,
-    reasons::HOST_TIMEOUT,
-    reasons::HOST_UNAVAILABLE,
-    reasons::HOST_LINE_TOO_LONG,
-    reasons::HOST_PROTOCOL_ERROR,
-    reasons::GATEWAY_RESTART,
-    reasons::DEQUEUED,
-    reasons::ENGINE_ERROR,
-    "other",
-];
+const REASON_LABELS: usize = FailureReason::ALL.len() + 1;
+
+/// The label of the reasons that are not the gateway's.
+pub const OTHER: &str = "other";
 
 const STATUSES: usize = 3;
 
@@ -130,8 +122,8 @@ pub const STORE_FAILURE_HOLD: Duration = Duration::from_secs(10);
 pub struct TurnCounters {
     /// Ended without a failure reason, by status.
     plain: [Counter; STATUSES],
-    /// Ended with one, by status and [`FAILURE_REASONS`] index.
-    failed: [[Counter; FAILURE_REASONS.len()]; STATUSES],
+    /// Ended with one, by status and reason label.
+    failed: [[Counter; REASON_LABELS]; STATUSES],
 }
 
 impl TurnCounters {
@@ -140,10 +132,9 @@ impl TurnCounters {
         let counter = match reason {
             None => self.plain.get(s),
             Some(r) => {
-                let i = FAILURE_REASONS
-                    .iter()
-                    .position(|known| *known == r)
-                    .unwrap_or(FAILURE_REASONS.len() - 1);
+                let i = FailureReason::parse(r)
+                    .and_then(|f| FailureReason::ALL.iter().position(|known| *known == f))
+                    .unwrap_or(REASON_LABELS - 1);
                 self.failed.get(s).and_then(|row| row.get(i))
             }
         };
@@ -163,10 +154,11 @@ impl TurnCounters {
         }
         for status in CompleteStatus::ALL {
             let s = *status as usize;
-            for (i, reason) in FAILURE_REASONS.iter().enumerate() {
-                let n = self.failed[s][i].get();
+            for (i, counter) in self.failed[s].iter().enumerate() {
+                let n = counter.get();
                 if n > 0 {
-                    out.push((status.as_str(), Some(*reason), n));
+                    let label = FailureReason::ALL.get(i).map_or(OTHER, |f| f.as_str());
+                    out.push((status.as_str(), Some(label), n));
                 }
             }
         }
