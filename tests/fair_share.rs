@@ -105,3 +105,55 @@ async fn one_profiles_backlog_delays_anothers_turn_by_one_slot_at_most() {
     // The two that ran first were `a`'s first two, in order.
     assert_eq!(a_started, a_sessions[..2].to_vec());
 }
+
+/// A turn waiting for room is the session's running turn: it can be
+/// interrupted while it waits, ends once (never started on a host), and
+/// leaves no trace in the queue: the next turn runs when room comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_waiting_for_room_ends_once_when_interrupted() {
+    let dir = tempdir();
+    let gw = Gateway::start(dir.path(), &["--hosts", "1", "--host-max-turns", "1"]);
+    let mut c = gw.client().await;
+    let busy = session(&mut c).await;
+    let waiting = session(&mut c).await;
+    submit(&mut c, &busy, "/sleep 1500\nholds the only slot").await;
+    assert_eq!(next_start(&mut c).await, busy);
+    // Accepted (the session runs it), but no host has room.
+    let r = c
+        .ok(
+            "prompt.submit",
+            // Were it started after all, it would hold the only slot far
+            // past the test's wait for the next turn.
+            json!({"session_id": waiting, "text": "/sleep 60000\nwaits"}),
+        )
+        .await;
+    assert_eq!(r["status"], "started", "{r}");
+    let turn = r["turn_id"].as_str().expect("turn_id").to_string();
+    let r = c
+        .ok("session.interrupt", json!({"session_id": waiting}))
+        .await;
+    assert_eq!(r["status"], "interrupted", "{r}");
+
+    // The slot frees; the interrupted turn never takes it, and the next
+    // prompt of that session runs.
+    let next = common::submit(&mut c, &waiting, "after").await;
+    let events = common::turn_events(&mut c, &next).await;
+    assert_eq!(common::complete(&events)["status"], "complete");
+    let stored = common::all_events(&mut c, &waiting).await;
+    let of_turn: Vec<&str> = stored
+        .iter()
+        .filter(|e| e["turn_id"] == turn.as_str())
+        .map(|e| e["type"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        of_turn.iter().filter(|t| **t == "message.complete").count(),
+        1,
+        "{of_turn:?}"
+    );
+    assert!(!of_turn.contains(&"message.start"), "{of_turn:?}");
+    let ended = stored
+        .iter()
+        .find(|e| e["turn_id"] == turn.as_str() && e["type"] == "message.complete")
+        .expect("its ending");
+    assert_eq!(ended["payload"]["status"], "interrupted", "{ended}");
+}
