@@ -64,14 +64,16 @@ impl HostSupervisorState {
     /// Starts waiting turns while slots have room, each going to the
     /// profile whose share it is.
     pub(super) fn grant_waiting(&mut self) {
-        while self.fair.waiting() > 0 && self.choose(None).is_some() {
+        while self.fair.waiting() > 0 {
+            let Some(any) = self.choose(None) else {
+                return;
+            };
             let Some((_, turn)) = self.fair.next() else {
                 return;
             };
-            match self.choose(turn.preferred) {
-                Some(slot) => self.route(slot, turn),
-                None => return,
-            }
+            // Its own slot if that one has room, else the one found.
+            let slot = self.choose(turn.preferred).unwrap_or(any);
+            self.route(slot, turn);
         }
     }
 
