@@ -6,6 +6,7 @@
 //! with exit status 64.
 
 mod file;
+mod limits;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -143,6 +144,10 @@ pub struct ServeArgs {
     /// own cap, --max-frame-bytes).
     #[arg(long, env = "TETHER_MAX_HOST_LINE_BYTES", default_value_t = tether_actors::config::DEFAULT_MAX_HOST_LINE_BYTES)]
     pub max_host_line_bytes: usize,
+    /// Turns one compute host runs at once (0: no cap). Past it turns wait
+    /// for room, and slots that free up go round-robin across profiles.
+    #[arg(long, env = "TETHER_HOST_MAX_TURNS", default_value_t = 0)]
+    pub host_max_turns: usize,
     /// Prompts that may wait behind a running turn.
     #[arg(long, env = "TETHER_MAX_QUEUED", default_value_t = 16)]
     pub max_queued: usize,
@@ -206,6 +211,19 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     pub allow_origin: Vec<String>,
+    /// What a profile may hold, `PROFILE:NAME=N,...` (`*`: every profile;
+    /// names: live_sessions, running_turns, queued_turns, requests_per_s,
+    /// connections); repeatable; `;`-separated in TETHER_PROFILE_LIMIT.
+    #[arg(
+        long = "profile-limit",
+        env = "TETHER_PROFILE_LIMIT",
+        value_delimiter = ';'
+    )]
+    pub profile_limit: Vec<String>,
+    /// The resolved limits: the file's `[limits.PROFILE]` tables with the
+    /// flags over them.
+    #[arg(skip)]
+    pub profile_limits: tether_actors::profile_limits::LimitTable,
     /// Set when --control-wait-s came from a flag, env or file (not the
     /// default): only then may it shorten the compress wait.
     #[arg(skip)]
@@ -226,9 +244,13 @@ impl ServeArgs {
             matches.value_source("control_wait_s"),
             Some(ValueSource::CommandLine) | Some(ValueSource::EnvVariable)
         );
+        let mut file_limits = Default::default();
         if let Some(path) = self.config.clone() {
-            self.apply_file(file::read_file(&path)?, matches)?;
+            let mut file = file::read_file(&path)?;
+            file_limits = file.limits.take().unwrap_or_default();
+            self.apply_file(file, matches)?;
         }
+        self.profile_limits = limits::table(&self.profile_limit, file_limits)?;
         self.check()?;
         Ok(self)
     }

@@ -196,6 +196,7 @@ fn host_config(args: &ServeArgs) -> anyhow::Result<HostConfig> {
         late_ack_cap: args.late_ack_cap,
         data_dir: Some(args.data_dir.clone()),
         max_line_bytes: args.max_host_line_bytes,
+        max_turns_per_host: args.host_max_turns,
         ..HostConfig::new(args.host_argv()?)
     })
 }
@@ -224,6 +225,7 @@ fn gateway_config(args: &ServeArgs) -> GatewayConfig {
         max_live_sessions: args.max_live_sessions,
         max_peers_per_session: args.max_peers_per_session,
         idle_timeout: Duration::from_secs(args.idle_timeout_s),
+        profile_limits: args.profile_limits.clone(),
         ..GatewayConfig::default()
     }
 }

@@ -76,6 +76,8 @@ pub struct GatewayConfig {
     /// Each profile's engine config (`[profiles.NAME.engine]`), read at
     /// every turn of a session that follows its profile.
     pub profile_engines: ProfileEngines,
+    /// What each profile may hold (`--profile-limit`, `[limits.PROFILE]`).
+    pub profile_limits: crate::profile_limits::LimitTable,
 }
 
 /// The profiles' engine configs, replaced as a whole when the config file
@@ -128,6 +130,7 @@ impl Default for GatewayConfig {
             max_peers_per_session: 64,
             idle_timeout: Duration::from_secs(45),
             profile_engines: ProfileEngines::default(),
+            profile_limits: Default::default(),
         }
     }
 }
@@ -163,6 +166,9 @@ pub struct HostConfig {
     /// Longest line read from a host (`--max-host-line-bytes`); a longer one
     /// is refused at the host edge and never reaches a session.
     pub max_line_bytes: usize,
+    /// Turns one host runs at once (`--host-max-turns`; 0: no cap). Past
+    /// it turns wait for room, slots shared fairly across profiles.
+    pub max_turns_per_host: usize,
 }
 
 impl HostConfig {
@@ -196,6 +202,7 @@ impl HostConfig {
             data_dir: None,
             shutdown_grace: Duration::from_secs(3),
             max_line_bytes: DEFAULT_MAX_HOST_LINE_BYTES,
+            max_turns_per_host: 0,
         }
     }
 }

@@ -67,6 +67,8 @@ pub struct CtxParts {
     /// Whether a compute host ever said hello (`tether serve` exits when
     /// none can).
     pub host_start: Arc<crate::HostStart>,
+    /// What each profile holds, against its limits (`registry/ledger.rs`).
+    pub profiles: Arc<crate::ProfileLedger>,
     /// The node this gateway is, on a cluster (`node.rs`).
     pub(crate) cluster: Option<tether_store::cluster::Cluster>,
     /// On a cluster: deltas of owned sessions to the other nodes.

@@ -389,6 +389,9 @@ impl GatewayHandle {
         let (hosts_tx, hosts_rx) = watch::channel(None);
         let (reaper_tx, reaper_rx) = watch::channel(None);
         let metrics = Arc::new(crate::metrics::Metrics::default());
+        let profiles = Arc::new(crate::ProfileLedger::new(
+            args.config.profile_limits.clone(),
+        ));
         let ctx = Ctx::new(CtxParts {
             config: Arc::new(args.config),
             reader: args.reader,
@@ -403,6 +406,7 @@ impl GatewayHandle {
             metrics,
             lifecycle: Default::default(),
             host_start: Default::default(),
+            profiles,
             deltas: args
                 .cluster
                 .clone()

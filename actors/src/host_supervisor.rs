@@ -26,6 +26,7 @@
 
 mod control;
 mod edge;
+mod fair;
 mod held;
 mod lifecycle;
 mod routing;
@@ -60,8 +61,10 @@ const MAX_TICK: Duration = Duration::from_secs(1);
 const STOP_WAIT: Duration = Duration::from_secs(5);
 
 pub enum HostSupervisorMsg {
-    /// Start a turn on `preferred` if that slot is up, else on the least
-    /// loaded up slot (fewest active turns, then lowest slot). The session
+    /// Start a turn on `preferred` if that slot is up and has room, else
+    /// on the least loaded up slot with room (fewest active turns, then
+    /// lowest slot); when every slot is full, the turn waits for one, its
+    /// share decided among the waiting profiles ([`fair`]). The session
     /// gets `Started { host_id }`, then every host frame of the turn as
     /// `Event`/`End`/`Error`; with no slot up, `Error { host_unavailable }`
     /// alone. `End`/`Error` end the routing entry.
@@ -69,6 +72,8 @@ pub enum HostSupervisorMsg {
         start: TurnStart,
         preferred: Option<u32>,
         session: ActorRef<SessionMsg>,
+        /// The session's profile: whose share of the slots the turn takes.
+        profile: Arc<str>,
     },
     /// The session gave up on the turn: interrupt it and forget it; later
     /// frames of the turn are dropped.
@@ -180,6 +185,11 @@ impl Slot {
         self.phase == Phase::Up && !self.finishing && self.host.is_some()
     }
 
+    /// Usable, and running fewer turns than a host may (`0`: no cap).
+    fn has_room(&self, max_turns: usize) -> bool {
+        self.usable() && (max_turns == 0 || (self.active_turns as usize) < max_turns)
+    }
+
     /// Up now, or starting or restarting (it will be up soon): a slot that
     /// rests or is down for good cannot take work.
     fn available(&self) -> bool {
@@ -191,6 +201,7 @@ impl Slot {
 struct Route {
     slot: u32,
     session: ActorRef<SessionMsg>,
+    profile: Arc<str>,
     session_id: SessionId,
     trace_id: TraceId,
 }
@@ -213,6 +224,8 @@ pub struct HostSupervisorState {
     turns: HashMap<TurnId, Route>,
     /// Work waiting for a slot that is starting ([`held`]).
     held: held::HeldWork,
+    /// Turns waiting for room on a slot that is up, per profile ([`fair`]).
+    fair: fair::FairShare<held::HeldTurn>,
     acks: LateAcks<Waiter, ActorRef<SessionMsg>>,
     registry: HostRegistry,
     /// Draining or stopped: nothing restarts, nothing new is accepted.
@@ -267,6 +280,7 @@ impl Actor for HostSupervisor {
             by_actor: HashMap::new(),
             turns: HashMap::new(),
             held: held::HeldWork::default(),
+            fair: fair::FairShare::default(),
             stopping: false,
             shutdown_replies: Vec::new(),
             ticker: Some(myself.send_interval(tick, || HostSupervisorMsg::Tick)),
@@ -290,7 +304,13 @@ impl Actor for HostSupervisor {
                 start,
                 preferred,
                 session,
-            } => state.start_turn(start, preferred, session),
+                profile,
+            } => state.start_turn(held::HeldTurn {
+                start,
+                preferred,
+                session,
+                profile,
+            }),
             HostSupervisorMsg::Abandon { turn_id } => state.abandon(&turn_id),
             HostSupervisorMsg::Control {
                 request,
@@ -324,6 +344,9 @@ impl Actor for HostSupervisor {
             }
             HostSupervisorMsg::ShutdownDeadline => state.shutdown_deadline(),
         }
+        // Whatever the message was (a turn ended, a host said hello), a
+        // slot may have room for a waiting turn now.
+        state.grant_waiting();
         Ok(())
     }
 

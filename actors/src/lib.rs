@@ -66,5 +66,6 @@ pub use lifecycle::Lifecycle;
 pub use named::create_with_id;
 pub use outbox::{Outbound, OutboxReceiver, CLOSE_GOING_AWAY, CLOSE_SLOW_CONSUMER};
 pub use peer::{Identity, PeerMsg};
+pub use registry::ledger::{Hold, Limit, LimitReached, ProfileLedger};
 pub use supervisor::{AfterIntensity, Backoff, RestartPolicy, Strategy};
 pub use tether_store::WriterFactory;

@@ -309,9 +309,16 @@ impl PeerState {
 
     /// Takes a token for one unit of work (PROTOCOL 1.10): 4029 when the
     /// peer is over its rate; a peer over it for 3 s in a row is closed.
+    /// Then one of its profile's, shared by all of the profile's
+    /// connections: 4290 `requests_per_s` past that.
     fn admit(&mut self) -> Result<(), RpcError> {
-        match self.limiter.check(std::time::Instant::now()) {
-            Verdict::Allow => Ok(()),
+        let now = std::time::Instant::now();
+        match self.limiter.check(now) {
+            Verdict::Allow => self
+                .ctx
+                .profiles
+                .take_request(&self.identity.profile, self.identity.limits.as_ref(), now)
+                .map_err(|limit| limit.to_rpc()),
             Verdict::Limit { retry_after } => {
                 Err(RpcError::rate_limited(retry_after.as_millis().max(1) as u64))
             }

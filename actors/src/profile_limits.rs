@@ -36,9 +36,83 @@ impl ProfileLimits {
     }
 }
 
+/// The limits an operator configured: a default for every profile, and
+/// per-profile tables that replace the default's fields they set.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LimitTable {
+    pub default: ProfileLimits,
+    pub profiles: std::collections::HashMap<String, ProfileLimits>,
+}
+
+impl LimitTable {
+    /// What `profile` may hold: the default, its own table over it, and a
+    /// token's limits (if its connections carried any) over both.
+    pub fn of(&self, profile: &str, token: Option<&ProfileLimits>) -> ProfileLimits {
+        let configured = match self.profiles.get(profile) {
+            Some(own) => self.default.overridden_by(own),
+            None => self.default.clone(),
+        };
+        match token {
+            Some(token) => configured.overridden_by(token),
+            None => configured,
+        }
+    }
+
+    /// Whether no profile has any limit (the ledger then counts nothing
+    /// it would never refuse).
+    pub fn is_empty(&self) -> bool {
+        self.default == ProfileLimits::default()
+            && self
+                .profiles
+                .values()
+                .all(|l| *l == ProfileLimits::default())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_profile_table_sits_on_the_default_and_a_token_on_both() {
+        let mut table = LimitTable {
+            default: ProfileLimits {
+                live_sessions: Some(100),
+                connections: Some(10),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        table.profiles.insert(
+            "small".into(),
+            ProfileLimits {
+                live_sessions: Some(5),
+                ..Default::default()
+            },
+        );
+        let token = ProfileLimits {
+            connections: Some(2),
+            requests_per_s: Some(7),
+            ..Default::default()
+        };
+        let other = table.of("other", None);
+        assert_eq!(
+            (other.live_sessions, other.connections),
+            (Some(100), Some(10))
+        );
+        let small = table.of("small", None);
+        assert_eq!(
+            (small.live_sessions, small.connections),
+            (Some(5), Some(10))
+        );
+        let small = table.of("small", Some(&token));
+        assert_eq!(
+            (small.live_sessions, small.connections, small.requests_per_s),
+            (Some(5), Some(2), Some(7))
+        );
+        assert!(!table.is_empty());
+        assert!(LimitTable::default().is_empty());
+    }
 
     #[test]
     fn an_override_replaces_only_what_it_sets() {

@@ -1,4 +1,5 @@
-//! Per-peer rate limiting (PROTOCOL 1.6, 1.10): a token bucket.
+//! Per-peer rate limiting (PROTOCOL 1.6, 1.10): a token bucket; and the
+//! plain bucket of a profile's requests per second.
 //!
 //! Every request, batch member and undecodable frame takes a token. A peer
 //! out of tokens gets 4029 with the time until the next token; a peer that
@@ -74,9 +75,70 @@ impl RateLimiter {
     }
 }
 
+/// A plain token bucket: `rate` tokens a second, at most `burst` saved.
+/// Unlike [`RateLimiter`] it only refuses, never closes: the profile-wide
+/// rate (`registry/ledger.rs`) is shared by many connections, and none of
+/// them is the one to blame.
+#[derive(Debug, Clone)]
+pub struct TokenBucket {
+    rate: f64,
+    burst: f64,
+    tokens: f64,
+    last: Instant,
+}
+
+impl TokenBucket {
+    /// A full bucket. `rate` is at least 1.
+    pub fn new(rate: u32, burst: u32, now: Instant) -> Self {
+        let burst = f64::from(burst.max(1));
+        Self {
+            rate: f64::from(rate.max(1)),
+            burst,
+            tokens: burst,
+            last: now,
+        }
+    }
+
+    /// Takes a token, or says how long until one is there.
+    pub fn take(&mut self, now: Instant) -> Result<(), Duration> {
+        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
+        self.last = now;
+        self.tokens = (self.tokens + elapsed * self.rate).min(self.burst);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            return Ok(());
+        }
+        Err(Duration::from_secs_f64((1.0 - self.tokens) / self.rate))
+    }
+
+    /// Whether the bucket is full again by `now`: forgetting it then
+    /// loses nothing.
+    pub fn full_by(&self, now: Instant) -> bool {
+        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
+        self.tokens + elapsed * self.rate >= self.burst
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bucket_refuses_with_the_wait_and_fills_again() {
+        let t0 = Instant::now();
+        let mut b = TokenBucket::new(4, 4, t0);
+        for _ in 0..4 {
+            assert_eq!(b.take(t0), Ok(()));
+        }
+        let wait = b.take(t0).expect_err("empty");
+        assert!(
+            wait > Duration::ZERO && wait <= Duration::from_millis(250),
+            "{wait:?}"
+        );
+        assert!(!b.full_by(t0));
+        assert_eq!(b.take(t0 + Duration::from_millis(250)), Ok(()));
+        assert!(b.full_by(t0 + Duration::from_secs(2)));
+    }
 
     #[test]
     fn a_burst_passes_then_the_rate_holds() {

@@ -27,6 +27,7 @@ mod bound;
 mod create;
 mod fleet;
 mod follow;
+pub(crate) mod ledger;
 mod load;
 mod route;
 
@@ -159,6 +160,9 @@ pub enum RegistryMsg {
         initial: Vec<EventRecord>,
         attach: Option<PeerLink>,
         reply: RpcReplyPort<Result<CreatedSession, RpcError>>,
+        /// Its place under the profile's live sessions, held from before
+        /// the write until the session is live and counted as such.
+        place: crate::Hold,
     },
     /// From the node's event listener: `session_id` committed events (`None`:
     /// the listener reconnected; every follower reads once).
@@ -220,6 +224,8 @@ pub struct Loaded {
 struct Live {
     actor: ActorRef<SessionMsg>,
     gauges: Arc<SessionGauges>,
+    /// Counted among its profile's live sessions while it is in the map.
+    _counted: crate::Hold,
     /// `Some` from the moment a park is asked until the session refuses it,
     /// or, once it parked or began to stop, until the actor has left the
     /// map: requests wait here instead of in a mailbox that may be dropped.
@@ -315,7 +321,11 @@ impl Actor for Registry {
                 initial,
                 attach,
                 reply,
-            } => state.created(&myself, *row, initial, attach, reply).await,
+                place,
+            } => {
+                state.created(&myself, *row, initial, attach, reply).await;
+                drop(place);
+            }
             RegistryMsg::Resolve { key, load, reply } => {
                 state.route(&myself, key, Routed::lookup(load, reply))
             }

@@ -24,6 +24,7 @@ mod deferred;
 mod encoded_history;
 mod handoff;
 mod history;
+mod limits;
 mod marker;
 mod owed;
 mod peers;
@@ -233,6 +234,9 @@ pub struct SessionState {
     closed_at: Option<u64>,
     ctx: Ctx,
     gauges: Arc<SessionGauges>,
+    /// Its running and queued turns, as its profile's counts hold them
+    /// (`limits.rs`).
+    turn_count: crate::registry::ledger::TurnCount,
 }
 
 pub struct Session;
@@ -343,6 +347,7 @@ impl Actor for Session {
         state.close_if_left(me);
         state.send_unsent(me);
         state.publish_gauges();
+        state.count_turns();
         state.report_to_reaper(false);
         Ok(())
     }

@@ -56,6 +56,7 @@ pub(super) struct FileConfig {
     host_restart_period_s: Option<u64>,
     host_start_deadline_s: Option<u64>,
     max_host_line_bytes: Option<usize>,
+    host_max_turns: Option<usize>,
     max_queued: Option<usize>,
     turn_deadline_s: Option<u64>,
     control_wait_s: Option<u64>,
@@ -74,6 +75,9 @@ pub(super) struct FileConfig {
     allow_origin: Option<Vec<String>>,
     token: Option<Vec<String>>,
     profiles: Option<std::collections::HashMap<String, FileProfile>>,
+    /// `[limits.PROFILE]` (`[limits."*"]`: every profile), `config/limits.rs`.
+    pub(super) limits:
+        Option<std::collections::HashMap<String, tether_actors::profile_limits::ProfileLimits>>,
 }
 
 impl ServeArgs {
@@ -123,6 +127,7 @@ impl ServeArgs {
             host_restart_period_s,
             host_start_deadline_s,
             max_host_line_bytes,
+            host_max_turns,
             max_queued,
             turn_deadline_s,
             compress_ceiling_s,

@@ -18,6 +18,7 @@ mod chat;
 mod client_rate;
 mod console;
 mod http;
+mod limits;
 mod listen;
 mod metrics;
 mod origin;

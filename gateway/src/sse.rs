@@ -109,6 +109,10 @@ pub async fn session_events(
     if let Err(retry_after) = app.client_buckets.take(&asked.profile, remote.ip()) {
         return crate::http::rate_limited(retry_after);
     }
+    let place = match crate::limits::open_connection(&app, &asked.profile, &caller) {
+        Ok(place) => place,
+        Err(limit) => return crate::limits::too_many(&limit),
+    };
     let request = resume_request(&session_id, &asked);
     let Some((peer, mut rx)) = app
         .start_peer(caller, true, tether_protocol::PeerTransport::Sse)
@@ -130,6 +134,7 @@ pub async fn session_events(
         closing: false,
         _guard: guard,
         _open: app.ctx.metrics.open_connection(Transport::Sse),
+        _place: place,
     };
     let first = (!first.is_empty()).then(|| Ok::<Bytes, Infallible>(Bytes::from(first)));
     let stream = futures::stream::iter(first).chain(futures::stream::unfold(live, next_live));
@@ -346,6 +351,8 @@ struct Live {
     _guard: PeerGuard,
     /// Counted in `tether_connections_open{transport="sse"}` while it streams.
     _open: tether_actors::metrics::OpenConnection,
+    /// Its place under its profile's connections.
+    _place: tether_actors::Hold,
 }
 
 #[derive(Deserialize)]

@@ -75,6 +75,8 @@ pub struct Start {
     pub caller: crate::auth::Caller,
     /// The connection's place under `--max-connections`, held to its end.
     pub permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    /// Its place under its profile's connections, held to its end.
+    pub place: tether_actors::Hold,
 }
 
 /// Serves one upgraded socket until it closes.
@@ -114,6 +116,7 @@ struct Connection {
     shutdown: watch::Receiver<bool>,
     _open: OpenConnection,
     _permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    _place: tether_actors::Hold,
 }
 
 /// What one turn of the loop found.
@@ -135,6 +138,7 @@ impl Connection {
             app,
             caller,
             permit,
+            place,
         } = start;
         let open = app.ctx.metrics.open_connection(Transport::WebSocket);
         let (peer, outbox) = app
@@ -164,6 +168,7 @@ impl Connection {
             shutdown: app.shutdown.clone(),
             _open: open,
             _permit: permit,
+            _place: place,
         })
     }
 

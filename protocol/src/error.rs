@@ -31,6 +31,9 @@ pub mod codes {
     pub const RATE_LIMITED: i64 = 4029;
     /// Handoff state conflict or unknown handoff id.
     pub const HANDOFF_CONFLICT: i64 = 4090;
+    /// A limit of the profile is reached (`data.limit` names it, `data.max`
+    /// is its value, `data.retry_after_ms` where waiting helps).
+    pub const PROFILE_LIMIT: i64 = 4290;
     /// The resume segment holds too many messages (`data.count`, `data.limit`).
     pub const RESUME_TOO_LARGE: i64 = 4130;
     /// No compute host could take the work.
@@ -157,6 +160,17 @@ impl RpcError {
     pub fn rate_limited(retry_after_ms: u64) -> Self {
         Self::new(codes::RATE_LIMITED, "rate limited")
             .with_data(json!({ "retry_after_ms": retry_after_ms }))
+    }
+
+    /// A profile limit reached (4290): `data.limit` names it, `data.max`
+    /// says how much the profile may hold, and `data.retry_after_ms` how
+    /// long until a retry can pass, where waiting alone helps.
+    pub fn profile_limit(limit: &str, max: u32, retry_after_ms: Option<u64>) -> Self {
+        let mut data = json!({ "limit": limit, "max": max });
+        if let Some(ms) = retry_after_ms {
+            data["retry_after_ms"] = json!(ms);
+        }
+        Self::new(codes::PROFILE_LIMIT, "profile limit reached").with_data(data)
     }
 
     /// Handoff conflict (4090).

@@ -80,6 +80,8 @@ impl HostsUnderTest {
                 start,
                 preferred,
                 session: self.session.clone(),
+                // One stand-in session, so one profile.
+                profile: std::sync::Arc::from("hooks"),
             })
             .map_err(|_| HookError::Gone("the host supervisor"))
     }

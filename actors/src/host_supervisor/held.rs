@@ -29,6 +29,7 @@ pub(super) struct HeldTurn {
     pub start: TurnStart,
     pub preferred: Option<u32>,
     pub session: ActorRef<SessionMsg>,
+    pub profile: std::sync::Arc<str>,
 }
 
 /// A control request on its way to a host.
@@ -89,15 +90,21 @@ impl HostSupervisorState {
     pub(super) fn release_held(&mut self) {
         for held in std::mem::take(&mut self.held.0) {
             match held {
-                Held::Turn(t) => self.start_turn(t.start, t.preferred, t.session),
+                Held::Turn(t) => self.start_turn(t),
                 Held::Control(job) => self.dispatch_control(job),
             }
         }
     }
 
-    /// Fails every held item: no slot will come back for them.
+    /// Fails every held item, and every turn waiting for room: no slot
+    /// will come back for them.
     pub(super) fn fail_held(&mut self, message: &str) {
-        for held in std::mem::take(&mut self.held.0) {
+        let waiting = self.fair.drain().into_iter().map(Held::Turn);
+        let held: Vec<Held> = std::mem::take(&mut self.held.0)
+            .into_iter()
+            .chain(waiting)
+            .collect();
+        for held in held {
             match held {
                 Held::Turn(t) => {
                     info!(turn_id = %t.start.turn_id, session_id = %t.start.session_id,
@@ -137,10 +144,12 @@ impl HostSupervisorState {
         }
     }
 
-    /// The session gave up on a turn that may still be held.
+    /// The session gave up on a turn that may still be held, or wait for
+    /// room.
     pub(super) fn drop_held_turn(&mut self, turn_id: &TurnId) {
         self.held
             .0
             .retain(|h| !matches!(h, Held::Turn(t) if &t.start.turn_id == turn_id));
+        self.fair.remove(|t| &t.start.turn_id == turn_id);
     }
 }

@@ -3,31 +3,31 @@
 
 use std::collections::HashMap;
 
-use ractor::ActorRef;
 use serde_json::Value;
-use tether_protocol::{FromHost, HostEvent, ToHost, TurnEndStatus, TurnId, TurnStart};
+use tether_protocol::{FromHost, HostEvent, ToHost, TurnEndStatus, TurnId};
 use tracing::{debug, info, trace, warn};
 
 use super::held::HeldTurn;
 use super::{send_update, HostSupervisorState, Route, Slot};
 use crate::host::{HostMsg, Incoming};
-use crate::session::SessionMsg;
 use crate::turn::{reasons, TurnUpdate};
 
 impl HostSupervisorState {
-    /// `preferred` if it can take work, else the least loaded slot that can.
+    /// `preferred` if it can take a turn now, else the least loaded slot
+    /// that can.
     pub(super) fn choose(&self, preferred: Option<u32>) -> Option<u32> {
         if self.stopping {
             return None;
         }
+        let max = self.config.max_turns_per_host;
         if let Some(p) = preferred {
-            if self.slots.get(p as usize).is_some_and(Slot::usable) {
+            if self.slots.get(p as usize).is_some_and(|s| s.has_room(max)) {
                 return Some(p);
             }
         }
         self.slots
             .iter()
-            .filter(|s| s.usable())
+            .filter(|s| s.has_room(max))
             .min_by_key(|s| (s.active_turns, s.id))
             .map(|s| s.id)
     }
@@ -44,44 +44,78 @@ impl HostSupervisorState {
         }
     }
 
-    pub(super) fn start_turn(
-        &mut self,
-        start: TurnStart,
-        preferred: Option<u32>,
-        session: ActorRef<SessionMsg>,
-    ) {
-        let turn_id = start.turn_id.clone();
-        let Some(slot) = self.choose(preferred) else {
-            let held = HeldTurn {
-                start,
-                preferred,
-                session,
-            };
-            let Some(HeldTurn { start, session, .. }) = self.hold_turn(held) else {
+    /// A turn to run: on a slot with room, else it waits for one (all
+    /// slots up but full), is held for a slot that is starting, or fails.
+    pub(super) fn start_turn(&mut self, turn: HeldTurn) {
+        match self.choose(turn.preferred) {
+            // Turns that wait go first, by their share (`fair.rs`).
+            Some(slot) if self.fair.waiting() == 0 => self.route(slot, turn),
+            Some(_) => self.fair.push(turn.profile.clone(), turn),
+            None if !self.stopping && self.slots.iter().any(Slot::usable) => {
+                debug!(turn_id = %turn.start.turn_id, session_id = %turn.start.session_id,
+                       trace_id = %turn.start.trace_id, waiting = self.fair.waiting() + 1,
+                       "every compute host is full; the turn waits for room");
+                self.fair.push(turn.profile.clone(), turn);
+            }
+            None => self.hold_or_fail(turn),
+        }
+    }
+
+    /// Starts waiting turns while slots have room, each going to the
+    /// profile whose share it is.
+    pub(super) fn grant_waiting(&mut self) {
+        while self.fair.waiting() > 0 {
+            let Some(any) = self.choose(None) else {
                 return;
             };
-            info!(turn_id = %turn_id, session_id = %start.session_id, trace_id = %start.trace_id,
-                  "no compute host is up for the turn");
-            send_update(
-                &session,
-                turn_id,
-                TurnUpdate::Error {
-                    reason: reasons::HOST_UNAVAILABLE.into(),
-                    message: "no compute host is up".into(),
-                },
-            );
+            let Some((_, turn)) = self.fair.next() else {
+                return;
+            };
+            // Its own slot if that one has room, else the one found.
+            let slot = self.choose(turn.preferred).unwrap_or(any);
+            self.route(slot, turn);
+        }
+    }
+
+    /// No slot is up: the turn waits for one that is starting, or fails.
+    fn hold_or_fail(&mut self, turn: HeldTurn) {
+        let turn_id = turn.start.turn_id.clone();
+        let Some(HeldTurn { start, session, .. }) = self.hold_turn(turn) else {
             return;
         };
+        info!(turn_id = %turn_id, session_id = %start.session_id, trace_id = %start.trace_id,
+              "no compute host is up for the turn");
+        send_update(
+            &session,
+            turn_id,
+            TurnUpdate::Error {
+                reason: reasons::HOST_UNAVAILABLE.into(),
+                message: "no compute host is up".into(),
+            },
+        );
+    }
+
+    /// Writes `turn.start` to `slot` and routes the turn's frames back.
+    fn route(&mut self, slot: u32, turn: HeldTurn) {
+        let HeldTurn {
+            start,
+            session,
+            profile,
+            ..
+        } = turn;
+        let turn_id = start.turn_id.clone();
         if self.remove_route(&turn_id).is_some() {
             warn!(turn_id = %turn_id, "turn started twice; the first routing is dropped");
         }
         info!(host_id = slot, turn_id = %turn_id, session_id = %start.session_id,
               trace_id = %start.trace_id, "turn started on host");
+        self.fair.started(&profile);
         self.turns.insert(
             turn_id.clone(),
             Route {
                 slot,
                 session: session.clone(),
+                profile,
                 session_id: start.session_id.clone(),
                 trace_id: start.trace_id.clone(),
             },
@@ -106,6 +140,7 @@ impl HostSupervisorState {
         if let Some(s) = self.slots.get_mut(route.slot as usize) {
             s.active_turns = s.active_turns.saturating_sub(1);
         }
+        self.fair.ended(&route.profile);
         Some(route)
     }
 

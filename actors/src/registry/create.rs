@@ -110,6 +110,16 @@ impl RegistryState {
             let _ = reply.send(Err(e));
             return;
         }
+        // Before anything is written: a refused create writes nothing.
+        let place = match self.ctx.profiles.new_session(&new.profile) {
+            Ok(place) => place,
+            Err(limit) => {
+                tracing::info!(profile = %new.profile, limit = limit.limit.name(), max = limit.max,
+                      "session refused: profile limit reached");
+                let _ = reply.send(Err(limit.to_rpc()));
+                return;
+            }
+        };
         let Some(writer) = self.ctx.writer() else {
             let _ = reply.send(Err(storage_unavailable()));
             return;
@@ -147,6 +157,7 @@ impl RegistryState {
                         initial,
                         attach,
                         reply,
+                        place,
                     });
                 }
                 Ok(ractor::rpc::CallResult::Success(Err(e))) => {

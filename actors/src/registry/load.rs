@@ -306,6 +306,9 @@ impl RegistryState {
             Live {
                 actor: actor.clone(),
                 gauges,
+                // Counted whatever the limit says: it was accepted (a
+                // new one passed the limit in `commit_new`).
+                _counted: self.ctx.profiles.live_session(&key.0),
                 held: None,
             },
         );

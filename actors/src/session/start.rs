@@ -37,6 +37,7 @@ impl SessionState {
                 });
             }
         }
+        let turn_count = crate::registry::ledger::TurnCount::new(&ctx.profiles, &row.profile);
         SessionState {
             id: row.id,
             profile: row.profile,
@@ -69,6 +70,7 @@ impl SessionState {
             reported: None,
             owed: owed::Owed::default(),
             closed_at: None,
+            turn_count,
             ctx,
             gauges,
         }

@@ -138,6 +138,10 @@ impl SessionState {
         replacing: Option<(TurnId, u64)>,
         reply: Reply<SubmitResult>,
     ) {
+        if let Err(e) = self.reserve_turn() {
+            let _ = reply.send(Err(e));
+            return;
+        }
         let tag = TurnTag {
             turn_id: TurnId::new(),
             trace_id: TraceId::new(),
@@ -251,6 +255,7 @@ impl SessionState {
                         start,
                         preferred,
                         session: myself.clone(),
+                        profile: std::sync::Arc::from(self.profile.as_str()),
                     })
                     .is_ok()
             })

@@ -49,7 +49,7 @@ pub fn status_of(code: i64) -> StatusCode {
         codes::SESSION_CLOSED => StatusCode::GONE,
         codes::SESSION_BUSY => StatusCode::CONFLICT,
         codes::FRAME_TOO_LARGE | codes::RESUME_TOO_LARGE => StatusCode::PAYLOAD_TOO_LARGE,
-        codes::RATE_LIMITED => StatusCode::TOO_MANY_REQUESTS,
+        codes::RATE_LIMITED | codes::PROFILE_LIMIT => StatusCode::TOO_MANY_REQUESTS,
         codes::HOST_UNAVAILABLE
         | codes::STORAGE_FULL
         | codes::STORAGE_WRITE_FAILED
@@ -70,6 +70,7 @@ mod tests {
             codes::SESSION_CLOSED,
             codes::SESSION_BUSY,
             codes::RATE_LIMITED,
+            codes::PROFILE_LIMIT,
             codes::RESUME_TOO_LARGE,
         ] {
             assert!(status_of(code).is_client_error(), "{code}");

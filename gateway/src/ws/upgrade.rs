@@ -55,12 +55,18 @@ pub async fn ws_upgrade(
             .into_response();
     };
     let caller = crate::auth::caller_of(caller);
+    // Refused before the 101: the client learns why, and nothing started.
+    let place = match crate::limits::open_connection(&app, &caller.profile, &caller) {
+        Ok(place) => place,
+        Err(limit) => return crate::limits::too_many(&limit),
+    };
     // The upgraded socket outlives the HTTP connection: it carries the
     // connection's place under --max-connections along.
     let start = Box::new(Start {
         app,
         caller,
         permit: permit.and_then(|p| p.take()),
+        place,
     });
     let max = start.app.ctx.config.max_frame_bytes;
     // Frames up to 4× the limit are read and answered with 4013; anything

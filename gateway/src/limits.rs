@@ -1,0 +1,54 @@
+//! A profile's connections at the door: a WebSocket upgrade or an SSE open
+//! past the profile's `connections` limit is answered HTTP 429 before
+//! anything starts (no 101, no stream, no peer), with `Retry-After` and a
+//! JSON-RPC 4290 body that names the limit.
+
+use axum::body::Body;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::Response;
+use tether_actors::{Hold, LimitReached};
+use tracing::info;
+
+use crate::server::AppState;
+
+/// What `Retry-After` says when only another connection's end helps: a
+/// hint to back off, not a promise.
+const RETRY_AFTER_S: u64 = 1;
+
+/// Counts one connection of `profile` (its caller's token limits apply to
+/// the profile from now on), or says which limit refuses it
+/// ([`too_many`] is the answer).
+pub(crate) fn open_connection(
+    app: &AppState,
+    profile: &str,
+    caller: &crate::auth::Caller,
+) -> Result<Hold, LimitReached> {
+    app.ctx
+        .profiles
+        .open_connection(profile, caller.limits.as_ref())
+        .inspect_err(|limit| {
+            info!(
+                profile,
+                limit = limit.limit.name(),
+                max = limit.max,
+                "connection refused: profile limit reached"
+            );
+        })
+}
+
+/// The 429 that refuses a connection past `limit`.
+pub(crate) fn too_many(limit: &LimitReached) -> Response {
+    let body = tether_protocol::encode_error(&serde_json::Value::Null, &limit.to_rpc());
+    let mut resp = Response::new(Body::from(body));
+    *resp.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+    let headers = resp.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    let wait = limit.retry_after.map_or(RETRY_AFTER_S, |d| {
+        d.as_millis().div_ceil(1000).max(1) as u64
+    });
+    headers.insert(header::RETRY_AFTER, HeaderValue::from(wait));
+    resp
+}
