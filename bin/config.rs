@@ -6,6 +6,7 @@
 //! with exit status 64.
 
 mod file;
+mod retention;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -34,6 +35,7 @@ fn parse_listen(s: &str) -> Result<SocketAddr, String> {
 }
 
 pub use file::read_profile_engines;
+pub use retention::RetentionArgs;
 
 /// `--max-connections` when not configured.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 65_536;
@@ -213,6 +215,8 @@ pub struct ServeArgs {
     /// `[profiles.NAME.engine]` tables of the config file.
     #[arg(skip)]
     pub profile_engines: ProfileEngineMap,
+    #[command(flatten)]
+    pub retention: RetentionArgs,
 }
 
 /// Profile name → its engine config.
@@ -234,6 +238,7 @@ impl ServeArgs {
     }
 
     fn check(&self) -> anyhow::Result<()> {
+        self.retention.config()?;
         if self.max_frame_bytes < 1024 {
             bail!("--max-frame-bytes must be at least 1024");
         }

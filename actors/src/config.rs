@@ -76,6 +76,8 @@ pub struct GatewayConfig {
     /// Each profile's engine config (`[profiles.NAME.engine]`), read at
     /// every turn of a session that follows its profile.
     pub profile_engines: ProfileEngines,
+    /// What the store keeps, and for how long (`retention.rs`).
+    pub retention: crate::RetentionConfig,
 }
 
 /// The profiles' engine configs, replaced as a whole when the config file
@@ -128,6 +130,7 @@ impl Default for GatewayConfig {
             max_peers_per_session: 64,
             idle_timeout: Duration::from_secs(45),
             profile_engines: ProfileEngines::default(),
+            retention: crate::RetentionConfig::default(),
         }
     }
 }

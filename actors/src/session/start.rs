@@ -69,6 +69,7 @@ impl SessionState {
             reported: None,
             owed: owed::Owed::default(),
             closed_at: None,
+            deleting: None,
             ctx,
             gauges,
         }
