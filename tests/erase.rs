@@ -10,7 +10,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{session_with, submit, tempdir, turn_events, Backend, Gateway};
+use common::{session_with, tempdir, turn_events, Backend, Gateway};
 use serde_json::json;
 
 const MARKER: &str = "zq-erased-profile-41c2e";
@@ -55,8 +55,13 @@ async fn a_profile_erased_leaves_nothing(backend: Backend) {
             json!({"title": format!("{MARKER} {i}"), "profile": "alice"}),
         )
         .await;
-        let t = submit(&mut c, &id, &format!("secret {MARKER}")).await;
-        turn_events(&mut c, &t).await;
+        let r = c
+            .ok(
+                "prompt.submit",
+                json!({"session_id": id, "profile": "alice", "text": format!("secret {MARKER}")}),
+            )
+            .await;
+        turn_events(&mut c, r["turn_id"].as_str().expect("turn_id")).await;
         alice.push(id);
     }
     c.ok(
@@ -64,6 +69,7 @@ async fn a_profile_erased_leaves_nothing(backend: Backend) {
         json!({"session_id": alice[2], "profile": "alice"}),
     )
     .await;
+    assert_eq!(c.next_event().await["type"], "session.closed");
     let bob = session_with(&mut c, json!({"title": "bob's", "profile": "bob"})).await;
     let epoch = c.epoch();
     drop(c);

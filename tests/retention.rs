@@ -19,32 +19,38 @@ use serde_json::{json, Value};
 /// How long a test waits for a sweep to have done something.
 const SWEEP_WAIT: Duration = Duration::from_secs(15);
 
-/// Polls `check` every 100 ms until it holds, or fails after SWEEP_WAIT.
-async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
+/// Polls the session's status (or error code) every 100 ms until it is
+/// `want`, or fails after SWEEP_WAIT.
+async fn until_status(q: &mut Client, id: &str, profile: &str, want: Value, what: &str) {
     let started = Instant::now();
-    while !check().await {
-        assert!(started.elapsed() < SWEEP_WAIT, "never happened: {what}");
+    loop {
+        let now = status(q, id, profile).await;
+        if now == want {
+            return;
+        }
+        assert!(
+            started.elapsed() < SWEEP_WAIT,
+            "never happened: {what} (now {now})"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
-/// The session's status as a non-attaching resume tells it, or the error
-/// code.
+/// The session's status as a listing tells it, or 4001 if it is not
+/// listed.
 async fn status(c: &mut Client, id: &str, profile: &str) -> Value {
-    let r = c
-        .call(
-            "session.resume",
-            json!({"session_id": id, "profile": profile, "attach": false, "omit_messages": true}),
+    let listed = c
+        .ok(
+            "session.list",
+            json!({"profile": profile, "include_closed": true, "limit": 500}),
         )
         .await;
-    if let Some(e) = r.get("error") {
-        return e["code"].clone();
-    }
-    r["result"]["session"]["status"].clone()
+    listed["sessions"]
+        .as_array()
+        .expect("sessions")
+        .iter()
+        .find(|s| s["session_id"] == id)
+        .map_or(json!(4001), |s| s["status"].clone())
 }
 
 async fn closed_sessions_are_erased_per_profile(backend: Backend) {
@@ -75,11 +81,13 @@ async fn closed_sessions_are_erased_per_profile(backend: Backend) {
     .await;
 
     let mut q = gw.client().await;
-    eventually("the closed session is erased", || {
-        let q = &mut q;
-        let gone = gone.clone();
-        async move { status(q, &gone, "default").await == 4001 }
-    })
+    until_status(
+        &mut q,
+        &gone,
+        "default",
+        json!(4001),
+        "the closed session is erased",
+    )
     .await;
     // Not before its period: it was closed at least a second ago.
     assert_eq!(status(&mut q, &open, "default").await, "idle");
@@ -108,11 +116,13 @@ async fn idle_parked_sessions_are_closed_then_erased(backend: Backend) {
     let id = session_with(&mut c, json!({"title": "parked"})).await;
     c.ok("session.detach", json!({"session_id": id})).await;
     let mut q = gw.client().await;
-    eventually("the idle parked session is closed", || {
-        let q = &mut q;
-        let id = id.clone();
-        async move { status(q, &id, "default").await == "closed" }
-    })
+    until_status(
+        &mut q,
+        &id,
+        "default",
+        json!("closed"),
+        "the idle parked session is closed",
+    )
     .await;
     let events = common::all_events(&mut q, &id).await;
     let last = events.last().expect("events");
@@ -139,11 +149,13 @@ async fn idle_parked_sessions_are_closed_then_erased(backend: Backend) {
     let id = session_with(&mut c, json!({"title": "parked"})).await;
     c.ok("session.detach", json!({"session_id": id})).await;
     let mut q = gw.client().await;
-    eventually("the idle parked session is closed and erased", || {
-        let q = &mut q;
-        let id = id.clone();
-        async move { status(q, &id, "default").await == 4001 }
-    })
+    until_status(
+        &mut q,
+        &id,
+        "default",
+        json!(4001),
+        "the idle parked session is closed and erased",
+    )
     .await;
 }
 

@@ -335,6 +335,7 @@ impl Actor for Session {
             SessionMsg::Unlinked => state.parent_session_id = None,
             SessionMsg::Trimmed { retained_from_seq } => {
                 state.retained_from_seq = state.retained_from_seq.max(retained_from_seq);
+                state.ring.forget_before(retained_from_seq);
             }
             SessionMsg::Cluster(msg) => state.cluster_msg(me, msg),
             SessionMsg::Drain { reply } => state.drain(me, reply),
