@@ -149,7 +149,8 @@ async fn deleted_everywhere(backend: Backend) {
     assert_eq!(b["session"]["parent_session_id"], Value::Null, "{b}");
     assert!(!all_events(&mut other, &branch).await.is_empty());
 
-    // After a restart too.
+    // After a restart too, in the same epoch: a delete is not lost history.
+    let epoch = c.epoch();
     drop((c, other, watcher));
     gw.terminate();
     if backend == Backend::Sqlite {
@@ -171,6 +172,7 @@ async fn deleted_everywhere(backend: Backend) {
     }
     gw.restart();
     let mut c = gw.client().await;
+    assert_eq!(c.epoch(), epoch);
     let e = c.err("session.resume", json!({"session_id": id})).await;
     assert_eq!(e["code"], 4001, "{e}");
     c.ok(

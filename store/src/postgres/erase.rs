@@ -160,7 +160,7 @@ impl StoreErase for PgErase {
                     .bind(i64::from(batch.max(1)))
                     .fetch_all(&self.pool)
                     .await
-                    .map_err(|e| map_sqlx(e))?;
+                    .map_err(map_sqlx)?;
             if ids.is_empty() {
                 break;
             }
@@ -190,7 +190,7 @@ impl StoreErase for PgErase {
         let ids: Vec<String> = sqlx::query_scalar("SELECT session_id FROM erasing LIMIT 16")
             .fetch_all(&self.pool)
             .await
-            .map_err(|e| map_sqlx(e))?;
+            .map_err(map_sqlx)?;
         let mut removed = 0;
         for id in ids {
             removed += self.purge(&id, batch).await?;
@@ -217,11 +217,11 @@ impl StoreErase for PgErase {
             .bind(i64::from(limit))
             .fetch_all(&self.pool)
             .await
-            .map_err(|e| map_sqlx(e))?;
+            .map_err(map_sqlx)?;
         rows.iter()
             .map(|r| {
-                let profile: String = r.try_get(0).map_err(|e| map_sqlx(e))?;
-                let id: String = r.try_get(1).map_err(|e| map_sqlx(e))?;
+                let profile: String = r.try_get(0).map_err(map_sqlx)?;
+                let id: String = r.try_get(1).map_err(map_sqlx)?;
                 Ok((profile, SessionId::from(id)))
             })
             .collect()
@@ -254,11 +254,11 @@ impl StoreErase for PgErase {
             .bind(i64::from(limit))
             .fetch_all(&self.pool)
             .await
-            .map_err(|e| map_sqlx(e))?;
+            .map_err(map_sqlx)?;
         rows.iter()
             .map(|r| {
-                let profile: String = r.try_get(0).map_err(|e| map_sqlx(e))?;
-                let id: String = r.try_get(1).map_err(|e| map_sqlx(e))?;
+                let profile: String = r.try_get(0).map_err(map_sqlx)?;
+                let id: String = r.try_get(1).map_err(map_sqlx)?;
                 Ok((profile, SessionId::from(id)))
             })
             .collect()
