@@ -4,9 +4,13 @@
 //! `session.events.since`, `session.list`), its branches lose their link to
 //! it and nothing else; a second delete is 4001; another profile cannot
 //! delete it. On SQLite the marker written into it is gone from the
-//! database file once the gateway is stopped and the store vacuumed.
+//! database file once the gateway is stopped and the store vacuumed. On a
+//! cluster a delete sent through a node that only follows the session runs
+//! on its owner, and both nodes then answer 4001 for it.
 
 mod common;
+#[path = "cluster/mod.rs"]
+mod harness;
 
 use std::path::Path;
 use std::process::Command;
@@ -212,3 +216,31 @@ async fn a_running_turn_ends_before_the_delete(backend: Backend) {
 }
 
 backends!(deleted_everywhere, a_running_turn_ends_before_the_delete);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_through_a_follower_runs_on_the_owner() {
+    let Some(cluster) = harness::TestCluster::start(2, 2000) else {
+        return;
+    };
+    let (mut owner, mut follower, id) = harness::clients::owner_and_follower(&cluster).await;
+    let r = follower
+        .ok("session.delete", json!({"session_id": id}))
+        .await;
+    assert_eq!(r, json!({"deleted": true}));
+    for peer in [&mut owner, &mut follower] {
+        let told = peer.next_event().await;
+        assert_eq!(told["type"], "session.deleted", "{told}");
+    }
+    for node in &cluster.nodes {
+        let mut c = node.client().await;
+        let e = c.err("session.resume", json!({"session_id": id})).await;
+        assert_eq!(e["code"], 4001, "{e}");
+        let e = c
+            .err(
+                "session.events.since",
+                json!({"session_id": id, "last_seen": 0}),
+            )
+            .await;
+        assert_eq!(e["code"], 4001, "{e}");
+    }
+}

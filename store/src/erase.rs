@@ -6,8 +6,9 @@
 //! lock). A session is erased in two steps:
 //!
 //! 1. its row, its handoffs, its branches' link to it (`parent_session_id` set to NULL) and, on
-//!    PostgreSQL, its ownership, peer and forward rows go in one transaction that records the
-//!    session in the `erasing` table. From this commit on nothing of it is readable: every read
+//!    PostgreSQL, its peer rows go in one transaction that records the session in the
+//!    `erasing` table (its ownership row stays a minute, for a forwarded delete's answer, and
+//!    goes with [`StoreErase::finish_erasing`]). From this commit on nothing of it is readable: every read
 //!    starts from the session row.
 //! 2. its events go in batches of at most `batch` events, each its own transaction, and then its
 //!    `erasing` row. A crash in between leaves the row, and [`StoreErase::finish_erasing`] (the

@@ -13,6 +13,9 @@
 //! message still in the mailbox is answered 4001, as is every later
 //! request (the registry finds no row to load).
 //!
+//! On a cluster the owner runs it (a follower forwards it there); the
+//! follower that forwarded it then tells its own peers and stops too.
+//!
 //! Idempotence: a second `session.delete` while the first runs is answered
 //! with the first; one that comes after finds no session and is answered
 //! 4001, as any request for an unknown session (docs/PROTOCOL.md says a
@@ -107,6 +110,14 @@ impl SessionState {
 
     /// The store's answer to the erase.
     pub(super) fn erased(&mut self, myself: &ActorRef<SessionMsg>, result: Result<bool, RpcError>) {
+        if self.deleting.is_none() && self.following() && result.is_ok() {
+            // The owner erased it for a delete this follower forwarded: its
+            // peers here are told, and it stops, as the owner's copy did.
+            self.deleting = Some(Deleting {
+                replies: Vec::new(),
+                erased: false,
+            });
+        }
         let Some(deleting) = &mut self.deleting else {
             return;
         };

@@ -92,11 +92,14 @@ impl PgErase {
         .fetch_all(&mut *tx)
         .await
         .map_err(write_err)?;
+        // Not `forwards` nor `session_owners`: the delete may itself be a
+        // forwarded request, whose answer its owner writes there once the erase
+        // is done, under its ownership row. Forward rows go with the nodes'
+        // sweep once past their deadline (seconds); ownership rows, which hold
+        // nothing but a node and a fence, with `finish_erasing`.
         for table in [
             "DELETE FROM handoffs WHERE session_id = $1",
-            "DELETE FROM session_owners WHERE session_id = $1",
             "DELETE FROM session_peers WHERE session_id = $1",
-            "DELETE FROM forwards WHERE session_id = $1",
         ] {
             sqlx::query(table)
                 .bind(id)
@@ -195,6 +198,18 @@ impl StoreErase for PgErase {
         for id in ids {
             removed += self.purge(&id, batch).await?;
         }
+        // Ownership rows of erased sessions, once no forwarded request can
+        // still be answered under them.
+        sqlx::query(
+            "DELETE FROM session_owners WHERE session_id IN (SELECT o.session_id \
+             FROM session_owners o WHERE NOT EXISTS (SELECT 1 FROM sessions s \
+             WHERE s.id = o.session_id) AND COALESCE(o.claimed_at, '-infinity') \
+             < clock_timestamp() - interval '1 minute' LIMIT $1)",
+        )
+        .bind(i64::from(batch.max(1)))
+        .execute(&self.pool)
+        .await
+        .map_err(write_err)?;
         Ok(removed)
     }
 
