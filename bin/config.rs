@@ -7,6 +7,7 @@
 
 mod file;
 mod limits;
+mod retention;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -35,6 +36,7 @@ fn parse_listen(s: &str) -> Result<SocketAddr, String> {
 }
 
 pub use file::read_profile_engines;
+pub use retention::RetentionArgs;
 
 /// `--max-connections` when not configured.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 65_536;
@@ -231,6 +233,8 @@ pub struct ServeArgs {
     /// `[profiles.NAME.engine]` tables of the config file.
     #[arg(skip)]
     pub profile_engines: ProfileEngineMap,
+    #[command(flatten)]
+    pub retention: RetentionArgs,
 }
 
 /// Profile name → its engine config.
@@ -256,6 +260,7 @@ impl ServeArgs {
     }
 
     fn check(&self) -> anyhow::Result<()> {
+        self.retention.config()?;
         if self.max_frame_bytes < 1024 {
             bail!("--max-frame-bytes must be at least 1024");
         }

@@ -1,6 +1,7 @@
 //! The `tether` binary: a thin layer over the actor system.
 #![forbid(unsafe_code)]
 
+mod admin;
 mod backup;
 mod bench;
 mod config;
@@ -46,6 +47,9 @@ enum Command {
     /// Copy a running gateway's SQLite store to a new file, online
     /// (docs/RELIABILITY.md, "Backup and restore").
     Backup(backup::BackupArgs),
+    /// An operator's commands on a stopped gateway's store: `erase-profile
+    /// NAME`, `vacuum` (docs/RELIABILITY.md, "Deletion").
+    Admin(admin::AdminArgs),
     /// Run a compute host: a worker that runs turns for a gateway over
     /// stdin/stdout (docs/PROTOCOL.md Part 2).
     Host(host::HostArgs),
@@ -112,6 +116,7 @@ fn main() -> ExitCode {
         Command::Host(args) => host_main(args),
         Command::Bench(args) => bench::forward(args),
         Command::Backup(args) => backup::run(args),
+        Command::Admin(args) => admin::run(args),
         Command::Serve(args) => serve_main(*args, matches.subcommand_matches("serve")),
     }
 }

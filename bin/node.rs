@@ -20,6 +20,7 @@ pub struct Node {
 pub struct StoreParts {
     pub reader: Arc<dyn StoreRead>,
     pub handoffs: Arc<dyn HandoffStore>,
+    pub eraser: Arc<dyn tether_store::StoreErase>,
     pub epoch: String,
     pub writers: WriterFactory,
 }
@@ -59,6 +60,7 @@ impl Node {
         Ok(StoreParts {
             reader: opened.reader,
             handoffs: opened.handoffs,
+            eraser: opened.eraser,
             epoch: opened.epoch,
             writers,
         })

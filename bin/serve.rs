@@ -54,7 +54,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             "killed compute hosts left over by a gateway that stopped hard"
         );
     }
-    let config = gateway_config(&args);
+    let config = gateway_config(&args)?;
     config.profile_engines.replace(args.profile_engines.clone());
     if let Some(path) = args.config.clone() {
         reload_on_sighup(path, config.profile_engines.clone());
@@ -71,6 +71,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         hosts: (args.hosts > 0).then_some(hosts),
         reader: store.reader,
         handoffs: store.handoffs,
+        eraser: store.eraser,
         epoch: store.epoch,
         writer_factory: store.writers,
         cluster: node.as_ref().map(|n| n.cluster().clone()),
@@ -159,6 +160,7 @@ async fn open_store(
             parts: StoreParts {
                 reader: store.reader.clone(),
                 handoffs: store.handoffs.clone(),
+                eraser: store.eraser.clone(),
                 epoch: store.epoch.clone(),
                 writers: store.writers.clone(),
             },
@@ -202,8 +204,9 @@ fn host_config(args: &ServeArgs) -> anyhow::Result<HostConfig> {
 }
 
 /// The gateway's settings from the flags (a flat table).
-fn gateway_config(args: &ServeArgs) -> GatewayConfig {
-    GatewayConfig {
+fn gateway_config(args: &ServeArgs) -> anyhow::Result<GatewayConfig> {
+    let retention = args.retention.config()?;
+    Ok(GatewayConfig {
         ring_events: args.ring_events,
         outbox_frames: args.outbox_frames,
         max_frame_bytes: args.max_frame_bytes,
@@ -226,8 +229,9 @@ fn gateway_config(args: &ServeArgs) -> GatewayConfig {
         max_peers_per_session: args.max_peers_per_session,
         idle_timeout: Duration::from_secs(args.idle_timeout_s),
         profile_limits: args.profile_limits.clone(),
+        retention,
         ..GatewayConfig::default()
-    }
+    })
 }
 
 /// Resolves, with what to tell the operator, when the compute hosts

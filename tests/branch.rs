@@ -232,6 +232,7 @@ async fn a_branch_the_disk_cannot_hold_leaves_nothing() {
         hosts: None,
         reader: opened.reader,
         handoffs: opened.handoffs,
+        eraser: opened.eraser,
         epoch: opened.epoch,
         writer_factory: factory,
         cluster: None,

@@ -131,6 +131,7 @@ async fn a_complete_the_disk_refused_is_written_once_it_has_room() {
         hosts: Some(hosts),
         reader: opened.reader,
         handoffs: opened.handoffs,
+        eraser: opened.eraser,
         epoch: opened.epoch,
         writer_factory: factory,
         cluster: None,

@@ -78,6 +78,8 @@ pub struct GatewayConfig {
     pub profile_engines: ProfileEngines,
     /// What each profile may hold (`--profile-limit`, `[limits.PROFILE]`).
     pub profile_limits: crate::profile_limits::LimitTable,
+    /// What the store keeps, and for how long (`retention.rs`).
+    pub retention: crate::RetentionConfig,
 }
 
 /// The profiles' engine configs, replaced as a whole when the config file
@@ -131,6 +133,7 @@ impl Default for GatewayConfig {
             idle_timeout: Duration::from_secs(45),
             profile_engines: ProfileEngines::default(),
             profile_limits: Default::default(),
+            retention: crate::RetentionConfig::default(),
         }
     }
 }

@@ -51,6 +51,9 @@ pub struct CtxParts {
     /// The handoff queue: small compare-and-set writes on a connection of
     /// their own, beside the StoreWriter (see the store's `sqlite/handoffs.rs`).
     pub(crate) handoffs: Arc<dyn HandoffStore>,
+    /// Deletion and retention: short transactions on a connection of their
+    /// own (the store's `erase.rs`).
+    pub(crate) eraser: Arc<dyn tether_store::StoreErase>,
     pub(crate) epoch: Arc<str>,
     pub(crate) writer: watch::Receiver<Option<ActorRef<StoreWriterMsg>>>,
     pub(crate) registry: watch::Receiver<Option<ActorRef<RegistryMsg>>>,

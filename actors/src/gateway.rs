@@ -64,6 +64,8 @@ pub struct GatewayArgs {
     pub hosts: Option<HostConfig>,
     pub reader: Arc<dyn StoreRead>,
     pub handoffs: Arc<dyn HandoffStore>,
+    /// Deletion and retention.
+    pub eraser: Arc<dyn tether_store::StoreErase>,
     pub epoch: String,
     pub writer_factory: WriterFactory,
     /// This gateway is a node of a cluster on PostgreSQL (`--cluster`):
@@ -396,6 +398,7 @@ impl GatewayHandle {
             config: Arc::new(args.config),
             reader: args.reader,
             handoffs: args.handoffs,
+            eraser: args.eraser,
             epoch: Arc::from(args.epoch),
             writer: writer_rx,
             registry: registry_rx,
@@ -425,6 +428,7 @@ impl GatewayHandle {
             factory: args.writer_factory,
         };
         let (actor, join) = Actor::spawn(None, Gateway, root).await?;
+        crate::retention::spawn(ctx.clone());
         Ok(Self { ctx, actor, join })
     }
 

@@ -84,6 +84,17 @@ impl Ring {
         }
     }
 
+    /// Drops the entries before `seq` (retention trimmed them from the
+    /// store): a replay from before it then reads the store, which says
+    /// `truncated`.
+    pub fn forget_before(&mut self, seq: u64) {
+        while self.entries.front().is_some_and(|e| e.seq < seq) {
+            if let Some(old) = self.entries.pop_front() {
+                self.bytes -= old.bytes();
+            }
+        }
+    }
+
     /// Whether the ring alone can answer `seq > after` (up to its newest).
     pub fn coverage(&self, after: u64, upto: u64) -> Coverage {
         if after >= upto {
@@ -180,5 +191,21 @@ mod tests {
         r.push(entry(1, "a"));
         assert!(r.is_empty());
         assert_eq!(r.coverage(0, 1), Coverage::Partial);
+    }
+
+    #[test]
+    fn forgetting_a_prefix_leaves_the_rest_and_its_bytes() {
+        let mut ring = Ring::new(10, 1 << 20);
+        for seq in 1..=5 {
+            ring.push(entry(seq, "x"));
+        }
+        let one = entry(1, "x").bytes();
+        ring.forget_before(3);
+        assert_eq!(ring.len(), 3);
+        assert_eq!(ring.bytes(), 3 * one);
+        assert_eq!(ring.coverage(1, 5), Coverage::Partial);
+        assert_eq!(ring.coverage(2, 5), Coverage::Full);
+        ring.forget_before(1);
+        assert_eq!(ring.len(), 3);
     }
 }

@@ -21,6 +21,7 @@ mod cluster;
 mod commit;
 mod compress;
 mod deferred;
+mod delete;
 mod encoded_history;
 mod handoff;
 mod history;
@@ -51,6 +52,7 @@ use tracing::debug;
 
 pub use attach::ResumeReply;
 pub use cluster::ClusterMsg;
+pub(crate) use delete::ERASE_BATCH;
 pub use peers::PeerLink;
 pub(crate) use write::{host_wait, WriteReply};
 
@@ -135,6 +137,14 @@ pub enum SessionMsg {
     },
     /// Answered once every event emitted so far is committed and fanned out.
     Flush { reply: RpcReplyPort<()> },
+    /// The session it was branched from was erased.
+    Unlinked,
+    /// From the retention sweep: events before `retained_from_seq` were
+    /// trimmed from the store.
+    Trimmed { retained_from_seq: u64 },
+    /// Internal: the store's answer to this session's erase (`delete.rs`):
+    /// whether its row was still there.
+    Erased { result: Result<bool, RpcError> },
     /// What only a session on a cluster is told (`cluster.rs`).
     Cluster(ClusterMsg),
     /// The gateway drains: end the running and queued turns, then answer
@@ -232,6 +242,8 @@ pub struct SessionState {
     /// The seq of the `session.closed` this actor emitted: nothing is
     /// emitted after it (`pipeline.rs`).
     closed_at: Option<u64>,
+    /// A `session.delete` under way, or done (`delete.rs`).
+    deleting: Option<delete::Deleting>,
     ctx: Ctx,
     gauges: Arc<SessionGauges>,
     /// Its running and queued turns, as its profile's counts hold them
@@ -287,6 +299,9 @@ impl Actor for Session {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         let me = &myself;
+        let Some(msg) = state.unless_erased(msg) else {
+            return Ok(());
+        };
         let Some(msg) = state.unless_following(me, msg) else {
             return Ok(());
         };
@@ -320,6 +335,12 @@ impl Actor for Session {
                 let _ = reply.send(state.active_turn_stat());
             }
             SessionMsg::Flush { reply } => state.when_settled(me, reply),
+            SessionMsg::Erased { result } => state.erased(me, result),
+            SessionMsg::Unlinked => state.parent_session_id = None,
+            SessionMsg::Trimmed { retained_from_seq } => {
+                state.retained_from_seq = state.retained_from_seq.max(retained_from_seq);
+                state.ring.forget_before(retained_from_seq);
+            }
             SessionMsg::Cluster(msg) => state.cluster_msg(me, msg),
             SessionMsg::Drain { reply } => state.drain(me, reply),
             SessionMsg::Committed {

@@ -133,6 +133,7 @@ pub async fn start_gateway_store(
         hosts,
         reader: store.reader,
         handoffs: store.handoffs,
+        eraser: store.eraser,
         epoch: store.epoch,
         writer_factory: store.writers,
         cluster: None,

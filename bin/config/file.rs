@@ -24,6 +24,7 @@ fn listen_in_file<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Socke
 #[serde(deny_unknown_fields)]
 struct FileProfile {
     engine: Option<toml::Table>,
+    retention: Option<super::retention::FileRetention>,
 }
 
 /// The config file: every key optional, named like the flags.
@@ -78,6 +79,7 @@ pub(super) struct FileConfig {
     /// `[limits.PROFILE]` (`[limits."*"]`: every profile), `config/limits.rs`.
     pub(super) limits:
         Option<std::collections::HashMap<String, tether_actors::profile_limits::ProfileLimits>>,
+    retention: Option<super::retention::FileRetention>,
 }
 
 impl ServeArgs {
@@ -161,6 +163,14 @@ impl ServeArgs {
         if self.token.is_empty() {
             self.token = file.token.unwrap_or_default();
         }
+        let retention = file
+            .profiles
+            .iter()
+            .flatten()
+            .filter_map(|(name, p)| Some((name.clone(), p.retention.clone()?)))
+            .collect();
+        self.retention
+            .apply_file(file.retention, retention, matches);
         self.profile_engines = engines_of(file.profiles)?;
         Ok(())
     }

@@ -35,6 +35,9 @@ wire_enum! {
         SessionClosed = "session.closed",
         Error = "error",
         SessionReclaimed = "session.reclaimed",
+        /// The session was erased (`session.delete`, retention, an operator's
+        /// erase): the last frame of it a peer gets.
+        SessionDeleted = "session.deleted",
         /// The first frame of every connection (1.3).
         GatewayReady = "gateway.ready",
     }
@@ -50,6 +53,7 @@ impl EventType {
             EventType::MessageDelta
                 | EventType::ReasoningDelta
                 | EventType::SessionReclaimed
+                | EventType::SessionDeleted
                 | EventType::GatewayReady
         )
     }
@@ -191,6 +195,10 @@ pub struct SessionInfoPayload {
 pub struct SessionClosedPayload {
     pub reason: String,
 }
+
+/// `session.deleted`: no fields (the session is gone, whoever erased it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionDeletedPayload {}
 
 /// `error`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 
 use tether_protocol::SessionId;
 
-use crate::{EventRow, HandoffStore, SessionRow, StoreError, WriteOp};
+use crate::{EventRow, HandoffStore, SessionRow, StoreErase, StoreError, WriteOp};
 
 /// Events per read of [`StoreRead::events_between`].
 const EVENTS_PAGE: u32 = 2000;
@@ -167,6 +167,8 @@ pub struct Opened {
     pub reader: Arc<dyn StoreRead>,
     /// The handoff queue (its own connection: see `sqlite/handoffs.rs` for why), shared.
     pub handoffs: Arc<dyn HandoffStore>,
+    /// Deletion and retention (their own connection: `erase.rs`), shared.
+    pub eraser: Arc<dyn StoreErase>,
     /// The store's epoch (same as `reader.epoch()`).
     pub epoch: String,
     /// The events the store held when it was opened (the sum of every session's `latest_seq`).

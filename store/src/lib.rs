@@ -24,6 +24,7 @@ mod cli;
 mod columns;
 mod config;
 mod cursor;
+mod erase;
 mod error;
 mod handoff;
 mod lock;
@@ -42,6 +43,7 @@ mod writer_command;
 pub use api::{Opened, StoreRead, StoreWrite};
 pub use config::{PostgresConfig, StoreConfig, Synchronous};
 pub use cursor::list_cursor_after;
+pub use erase::{Scope, StoreErase, Trimmed};
 pub use error::StoreError;
 pub use handoff::{
     truncate_utf8, CompleteOutcome, FailOutcome, HandoffRow, HandoffStore, RequestOutcome,
@@ -54,6 +56,7 @@ pub use open_error::OpenError;
 pub use postgres::{open_postgres, open_postgres_writer};
 pub use served::SERVED_FILE;
 pub use sqlite::backup::{backup_sqlite, BackupError, BackupReport};
+pub use sqlite::erase::vacuum_sqlite;
 pub use sqlite::{open_sqlite, open_sqlite_writer};
 /// A database URL as it may be shown: the one masking rule of
 /// [`tether_protocol::mask_urls`].

@@ -15,8 +15,8 @@ use crate::postgres::{open_postgres, open_postgres_writer};
 use crate::served::Served;
 use crate::sqlite::{open_sqlite, open_sqlite_writer};
 use crate::{
-    mask_url, HandoffStore, LockError, OpenError, Opened, PostgresConfig, StoreConfig, StoreError,
-    StoreLock, StoreRead, StoreWrite, Synchronous,
+    mask_url, HandoffStore, LockError, OpenError, Opened, PostgresConfig, StoreConfig, StoreErase,
+    StoreError, StoreLock, StoreRead, StoreWrite, Synchronous,
 };
 
 /// Which store a gateway opens: the SQLite file (the default, in the data directory) or a
@@ -143,6 +143,8 @@ pub struct Store {
     pub reader: Arc<dyn StoreRead>,
     /// The handoff queue, shared.
     pub handoffs: Arc<dyn HandoffStore>,
+    /// Deletion and retention, shared.
+    pub eraser: Arc<dyn StoreErase>,
     /// The store's epoch (same as `reader.epoch()`).
     pub epoch: String,
     /// The writers, for the StoreWriter actor: the first call hands out the writer opened with
@@ -201,6 +203,7 @@ fn store(
         writer,
         reader,
         handoffs,
+        eraser,
         epoch,
         held,
     } = opened;
@@ -208,6 +211,7 @@ fn store(
     Store {
         reader,
         handoffs,
+        eraser,
         epoch,
         writers: factory(writer, served.clone(), open),
         _lock: lock,

@@ -4,9 +4,10 @@
 //! and given a new epoch (PROTOCOL.md Part 4, "History that went
 //! backwards").
 //!
-//! The measure is the number of events the store holds, counted as the sum
-//! of every session's `latest_seq`: events are never removed and a session
-//! never rewinds (the one rewind, of a PostgreSQL batch answered 5072, undoes
+//! The measure is the number of events the store ever held, counted as the
+//! sum of every session's `latest_seq` plus the `latest_seq` of every session
+//! erased since (the store's `erased_events`, kept in the erase's own
+//! transaction; a trim changes no `latest_seq`): a session never rewinds (the one rewind, of a PostgreSQL batch answered 5072, undoes
 //! what no one was told was written), so it only grows while the history is
 //! the same. The file records the epoch and that number as of the writes
 //! this gateway had committed: it starts at what the store held when it was

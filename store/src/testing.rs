@@ -14,7 +14,7 @@ use std::sync::Once;
 use sqlx::postgres::PgConnection;
 use sqlx::Connection;
 
-pub use crate::postgres::open_postgres_handoffs;
+pub use crate::postgres::{open_postgres_eraser, open_postgres_handoffs};
 pub use crate::sqlite::open_sqlite_writer_with_page_headroom;
 
 /// The variable naming the server the PostgreSQL runs use.

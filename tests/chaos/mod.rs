@@ -145,6 +145,7 @@ pub async fn start_on(
         hosts: Some(hosts),
         reader: store.reader,
         handoffs: store.handoffs,
+        eraser: store.eraser,
         epoch: store.epoch,
         writer_factory: store.writers,
         cluster: None,

@@ -1,8 +1,9 @@
 //! A request that changes one session, as a peer asks it: its session runs
 //! it (`session/write.rs`; on a cluster, its owner), brought live for it.
-//! Three need more of the peer: a branch of a session that is not live is
-//! made from its row, a handoff is announced once inserted, and closing a
-//! closed session succeeds again.
+//! Four need more of the peer: a branch of a session that is not live is
+//! made from its row, a handoff is announced once inserted, closing a
+//! closed session succeeds again, and a closed session is deleted without
+//! being brought live (`retention/delete.rs`).
 
 use serde_json::value::RawValue;
 use tether_protocol::codes::SESSION_CLOSED;
@@ -20,6 +21,19 @@ impl PeerState {
                 Err(e) if e.code == SESSION_CLOSED => Ok(to_raw(&CloseResult { closed: true })),
                 closed => closed,
             },
+            SessionWrite::SessionDelete(p) => {
+                let Some(profile) = self.scope(p.profile.as_deref()) else {
+                    return Err(RpcError::session_not_found());
+                };
+                let deleted = crate::retention::delete_session(
+                    &self.ctx,
+                    &profile,
+                    &p.session_id,
+                    self.timeout(),
+                )
+                .await?;
+                Ok(to_raw(&deleted))
+            }
             // The session's answer is the whole of it.
             write => self.ask_write(write).await,
         }

@@ -59,6 +59,8 @@ pub(super) enum Waiter {
     Settled(RpcReplyPort<()>),
     /// As `Settled`, then the session stops.
     Stop,
+    /// As `Settled`, then the session is erased (`delete.rs`).
+    Delete,
 }
 
 impl SessionState {
@@ -281,6 +283,14 @@ impl SessionState {
         }
     }
 
+    /// Erases the session once every event emitted so far is committed
+    /// and fanned out (or dropped by a failure).
+    pub(super) fn erase_when_settled(&mut self, myself: &ActorRef<SessionMsg>) {
+        if let Some(waiter) = self.commit.wait_settled(Waiter::Delete) {
+            self.answer(myself, waiter);
+        }
+    }
+
     /// Fans out what a commit released, in order, then answers its waiters.
     fn release(
         &mut self,
@@ -326,6 +336,7 @@ impl SessionState {
                 info!(session_id = %self.id, "session stopped after its last events");
                 let _ = myself.drain();
             }
+            Waiter::Delete => self.erase_now(myself),
         }
     }
 
@@ -345,8 +356,8 @@ impl SessionState {
             Waiter::Settled(reply) => {
                 let _ = reply.send(());
             }
-            // Only ever a settled waiter, which a failure settles.
-            Waiter::Stop => {}
+            // Only ever settled waiters, which a failure settles.
+            Waiter::Stop | Waiter::Delete => {}
         }
     }
 

@@ -71,6 +71,7 @@ impl SessionState {
             owed: owed::Owed::default(),
             closed_at: None,
             turn_count,
+            deleting: None,
             ctx,
             gauges,
         }

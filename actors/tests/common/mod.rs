@@ -16,6 +16,7 @@ pub async fn start(dir: &std::path::Path, config: GatewayConfig) -> GatewayHandl
         hosts: None,
         reader: store.reader,
         handoffs: store.handoffs,
+        eraser: store.eraser,
         epoch: store.epoch,
         writer_factory: store.writers,
         cluster: None,

@@ -31,6 +31,7 @@ fn event_type_names_and_durability() {
         ("session.closed", true),
         ("error", true),
         ("session.reclaimed", false),
+        ("session.deleted", false),
         ("gateway.ready", false),
     ];
     assert_eq!(EventType::ALL.len(), table.len());

@@ -222,6 +222,7 @@ methods! {
     "session.compress" => SessionCompress(CompressParams),
     "handoff.request" => HandoffRequest(HandoffRequestParams),
     "session.rename" => SessionRename(RenameParams),
+    "session.delete" => SessionDelete(DeleteParams),
 }
 
 impl Request {

@@ -237,6 +237,12 @@ pub struct CloseResult {
     pub closed: bool,
 }
 
+/// `session.delete`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeleteResult {
+    pub deleted: bool,
+}
+
 /// `session.branch`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BranchResult {

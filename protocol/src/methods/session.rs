@@ -149,6 +149,16 @@ pub struct CloseParams {
 
 impl Params for CloseParams {}
 
+/// `session.delete`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeleteParams {
+    pub session_id: SessionId,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+}
+
+impl Params for DeleteParams {}
+
 /// `session.interrupt`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InterruptParams {

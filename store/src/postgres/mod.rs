@@ -16,6 +16,7 @@
 pub(crate) mod batch;
 pub(crate) mod cluster;
 pub(crate) mod connect;
+pub(crate) mod erase;
 pub(crate) mod errors;
 pub(crate) mod fencing;
 mod handoffs;
@@ -44,6 +45,8 @@ const OPEN_BACKOFF_MAX: Duration = Duration::from_secs(2);
 /// Handoff transitions are single statements; two connections let one wait on a row lock
 /// without holding up the others.
 pub(crate) const HANDOFF_CONNECTIONS: u32 = 2;
+/// Erasing is serial; one more connection holds the retention lease during a sweep.
+pub(crate) const ERASE_CONNECTIONS: u32 = 2;
 
 /// Opens the PostgreSQL store: connects (retrying a server that cannot be reached for
 /// `cfg.connect_timeout`), takes the database's writer lock, runs the migrations, creates the
@@ -71,6 +74,11 @@ pub async fn open_postgres(cfg: &PostgresConfig) -> Result<Opened, OpenError> {
         .min_connections(0)
         .acquire_timeout(acquire)
         .connect_lazy_with(settings.pool_options("handoffs"));
+    let eraser = PgPoolOptions::new()
+        .max_connections(ERASE_CONNECTIONS)
+        .min_connections(0)
+        .acquire_timeout(acquire)
+        .connect_lazy_with(settings.pool_options("erase"));
     check_pool(&reader).await?;
     tracing::info!(url = %settings.url, epoch = %epoch, "store opened");
     let writer = writer::start(settings, writer_id, Some(conn), None);
@@ -78,6 +86,7 @@ pub async fn open_postgres(cfg: &PostgresConfig) -> Result<Opened, OpenError> {
         writer: Box::new(writer),
         reader: Arc::new(PgReader::new(reader, epoch.clone())),
         handoffs: Arc::new(PgHandoffs::new(handoffs)),
+        eraser: Arc::new(erase::PgErase::new(eraser)),
         epoch,
         held,
     })
@@ -115,6 +124,18 @@ pub async fn open_postgres_handoffs(
         .max_connections(HANDOFF_CONNECTIONS)
         .connect_lazy_with(settings.pool_options("handoffs"));
     Ok(Arc::new(PgHandoffs::new(pool)))
+}
+
+/// Test support: an erase pool of its own on an opened store, as another node has.
+#[cfg(feature = "testing")]
+pub async fn open_postgres_eraser(
+    cfg: &PostgresConfig,
+) -> Result<Arc<dyn crate::StoreErase>, OpenError> {
+    let settings = Settings::new(cfg)?;
+    let pool = PgPoolOptions::new()
+        .max_connections(ERASE_CONNECTIONS)
+        .connect_lazy_with(settings.pool_options("erase"));
+    Ok(Arc::new(erase::PgErase::new(pool)))
 }
 
 /// The writer's first connection, retried while the server cannot be reached.
@@ -181,10 +202,13 @@ pub(crate) async fn ensure_epoch(
         .await
         .map_err(map_sqlx)?;
     let epoch = read_epoch(conn).await?;
-    let held: i64 = sqlx::query_scalar("SELECT COALESCE(SUM(latest_seq), 0)::BIGINT FROM sessions")
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(map_sqlx)?;
+    let held: i64 = sqlx::query_scalar(
+        "SELECT (COALESCE(SUM(latest_seq), 0) + COALESCE((SELECT value::BIGINT FROM meta \
+         WHERE key = 'erased_events'), 0))::BIGINT FROM sessions",
+    )
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(map_sqlx)?;
     let held = u64::try_from(held).unwrap_or(0);
     let Some(saw) = crate::served::older_than_served(served, &epoch, held) else {
         return Ok((epoch, held));

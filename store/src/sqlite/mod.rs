@@ -6,6 +6,7 @@
 
 pub(crate) mod backup;
 mod checkpoint;
+pub(crate) mod erase;
 mod errors;
 mod handoffs;
 mod ops;
@@ -18,7 +19,8 @@ use std::sync::Arc;
 
 use sqlx::migrate::Migrator;
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous,
+    SqliteAutoVacuum, SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePoolOptions,
+    SqliteSynchronous,
 };
 use sqlx::{ConnectOptions, Connection, Row};
 
@@ -35,12 +37,16 @@ static MIGRATOR: Migrator = sqlx::migrate!("./migrations/sqlite");
 /// the reader and the epoch.
 pub async fn open_sqlite(cfg: &StoreConfig) -> Result<Opened, StoreError> {
     ensure_parent_dir(&cfg.db_path).await?;
+    // Incremental vacuum is what gives erased pages back to the file system; a new file gets it
+    // here, before its first table, and an older one is converted below.
     let mut conn = base_options(cfg)
         .create_if_missing(true)
+        .auto_vacuum(SqliteAutoVacuum::Incremental)
         .connect()
         .await
         .map_err(|e| map_sqlx(e, Doing::Open))?;
     MIGRATOR.run(&mut conn).await.map_err(map_migrate)?;
+    erase::ensure_incremental_vacuum(&mut conn, &cfg.db_path).await?;
     let described = cfg.db_path.display().to_string();
     let (epoch, held) = ensure_epoch(&mut conn, cfg.served.as_deref(), &described).await?;
     conn.close().await.map_err(|e| map_sqlx(e, Doing::Open))?;
@@ -62,12 +68,14 @@ pub async fn open_sqlite(cfg: &StoreConfig) -> Result<Opened, StoreError> {
     let (stop_checkpoints, stop) = tokio::sync::oneshot::channel();
     checkpoint::spawn(checkpointer, stop);
     let handoffs = SqliteHandoffs::open(cfg).await?;
+    let eraser = erase::SqliteErase::open(cfg).await?;
 
     tracing::info!(db_path = %cfg.db_path.display(), epoch = %epoch, "store opened");
     Ok(Opened {
         writer: Box::new(writer),
         reader: Arc::new(SqliteReader::new(pool, epoch.clone(), stop_checkpoints)),
         handoffs: Arc::new(handoffs),
+        eraser: Arc::new(eraser),
         epoch,
         held,
     })
@@ -131,10 +139,13 @@ async fn ensure_epoch(
         .await
         .map_err(open)?;
     let epoch = read_epoch(conn).await?;
-    let held: i64 = sqlx::query_scalar("SELECT COALESCE(SUM(latest_seq), 0) FROM sessions")
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(open)?;
+    let held: i64 = sqlx::query_scalar(
+        "SELECT COALESCE(SUM(latest_seq), 0) + COALESCE((SELECT CAST(value AS INTEGER) FROM meta \
+         WHERE key = 'erased_events'), 0) FROM sessions",
+    )
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(open)?;
     let held = u64::try_from(held).unwrap_or(0);
     let Some(saw) = crate::served::older_than_served(served, &epoch, held) else {
         return Ok((epoch, held));

@@ -57,6 +57,9 @@ impl SessionState {
             | SessionMsg::WriterRestarted
             | SessionMsg::Rebased { .. }
             | SessionMsg::ReportToReaper
+            | SessionMsg::Erased { .. }
+            | SessionMsg::Trimmed { .. }
+            | SessionMsg::Unlinked
             // The follower's own work, and what an owner that just lost
             // the session still has to finish.
             | SessionMsg::Cluster(

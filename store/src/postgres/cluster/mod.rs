@@ -311,11 +311,20 @@ impl Cluster {
             .min_connections(0)
             .acquire_timeout(acquire)
             .connect_lazy_with(handoff_options);
+        let erase_options = settings
+            .node_options("erase")
+            .ok_or_else(|| ClusterError::Config("not a node's settings".into()))?;
+        let eraser = PgPoolOptions::new()
+            .max_connections(crate::postgres::ERASE_CONNECTIONS)
+            .min_connections(0)
+            .acquire_timeout(acquire)
+            .connect_lazy_with(erase_options);
         check_pool(&reader).await?;
         Ok(Opened {
             writer: self.open_writer().await,
             reader: Arc::new(PgReader::new(reader, self.inner.epoch.clone())),
             handoffs: Arc::new(PgHandoffs::fenced(handoffs, self.fencing())),
+            eraser: Arc::new(crate::postgres::erase::PgErase::new(eraser)),
             epoch: self.inner.epoch.clone(),
             held: self.inner.held,
         })

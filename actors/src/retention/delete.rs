@@ -1,0 +1,94 @@
+//! Deleting one session from outside it: what `session.delete` (a peer)
+//! and the retention sweep both do.
+//!
+//! A session that is live, or can be brought live, deletes itself (its
+//! owner on a cluster: `session/delete.rs` says how). A closed one is never
+//! brought live again (the registry answers with its row), and nothing
+//! writes to it any more, so it is erased in the store directly.
+
+use std::time::Duration;
+
+use tether_protocol::{DeleteParams, DeleteResult, RpcError, SessionId, SessionWrite};
+
+use crate::ctx::Ctx;
+use crate::peer::ask;
+use crate::registry::{RegistryMsg, Resolved};
+use crate::session::SessionMsg;
+
+use crate::session::ERASE_BATCH;
+
+/// Deletes session `id` of `profile`: answered once it is erased, 4001 if
+/// there is no such session (unknown, another profile's, already deleted).
+pub(crate) async fn delete_session(
+    ctx: &Ctx,
+    profile: &str,
+    id: &SessionId,
+    timeout: Duration,
+) -> Result<DeleteResult, RpcError> {
+    let registry = ctx.registry()?;
+    let (tx, answered) = tokio::sync::oneshot::channel();
+    let write = SessionWrite::SessionDelete(DeleteParams {
+        session_id: id.clone(),
+        profile: Some(profile.to_string()),
+    });
+    let msg = SessionMsg::Write {
+        write,
+        reply: tx.into(),
+    };
+    let routed = ask(
+        &registry,
+        |reply| RegistryMsg::Forward {
+            key: (profile.to_string(), id.clone()),
+            load: true,
+            msg,
+            reply,
+        },
+        timeout,
+    )
+    .await??;
+    match routed {
+        Resolved::Live(_) => match tokio::time::timeout(timeout, answered).await {
+            Ok(Ok(answer)) => serde_json::from_str(answer?.get())
+                .map_err(|e| RpcError::internal(format!("a delete's answer: {e}"))),
+            Ok(Err(_)) => Err(RpcError::internal(
+                "the session stopped while deleting itself",
+            )),
+            Err(_) => Err(RpcError::internal("the session did not answer in time")),
+        },
+        Resolved::Closed(_) | Resolved::Stored(_) => {
+            let found = ctx
+                .eraser
+                .delete_session(profile, id, ERASE_BATCH)
+                .await
+                .map_err(|e| RpcError::new(e.code(), e.to_string()))?;
+            let Some(branches) = found else {
+                return Err(RpcError::session_not_found());
+            };
+            unlink_live(ctx, profile, &branches).await;
+            Ok(DeleteResult { deleted: true })
+        }
+        Resolved::NotFound => Err(RpcError::session_not_found()),
+    }
+}
+
+/// Branches of an erased session that are live learn that their parent is
+/// gone (the store has already unlinked them); one that is not live reads
+/// its row when it is brought live.
+pub(crate) async fn unlink_live(ctx: &Ctx, profile: &str, branches: &[SessionId]) {
+    let Ok(registry) = ctx.registry() else {
+        return;
+    };
+    for branch in branches {
+        let _ = ask(
+            &registry,
+            |reply| RegistryMsg::Forward {
+                key: (profile.to_string(), branch.clone()),
+                load: false,
+                msg: SessionMsg::Unlinked,
+                reply,
+            },
+            ctx.config.call_timeout,
+        )
+        .await;
+    }
+}
