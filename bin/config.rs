@@ -5,6 +5,7 @@
 //! default (`config/file.rs`). Bad configuration is reported by the caller
 //! with exit status 64.
 
+mod auth;
 mod file;
 
 use std::net::SocketAddr;
@@ -33,6 +34,7 @@ fn parse_listen(s: &str) -> Result<SocketAddr, String> {
         .map_err(|_| format!("{s:?} is not an address (HOST:PORT, or :PORT for 127.0.0.1)"))
 }
 
+pub use auth::JwtArgs;
 pub use file::read_profile_engines;
 
 /// `--max-connections` when not configured.
@@ -206,6 +208,13 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     pub allow_origin: Vec<String>,
+    /// Signed tokens (JWT): keys and checks (docs/AUTHENTICATION.md).
+    #[command(flatten)]
+    pub jwt: JwtArgs,
+    /// The token settings given by flag or environment, which the config
+    /// file (at start or at a SIGHUP reload) does not change.
+    #[arg(skip)]
+    pub auth_pinned: auth::Pinned,
     /// Set when --control-wait-s came from a flag, env or file (not the
     /// default): only then may it shorten the compress wait.
     #[arg(skip)]
@@ -226,6 +235,7 @@ impl ServeArgs {
             matches.value_source("control_wait_s"),
             Some(ValueSource::CommandLine) | Some(ValueSource::EnvVariable)
         );
+        self.auth_pinned = auth::Pinned::of(matches);
         if let Some(path) = self.config.clone() {
             self.apply_file(file::read_file(&path)?, matches)?;
         }
@@ -264,10 +274,11 @@ impl ServeArgs {
         if self.handshake_timeout_s == 0 || self.idle_timeout_s == 0 {
             bail!("--handshake-timeout-s and --idle-timeout-s must be at least 1");
         }
-        let tokens = tether_gateway::Tokens::parse(&self.token)?;
-        if !self.listen.ip().is_loopback() && !self.stdio && tokens.is_empty() {
+        // Read (and so checked) whether or not the address needs tokens.
+        let has_tokens = self.has_tokens()?;
+        if !self.listen.ip().is_loopback() && !self.stdio && !has_tokens {
             bail!(
-                "refusing to listen on non-loopback address {} without tokens (add --token PROFILE:TOKEN)",
+                "refusing to listen on non-loopback address {} without tokens (add --token PROFILE:TOKEN or a --jwt-* key)",
                 self.listen
             );
         }
