@@ -240,3 +240,66 @@ impl super::ServeArgs {
         fresh.auth_config()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, FromArgMatches, Parser};
+
+    use super::super::ServeArgs;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    fn parse(args: &[&str]) -> ServeArgs {
+        let matches =
+            Cli::command().get_matches_from(std::iter::once("tether").chain(args.iter().copied()));
+        let cli = Cli::from_arg_matches(&matches).expect("valid flags");
+        cli.serve.resolve(&matches).expect("valid config")
+    }
+
+    #[test]
+    fn the_file_gives_the_jwt_settings_and_a_reload_rereads_only_what_flags_left() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, "s3cret\n").expect("write");
+        let file = dir.path().join("tether.toml");
+        let write = |body: &str| std::fs::write(&file, body).expect("write");
+        write(&format!(
+            "token = [\"a:tok-a\"]\njwt_secret_file = {secret:?}\njwt_issuer = \"https://id\"\njwt_leeway_s = 7\n"
+        ));
+        let path = file.to_string_lossy().into_owned();
+        let args = parse(&["--config", &path, "--jwt-audience", "tether"]);
+        let config = args.auth_config().expect("auth");
+        let jwt = config.jwt.expect("jwt configured");
+        assert_eq!(
+            jwt.hmac_secret.as_deref(),
+            Some(&b"s3cret"[..]),
+            "newline trimmed"
+        );
+        assert_eq!(jwt.issuer.as_deref(), Some("https://id"));
+        assert_eq!(jwt.audience.as_deref(), Some("tether"));
+        assert_eq!(jwt.leeway.as_secs(), 7);
+        assert_eq!(jwt.profile_claim, "sub");
+        assert!(!config.tokens.is_empty());
+
+        // The file changes: its keys are taken anew, removed ones go back
+        // to their defaults, and the flag's audience stays.
+        write(&format!(
+            "token = [\"b:tok-b\"]\njwt_secret_file = {secret:?}\n"
+        ));
+        let reloaded = args.reload_auth().expect("reload");
+        assert_eq!(reloaded.tokens.profile_of("tok-b"), Some("b"));
+        assert_eq!(reloaded.tokens.profile_of("tok-a"), None);
+        let jwt = reloaded.jwt.expect("jwt");
+        assert_eq!(jwt.audience.as_deref(), Some("tether"));
+        assert_eq!(jwt.issuer, None);
+        assert_eq!(jwt.leeway.as_secs(), 30);
+        // A file that drops the key the flag's audience needs is refused
+        // (the gateway then keeps what it has).
+        write("token = [\"b:tok-b\"]\n");
+        assert!(args.reload_auth().is_err());
+    }
+}
