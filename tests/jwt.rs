@@ -290,6 +290,9 @@ async fn a_token_limited_to_one_session_reaches_only_it() {
         ("prompt.submit", json!({"session_id": other, "text": "x"})),
         ("session.close", json!({"session_id": other})),
         ("session.create", json!({"title": "mine"})),
+        // Profile-wide methods name sessions it may not reach.
+        ("session.events.stats", json!({})),
+        ("handoff.claim", json!({"target": "t"})),
     ] {
         let e = guest.err(method, params).await;
         assert_eq!(e["code"], 4001, "{method}: {e}");

@@ -98,6 +98,8 @@ impl PeerState {
             Request::EventsSince(p) => self.since(p).await,
             Request::Write(w) => self.write(w).await,
             Request::EventsStats => {
+                // Profile-wide: it names sessions a limited token may not reach.
+                self.unrestricted()?;
                 let registry = self.ctx.registry()?;
                 let profile = self.identity.profile.clone();
                 let stats = ask(
@@ -108,9 +110,19 @@ impl PeerState {
                 .await?;
                 ok(&stats)
             }
-            Request::HandoffClaim(p) => self.handoff_claim(p).await,
-            Request::HandoffComplete(p) => self.handoff_complete(p).await,
-            Request::HandoffFail(p) => self.handoff_fail(p).await,
+            // By handoff id or target, not session: none for a limited token.
+            Request::HandoffClaim(p) => {
+                self.unrestricted()?;
+                self.handoff_claim(p).await
+            }
+            Request::HandoffComplete(p) => {
+                self.unrestricted()?;
+                self.handoff_complete(p).await
+            }
+            Request::HandoffFail(p) => {
+                self.unrestricted()?;
+                self.handoff_fail(p).await
+            }
             Request::HandoffState(p) => self.handoff_state(p).await,
             Request::RefreshToken(p) => self.refresh_token(p).await,
         }

@@ -222,6 +222,15 @@ impl super::PeerState {
         }
     }
 
+    /// 4001 for a method that is not about one session (a profile-wide
+    /// one) when the token limits the connection to a list of sessions.
+    pub(super) fn unrestricted(&self) -> Result<(), tether_protocol::RpcError> {
+        if self.sessions_restricted() {
+            return Err(tether_protocol::RpcError::session_not_found());
+        }
+        Ok(())
+    }
+
     /// Whether the token limits the connection to a list of sessions.
     pub(super) fn sessions_restricted(&self) -> bool {
         self.token
