@@ -30,6 +30,8 @@ use super::jwks::Jwks;
 
 /// Longest profile name a token may carry.
 const MAX_PROFILE_BYTES: usize = 256;
+/// The shortest HMAC secret accepted without a warning.
+const MIN_SECRET_BYTES: usize = 32;
 /// Most session ids one token may list.
 const MAX_SESSIONS: usize = 1000;
 
@@ -168,7 +170,17 @@ impl JwtVerifier {
         }
         let hmac = match &config.hmac_secret {
             Some(secret) if secret.is_empty() => return Err(JwtConfigError::EmptySecret),
-            Some(secret) => Some(DecodingKey::from_secret(secret)),
+            Some(secret) => {
+                // RFC 7518 §3.2: a key at least as long as the hash. Shorter
+                // ones work, but can be guessed offline from any token.
+                if secret.len() < MIN_SECRET_BYTES {
+                    tracing::warn!(
+                        bytes = secret.len(),
+                        "the JWT HMAC secret is shorter than {MIN_SECRET_BYTES} bytes; use a longer random one"
+                    );
+                }
+                Some(DecodingKey::from_secret(secret))
+            }
             None => None,
         };
         let public = match &config.public_key_pem {
