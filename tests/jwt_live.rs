@@ -52,8 +52,9 @@ async fn token_expiring_then_a_refresh_keeps_the_connection_and_its_attachments(
         return;
     };
     let dir = tempdir();
-    let gw = start(dir.path(), &keys, "2");
-    let exp = now() + 4;
+    let gw = start(dir.path(), &keys, "3");
+    // Room for a loaded machine: the refresh must come before `exp`.
+    let exp = now() + 6;
     let tokens = keys.mint(&[
         expiring("alice", exp),
         spec("HS256", "secret", "alice"),
@@ -107,7 +108,8 @@ async fn an_expired_connection_is_closed_with_4401_after_its_queued_frames() {
     };
     let dir = tempdir();
     let gw = start(dir.path(), &keys, "0");
-    let exp = now() + 4;
+    // The turn (2 s) must end before `exp`, with room for a loaded machine.
+    let exp = now() + 6;
     let token = keys.one(expiring("alice", exp));
     let mut c = Client::connect(&ws_url(&gw, &token)).await;
     let id = common::session(&mut c).await;
@@ -148,7 +150,7 @@ async fn an_sse_stream_ends_at_exp_with_an_event_saying_why() {
     };
     let dir = tempdir();
     let gw = start(dir.path(), &keys, "0");
-    let exp = now() + 3;
+    let exp = now() + 5;
     let tokens = keys.mint(&[spec("HS256", "secret", "alice"), expiring("alice", exp)]);
     let mut c = Client::connect(&ws_url(&gw, &tokens[0])).await;
     let id = common::session(&mut c).await;
