@@ -5,6 +5,7 @@
 //! default (`config/file.rs`). Bad configuration is reported by the caller
 //! with exit status 64.
 
+mod auth;
 mod file;
 mod limits;
 mod retention;
@@ -35,6 +36,7 @@ fn parse_listen(s: &str) -> Result<SocketAddr, String> {
         .map_err(|_| format!("{s:?} is not an address (HOST:PORT, or :PORT for 127.0.0.1)"))
 }
 
+pub use auth::JwtArgs;
 pub use file::read_profile_engines;
 pub use retention::RetentionArgs;
 
@@ -226,6 +228,13 @@ pub struct ServeArgs {
     /// flags over them.
     #[arg(skip)]
     pub profile_limits: tether_actors::profile_limits::LimitTable,
+    /// Signed tokens (JWT): keys and checks (docs/AUTHENTICATION.md).
+    #[command(flatten)]
+    pub jwt: JwtArgs,
+    /// The token settings given by flag or environment, which the config
+    /// file (at start or at a SIGHUP reload) does not change.
+    #[arg(skip)]
+    pub auth_pinned: auth::Pinned,
     /// Set when --control-wait-s came from a flag, env or file (not the
     /// default): only then may it shorten the compress wait.
     #[arg(skip)]
@@ -249,6 +258,7 @@ impl ServeArgs {
             Some(ValueSource::CommandLine) | Some(ValueSource::EnvVariable)
         );
         let mut file_limits = Default::default();
+        self.auth_pinned = auth::Pinned::of(matches);
         if let Some(path) = self.config.clone() {
             let mut file = file::read_file(&path)?;
             file_limits = file.limits.take().unwrap_or_default();
@@ -291,10 +301,11 @@ impl ServeArgs {
         if self.handshake_timeout_s == 0 || self.idle_timeout_s == 0 {
             bail!("--handshake-timeout-s and --idle-timeout-s must be at least 1");
         }
-        let tokens = tether_gateway::Tokens::parse(&self.token)?;
-        if !self.listen.ip().is_loopback() && !self.stdio && tokens.is_empty() {
+        // Read (and so checked) whether or not the address needs tokens.
+        let has_tokens = self.has_tokens()?;
+        if !self.listen.ip().is_loopback() && !self.stdio && !has_tokens {
             bail!(
-                "refusing to listen on non-loopback address {} without tokens (add --token PROFILE:TOKEN)",
+                "refusing to listen on non-loopback address {} without tokens (add --token PROFILE:TOKEN or a --jwt-* key)",
                 self.listen
             );
         }

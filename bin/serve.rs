@@ -56,9 +56,18 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     let config = gateway_config(&args)?;
     config.profile_engines.replace(args.profile_engines.clone());
-    if let Some(path) = args.config.clone() {
-        reload_on_sighup(path, config.profile_engines.clone());
-    }
+    // Tokens (static, JWT keys, the JWKS fetched now) before any client;
+    // stdio has a single peer of its own and takes none.
+    let auth = if args.stdio {
+        None
+    } else {
+        Some(
+            tether_gateway::Auth::start(args.auth_config()?)
+                .await
+                .context("cannot set up token checks")?,
+        )
+    };
+    reload_on_sighup(&args, config.profile_engines.clone(), auth.clone());
     // Checked even with `--hosts 0`: a bad `--host-command` is an error.
     let hosts = host_config(&args)?;
     let store_at = StoreAt {
@@ -91,10 +100,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         _ = lifecycle.wait_recovered() => {}
         _ = gateway.stopped() => return Ok(ExitCode::FAILURE),
     }
-    let code = if args.stdio {
-        serve_stdio(gateway, hosts_failed).await
-    } else {
-        serve_http(gateway, &args, &store_at, hosts_failed).await
+    let code = match auth {
+        None => serve_stdio(gateway, hosts_failed).await,
+        Some(auth) => serve_http(gateway, &args, auth, &store_at, hosts_failed).await,
     };
     // After the drain and the flush: the sessions this node owned are
     // released, so the other nodes take them over at once.
@@ -331,6 +339,7 @@ async fn serve_stdio(
 async fn serve_http(
     mut gateway: GatewayHandle,
     args: &ServeArgs,
+    auth: Arc<tether_gateway::Auth>,
     store: &StoreAt,
     hosts_failed: impl std::future::Future<Output = String>,
 ) -> anyhow::Result<ExitCode> {
@@ -343,7 +352,7 @@ async fn serve_http(
         shutdown: shutdown_rx.clone(),
         allowed_origins: Arc::new(args.allow_origin.clone()),
         client_buckets: Arc::new(tether_gateway::ClientBuckets::new(args.rate_limit_rps)),
-        tokens: Arc::new(tether_gateway::Tokens::parse(&args.token)?),
+        auth,
         store_dir: store.dir.as_deref().map(Arc::from),
     };
     let limits = tether_gateway::ListenLimits {
@@ -389,26 +398,51 @@ async fn serve_http(
     Ok(code)
 }
 
-/// SIGHUP re-reads the config file's `[profiles.NAME.engine]` tables;
-/// sessions that follow their profile use the new config from their next
-/// turn. Other settings need a restart. A file that no longer parses is
-/// reported and the current configs are kept.
-fn reload_on_sighup(path: std::path::PathBuf, engines: tether_actors::ProfileEngines) {
+/// SIGHUP re-reads the config file's `[profiles.NAME.engine]` tables
+/// (sessions that follow their profile use the new config from their next
+/// turn) and the token configuration: static tokens, the JWT secret and
+/// key files, the JWKS (fetched anew). Connections whose tokens are still
+/// accepted stay; the others are closed with 4403. Other settings need a
+/// restart. A file that no longer parses, or token settings that cannot be
+/// used, are reported and the current ones kept.
+fn reload_on_sighup(
+    args: &ServeArgs,
+    engines: tether_actors::ProfileEngines,
+    auth: Option<Arc<tether_gateway::Auth>>,
+) {
     use tokio::signal::unix::{signal, SignalKind};
+    if args.config.is_none() && auth.is_none() {
+        return;
+    }
     let Ok(mut hup) = signal(SignalKind::hangup()) else {
         tracing::warn!("cannot listen for SIGHUP; the config file will not be reloaded");
         return;
     };
+    let args = args.clone();
     tokio::spawn(async move {
         while hup.recv().await.is_some() {
-            match crate::config::read_profile_engines(&path) {
-                Ok(map) => {
-                    info!(profiles = map.len(), path = %path.display(), "profile engine configs reloaded");
-                    engines.replace(map);
+            if let Some(path) = &args.config {
+                match crate::config::read_profile_engines(path) {
+                    Ok(map) => {
+                        info!(profiles = map.len(), path = %path.display(), "profile engine configs reloaded");
+                        engines.replace(map);
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "config reload failed; keeping the current profiles")
+                    }
                 }
-                Err(e) => {
-                    tracing::warn!(error = %e, "config reload failed; keeping the current profiles")
-                }
+            }
+            let Some(auth) = &auth else { continue };
+            let reloaded = match args.reload_auth() {
+                Ok(config) => auth.reload(config).await.map_err(anyhow::Error::from),
+                Err(e) => Err(e),
+            };
+            match reloaded {
+                Ok(()) => info!("token configuration reloaded"),
+                Err(e) => tracing::warn!(
+                    error = %format!("{e:#}"),
+                    "token reload failed; keeping the current tokens"
+                ),
             }
         }
     });

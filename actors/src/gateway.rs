@@ -489,6 +489,16 @@ pub async fn spawn_peer(
     ctx: &Ctx,
     identity: Identity,
 ) -> Result<(ActorRef<PeerMsg>, OutboxReceiver), ractor::SpawnErr> {
+    spawn_peer_with_token(ctx, identity, None).await
+}
+
+/// [`spawn_peer`] for a connection whose token can expire or be revoked
+/// (`peer::token`).
+pub async fn spawn_peer_with_token(
+    ctx: &Ctx,
+    identity: Identity,
+    token: Option<crate::peer::token::TokenGrant>,
+) -> Result<(ActorRef<PeerMsg>, OutboxReceiver), ractor::SpawnErr> {
     let (tx, rx) = outbox(
         ctx.config.outbox_frames,
         ctx.config.outbox_bytes,
@@ -499,6 +509,7 @@ pub async fn spawn_peer(
         identity,
         outbox: tx,
         ctx: ctx.clone(),
+        token,
     };
     let (actor, _) = Actor::spawn(None, Peer, args).await?;
     Ok((actor, rx))

@@ -60,12 +60,15 @@ mod turn;
 
 pub use config::{GatewayConfig, HostConfig, ProfileEngines};
 pub use ctx::{Ctx, CtxParts};
-pub use gateway::{spawn_peer, GatewayArgs, GatewayHandle};
+pub use gateway::{spawn_peer, spawn_peer_with_token, GatewayArgs, GatewayHandle};
 pub use host_registry::kill_leftovers;
 pub use host_supervisor::{HostStart, StartState};
 pub use lifecycle::Lifecycle;
 pub use named::create_with_id;
 pub use outbox::{Outbound, OutboxReceiver, CLOSE_GOING_AWAY, CLOSE_SLOW_CONSUMER};
+pub use peer::token::{
+    CheckFuture, TokenCheck, TokenGrant, Verified, CLOSE_TOKEN_EXPIRED, CLOSE_TOKEN_REVOKED,
+};
 pub use peer::{Identity, PeerMsg};
 pub use registry::ledger::{Hold, Limit, LimitReached, ProfileLedger};
 pub use retention::{RetentionConfig, RetentionRules};

@@ -29,6 +29,7 @@ mod branch;
 mod dispatch;
 mod handoff;
 mod list_page;
+pub mod token;
 mod write;
 
 pub(crate) use dispatch::ask;
@@ -75,6 +76,12 @@ pub enum PeerMsg {
     TooLarge { len: usize },
     /// The transport asks to close the connection with this code.
     Close { code: u16, reason: String },
+    /// A timer of the token of `generation`: `gateway.token_expiring`, or
+    /// (`expired`) the close at its `exp`. Ignored once refreshed.
+    TokenTimer { generation: u64, expired: bool },
+    /// The gateway reloaded its token configuration: the token is checked
+    /// again, and the connection closed (4403) if it is no longer valid.
+    Recheck,
 }
 
 pub struct PeerArgs {
@@ -82,6 +89,8 @@ pub struct PeerArgs {
     pub identity: Identity,
     pub outbox: Outbox,
     pub ctx: Ctx,
+    /// The token the connection presented, if it can expire or be revoked.
+    pub token: Option<token::TokenGrant>,
 }
 
 pub struct PeerState {
@@ -94,6 +103,10 @@ pub struct PeerState {
     limiter: RateLimiter,
     /// Counted in the registry's peers (`PeerUp` sent, `PeerDown` not yet).
     counted: bool,
+    /// The connection's token and the generation of its timers.
+    token: Option<token::TokenGrant>,
+    token_generation: u64,
+    token_timers: Vec<tokio::task::JoinHandle<Result<(), ractor::MessagingErr<PeerMsg>>>>,
 }
 
 pub struct Peer;
@@ -105,11 +118,11 @@ impl Actor for Peer {
 
     async fn pre_start(
         &self,
-        _myself: ActorRef<Self::Msg>,
+        myself: ActorRef<Self::Msg>,
         args: PeerArgs,
     ) -> Result<Self::State, ActorProcessingErr> {
         let rps = args.ctx.config.rate_limit_rps;
-        let state = PeerState {
+        let mut state = PeerState {
             peer_id: args.peer_id,
             identity: args.identity,
             outbox: args.outbox,
@@ -117,6 +130,9 @@ impl Actor for Peer {
             attached: attached::Attached::default(),
             limiter: RateLimiter::new(rps, rps.saturating_mul(2), std::time::Instant::now()),
             counted: true,
+            token: args.token,
+            token_generation: 0,
+            token_timers: Vec::new(),
         };
         // Counted before the client can see `gateway.ready` (and so before
         // anything it does next can ask for the count).
@@ -126,13 +142,14 @@ impl Actor for Peer {
             });
         }
         state.send_ready();
+        state.arm_token_timers(&myself);
         debug!(peer_id = %state.peer_id, profile = %state.identity.profile, "peer connected");
         Ok(state)
     }
 
     async fn handle(
         &self,
-        _myself: ActorRef<Self::Msg>,
+        myself: ActorRef<Self::Msg>,
         msg: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
@@ -148,9 +165,23 @@ impl Actor for Peer {
                 // actor's loop, which lives as long as the connection; the
                 // request path's future is kilobytes, and every idle peer
                 // would carry it. One small allocation per request instead.
+                let generation = state.token_generation;
                 Box::pin(state.on_text(&text)).await;
                 drop(permit);
+                // A `gateway.refresh_token` moved the token's clock.
+                if state.token_generation != generation {
+                    state.arm_token_timers(&myself);
+                }
             }
+            PeerMsg::TokenTimer {
+                generation,
+                expired,
+            } => {
+                if generation == state.token_generation {
+                    state.on_token_timer(expired);
+                }
+            }
+            PeerMsg::Recheck => Box::pin(state.recheck_token(&myself)).await,
             PeerMsg::Close { code, reason } => state.outbox.close(code, &reason),
             PeerMsg::Binary => {
                 let err = state.admit().err().unwrap_or_else(|| {
@@ -184,6 +215,9 @@ impl Actor for Peer {
 impl PeerState {
     /// Detaches from every session and stops being counted. Idempotent.
     fn leave(&mut self) {
+        for timer in self.token_timers.drain(..) {
+            timer.abort();
+        }
         for session in self.attached.drain() {
             let _ = session.cast(SessionMsg::Detach {
                 peer_id: self.peer_id.clone(),

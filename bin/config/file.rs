@@ -75,6 +75,16 @@ pub(super) struct FileConfig {
     idle_timeout_s: Option<u64>,
     allow_origin: Option<Vec<String>>,
     token: Option<Vec<String>>,
+    jwt_secret_file: Option<PathBuf>,
+    jwt_public_key_file: Option<PathBuf>,
+    jwt_jwks_url: Option<String>,
+    jwt_jwks_refetch_s: Option<u64>,
+    jwt_algorithms: Option<Vec<String>>,
+    jwt_leeway_s: Option<u64>,
+    jwt_issuer: Option<String>,
+    jwt_audience: Option<String>,
+    jwt_profile_claim: Option<String>,
+    token_expiring_s: Option<u64>,
     profiles: Option<std::collections::HashMap<String, FileProfile>>,
     /// `[limits.PROFILE]` (`[limits."*"]`: every profile), `config/limits.rs`.
     pub(super) limits:
@@ -90,6 +100,7 @@ impl ServeArgs {
         file: FileConfig,
         matches: &ArgMatches,
     ) -> anyhow::Result<()> {
+        let auth = file.auth();
         let from_default = |id: &str| {
             !matches!(
                 matches.value_source(id),
@@ -160,9 +171,7 @@ impl ServeArgs {
         if self.allow_origin.is_empty() {
             self.allow_origin = file.allow_origin.unwrap_or_default();
         }
-        if self.token.is_empty() {
-            self.token = file.token.unwrap_or_default();
-        }
+        self.apply_file_auth(auth);
         let retention = file
             .profiles
             .iter()
@@ -173,6 +182,25 @@ impl ServeArgs {
             .apply_file(file.retention, retention, matches);
         self.profile_engines = engines_of(file.profiles)?;
         Ok(())
+    }
+}
+
+impl FileConfig {
+    /// The token settings (`super::auth`).
+    pub(super) fn auth(&self) -> super::auth::FileAuth {
+        super::auth::FileAuth {
+            token: self.token.clone(),
+            jwt_secret_file: self.jwt_secret_file.clone(),
+            jwt_public_key_file: self.jwt_public_key_file.clone(),
+            jwt_jwks_url: self.jwt_jwks_url.clone(),
+            jwt_jwks_refetch_s: self.jwt_jwks_refetch_s,
+            jwt_algorithms: self.jwt_algorithms.clone(),
+            jwt_leeway_s: self.jwt_leeway_s,
+            jwt_issuer: self.jwt_issuer.clone(),
+            jwt_audience: self.jwt_audience.clone(),
+            jwt_profile_claim: self.jwt_profile_claim.clone(),
+            token_expiring_s: self.token_expiring_s,
+        }
     }
 }
 

@@ -27,8 +27,12 @@ mod sse;
 mod stdio;
 mod ws;
 
-pub use auth::{HexError, TokenError, Tokens};
+pub use auth::{
+    Auth, AuthConfig, AuthError, HexError, JwksError, JwtConfig, JwtConfigError, TokenError, Tokens,
+};
 pub use client_rate::ClientBuckets;
+/// The JWT algorithms `--jwt-algorithms` names.
+pub use jsonwebtoken::Algorithm as JwtAlgorithm;
 pub use listen::{bind, ListenLimits};
 pub use server::{serve, AppState};
 pub use stdio::{serve_stdio, StdioError};

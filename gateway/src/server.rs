@@ -23,8 +23,8 @@ pub struct AppState {
     pub allowed_origins: Arc<Vec<String>>,
     /// Rate limits of `POST /rpc` and SSE opens, per (profile, address).
     pub client_buckets: Arc<crate::client_rate::ClientBuckets>,
-    /// Configured tokens; empty: no tokens, loopback peers only.
-    pub tokens: Arc<crate::auth::Tokens>,
+    /// Configured tokens (static and JWT); none: loopback peers only.
+    pub auth: Arc<crate::auth::Auth>,
     /// The directory of the store's database, whose filesystem `/readyz`
     /// checks for free space; `None` checks none. Shared: every request
     /// clones the state.
@@ -39,7 +39,7 @@ impl AppState {
             shutdown,
             allowed_origins: Default::default(),
             client_buckets: Default::default(),
-            tokens: Default::default(),
+            auth: Default::default(),
             store_dir: None,
         }
     }
@@ -60,7 +60,7 @@ impl AppState {
             transport,
             limits: caller.limits,
         };
-        match tether_actors::spawn_peer(&self.ctx, identity).await {
+        match tether_actors::spawn_peer_with_token(&self.ctx, identity, caller.grant).await {
             Ok(p) => Some(p),
             Err(e) => {
                 warn!(error = %e, "could not start a peer");

@@ -39,7 +39,10 @@
 //! - **End.** The stream ends after `session.closed` (nothing can follow
 //!   it; a reconnecting `EventSource` then gets 404 and stops), when the
 //!   peer is closed as a slow consumer (the client reconnects with
-//!   `Last-Event-ID` and loses nothing), and when the gateway drains. When
+//!   `Last-Event-ID` and loses nothing), when the gateway drains, and at
+//!   the `exp` of the stream's token (or when a reload revoked it), after
+//!   an event `gateway.closed` with `data: {"code":4401|4403,"reason"}`;
+//!   the client reconnects with a fresh token and `Last-Event-ID`. When
 //!   the client goes away the peer stops and detaches.
 
 use std::convert::Infallible;
@@ -57,7 +60,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use tether_actors::metrics::Transport;
-use tether_actors::{Outbound, OutboxReceiver, PeerMsg};
+use tether_actors::{Outbound, OutboxReceiver, PeerMsg, CLOSE_TOKEN_EXPIRED, CLOSE_TOKEN_REVOKED};
 use tether_protocol::{
     encode_event_params, format_ts, now_ms, to_raw, DeltaPayload, EventParams, EventType,
     SessionId, TraceId, TurnId,
@@ -130,6 +133,8 @@ pub async fn session_events(
         rx,
         batch: Vec::new(),
         shutdown: app.shutdown.clone(),
+        reloads: app.auth.reloads(),
+        peer: peer.clone(),
         done: false,
         closing: false,
         _guard: guard,
@@ -344,6 +349,10 @@ struct Live {
     /// Reused for each batch the outbox hands over.
     batch: Vec<Outbound>,
     shutdown: watch::Receiver<bool>,
+    /// Changes when the token configuration is reloaded: the peer then
+    /// checks its token again.
+    reloads: watch::Receiver<u64>,
+    peer: ActorRef<PeerMsg>,
     /// Set after `session.closed`: the next poll ends the stream.
     done: bool,
     /// The gateway drains: write what is queued, then end.
@@ -375,6 +384,7 @@ enum Woke {
     Ready(bool),
     Drain,
     Quiet,
+    Reloaded,
 }
 
 /// The next body chunk: every event the outbox had ready, encoded into
@@ -396,6 +406,7 @@ async fn next_live(mut st: Live) -> Option<(Result<Bytes, Infallible>, Live)> {
             let woke = tokio::select! {
                 more = st.rx.recv_batch(&mut st.batch) => Woke::Ready(more),
                 _ = st.shutdown.wait_for(|s| *s) => Woke::Drain,
+                Ok(()) = st.reloads.changed() => Woke::Reloaded,
                 () = tokio::time::sleep(KEEP_ALIVE) => Woke::Quiet,
             };
             match woke {
@@ -405,6 +416,10 @@ async fn next_live(mut st: Live) -> Option<(Result<Bytes, Infallible>, Live)> {
                     continue;
                 }
                 Woke::Quiet => return Some((Ok(Bytes::from_static(b": keep-alive\n\n")), st)),
+                Woke::Reloaded => {
+                    let _ = st.peer.cast(PeerMsg::Recheck);
+                    continue;
+                }
             }
         };
         if !more {
@@ -413,10 +428,19 @@ async fn next_live(mut st: Live) -> Option<(Result<Bytes, Infallible>, Live)> {
         let mut chunk = String::new();
         for item in st.batch.drain(..) {
             // A close (slow consumer) ends the stream after what came
-            // before it: the client resumes from its watermark.
-            let Outbound::Frame(bytes) = item else {
-                st.done = true;
-                break;
+            // before it: the client resumes from its watermark. A token
+            // that expired or was revoked says so first, in an event a
+            // browser's `EventSource` sees (it cannot see a close code).
+            let bytes = match item {
+                Outbound::Frame(bytes) => bytes,
+                Outbound::Close { code, reason } => {
+                    if matches!(code, CLOSE_TOKEN_EXPIRED | CLOSE_TOKEN_REVOKED) && !st.done {
+                        let data = json!({ "code": code, "reason": reason });
+                        write_event(&mut chunk, "gateway.closed", None, &data.to_string());
+                    }
+                    st.done = true;
+                    break;
+                }
             };
             if st.done {
                 break;

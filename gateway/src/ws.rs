@@ -114,6 +114,9 @@ struct Connection {
     /// timer of its own for every socket.
     next_tick: Instant,
     shutdown: watch::Receiver<bool>,
+    /// Changes when the token configuration is reloaded: the peer then
+    /// checks its token again (and closes with 4403 if it was revoked).
+    reloads: watch::Receiver<u64>,
     _open: OpenConnection,
     _permit: Option<tokio::sync::OwnedSemaphorePermit>,
     _place: tether_actors::Hold,
@@ -130,6 +133,7 @@ enum Event {
     /// The heartbeat or the close deadline is due.
     Timer,
     Shutdown,
+    Reloaded,
 }
 
 impl Connection {
@@ -166,6 +170,7 @@ impl Connection {
             last_inbound: Instant::now(),
             next_tick: Instant::now() + heartbeat,
             shutdown: app.shutdown.clone(),
+            reloads: app.auth.reloads(),
             _open: open,
             _permit: permit,
             _place: place,
@@ -197,6 +202,7 @@ impl Connection {
                         continue;
                     }
                 }
+                Ok(()) = self.reloads.changed(), if deadline.is_none() => Event::Reloaded,
             };
             if self.on_event(event).await.is_break() {
                 break;
@@ -260,6 +266,10 @@ impl Connection {
             }
             Event::Shutdown => {
                 self.close(CLOSE_GOING_AWAY, "gateway shutting down");
+                Continue(())
+            }
+            Event::Reloaded => {
+                let _ = self.peer.cast(PeerMsg::Recheck);
                 Continue(())
             }
         }

@@ -25,6 +25,9 @@ pub mod codes {
     pub const SESSION_CLOSED: i64 = 4002;
     /// A turn is running for an idle-only operation, or the queue is full.
     pub const SESSION_BUSY: i64 = 4009;
+    /// `gateway.refresh_token` refused: the token is not valid, or names
+    /// another profile. The connection keeps its current token.
+    pub const TOKEN_REFUSED: i64 = 4003;
     /// The frame exceeds `max_frame_bytes` (id null, connection kept).
     pub const FRAME_TOO_LARGE: i64 = 4013;
     /// Too many requests (`data.retry_after_ms`).
@@ -116,6 +119,13 @@ impl RpcError {
 
     /// Session not found (4001). Deliberately carries no detail: an unknown
     /// session and one of another profile must look the same.
+    pub fn token_refused() -> Self {
+        Self::new(
+            codes::TOKEN_REFUSED,
+            "token refused (not valid, or for another profile)",
+        )
+    }
+
     pub fn session_not_found() -> Self {
         Self::new(codes::SESSION_NOT_FOUND, "session not found")
     }

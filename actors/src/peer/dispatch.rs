@@ -98,6 +98,8 @@ impl PeerState {
             Request::EventsSince(p) => self.since(p).await,
             Request::Write(w) => self.write(w).await,
             Request::EventsStats => {
+                // Profile-wide: it names sessions a limited token may not reach.
+                self.unrestricted()?;
                 let registry = self.ctx.registry()?;
                 let profile = self.identity.profile.clone();
                 let stats = ask(
@@ -108,10 +110,21 @@ impl PeerState {
                 .await?;
                 ok(&stats)
             }
-            Request::HandoffClaim(p) => self.handoff_claim(p).await,
-            Request::HandoffComplete(p) => self.handoff_complete(p).await,
-            Request::HandoffFail(p) => self.handoff_fail(p).await,
+            // By handoff id or target, not session: none for a limited token.
+            Request::HandoffClaim(p) => {
+                self.unrestricted()?;
+                self.handoff_claim(p).await
+            }
+            Request::HandoffComplete(p) => {
+                self.unrestricted()?;
+                self.handoff_complete(p).await
+            }
+            Request::HandoffFail(p) => {
+                self.unrestricted()?;
+                self.handoff_fail(p).await
+            }
             Request::HandoffState(p) => self.handoff_state(p).await,
+            Request::RefreshToken(p) => self.refresh_token(p).await,
         }
     }
 
@@ -135,6 +148,7 @@ impl PeerState {
         session_id: &SessionId,
         load: bool,
     ) -> Result<(String, Resolved), RpcError> {
+        self.reach(session_id.as_str())?;
         let Some(profile) = self.scope(profile) else {
             return Err(RpcError::session_not_found());
         };
@@ -166,6 +180,7 @@ impl PeerState {
         T: Send + 'static,
         F: FnOnce(RpcReplyPort<T>) -> SessionMsg,
     {
+        self.reach(session_id.as_str())?;
         let Some(profile) = self.scope(profile) else {
             return Err(RpcError::session_not_found());
         };
@@ -217,6 +232,10 @@ impl PeerState {
     }
 
     async fn create(&mut self, p: CreateParams) -> Result<Box<RawValue>, RpcError> {
+        // A token for a few sessions reaches no new one.
+        if self.sessions_restricted() {
+            return Err(RpcError::session_not_found());
+        }
         let Some(profile) = self.scope(p.profile.as_deref()) else {
             return Err(RpcError::session_not_found());
         };
@@ -339,7 +358,7 @@ impl PeerState {
             });
         };
         let max = self.ctx.config.max_list_bytes;
-        let (rows, store_next) = self
+        let (mut rows, store_next) = self
             .ctx
             .reader
             .list_sessions_within(
@@ -356,6 +375,9 @@ impl PeerState {
                 }
                 e => e.into(),
             })?;
+        // A token for a few sessions lists only those (its pages may be
+        // short; the cursor still walks the profile's list).
+        rows.retain(|row| self.reach(row.id.as_str()).is_ok());
         let registry = self.ctx.registry()?;
         let ids = rows.iter().map(|r| r.id.clone()).collect();
         let counts = ask(

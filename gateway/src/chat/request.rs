@@ -46,8 +46,7 @@ pub fn admit(
         }
         Some(p) => Caller {
             profile: p,
-            fixed: caller.fixed,
-            limits: caller.limits,
+            ..caller
         },
         None => caller,
     };

@@ -24,11 +24,13 @@ mod misc;
 mod nul;
 mod results;
 mod session;
+mod token;
 
 pub use handoff::*;
 pub use misc::*;
 pub use results::*;
 pub use session::*;
+pub use token::*;
 
 use serde::de::{DeserializeOwned, Deserializer};
 use serde_json::Value;
@@ -213,7 +215,8 @@ methods! {
     "handoff.claim" => HandoffClaim(HandoffClaimParams),
     "handoff.complete" => HandoffComplete(HandoffCompleteParams),
     "handoff.fail" => HandoffFail(HandoffFailParams),
-    "handoff.state" => HandoffState(HandoffStateParams);
+    "handoff.state" => HandoffState(HandoffStateParams),
+    "gateway.refresh_token" => RefreshToken(RefreshTokenParams);
     writes:
     "session.close" => SessionClose(CloseParams),
     "session.branch" => SessionBranch(BranchParams),

@@ -309,13 +309,14 @@ fn minimal(method: &str) -> Value {
         "handoff.complete" => json!({"handoff_id":"h"}),
         "handoff.fail" => json!({"handoff_id":"h","error":"e"}),
         "session.rename" => json!({"session_id":"s","title":"t"}),
+        "gateway.refresh_token" => json!({"token":"t"}),
         _ => json!({"session_id":"s"}),
     }
 }
 
 #[test]
 fn every_method_parses_and_names_itself() {
-    assert_eq!(METHODS.len(), 19);
+    assert_eq!(METHODS.len(), 20);
     for &m in METHODS {
         let params = minimal(m);
         let text = request(m, &params.to_string());
@@ -326,7 +327,10 @@ fn every_method_parses_and_names_itself() {
         let again = c.request.params().unwrap().unwrap_or(Value::Null);
         assert_eq!(Request::from_parts(m, again).unwrap(), c.request, "{m}");
         // With a profile, every method that takes params keeps it.
-        if m != "gateway.ping" && m != "session.events.stats" {
+        if !matches!(
+            m,
+            "gateway.ping" | "session.events.stats" | "gateway.refresh_token"
+        ) {
             let mut p = minimal(m);
             p["profile"] = json!("work");
             let r = Request::from_parts(m, p).unwrap();

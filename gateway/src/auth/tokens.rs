@@ -1,28 +1,13 @@
-//! Tokens and profiles (PROTOCOL 1.1): who a connection is.
-//!
-//! With tokens configured (`--token PROFILE:TOKEN`, repeatable), every
-//! WebSocket upgrade and HTTP request must present one, as
-//! `Authorization: Bearer TOKEN` or `?token=TOKEN`; otherwise it is refused
-//! with 401 before any frame. The token fixes the caller's profile. Without
-//! tokens only loopback peers are served, and each call names its profile
-//! itself (default `default`).
+//! Static tokens (`--token PROFILE:TOKEN`): a fixed list of secrets, each
+//! naming its profile.
 //!
 //! Tokens are kept only as SHA-256 digests (a config file may give the
 //! digest instead of the token: `PROFILE:sha256:HEX`), and a presented
 //! token's digest is compared with every configured one in constant time,
 //! so neither the comparison nor the position of a match leaks timing.
 
-use std::net::SocketAddr;
-
-use axum::extract::{ConnectInfo, Query, Request, State};
-use axum::http::{header, HeaderValue, StatusCode};
-use axum::middleware::Next;
-use axum::response::Response;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
-
-use crate::http::status_text;
-use crate::server::AppState;
 
 /// Why a `--token` spec was refused. The binary reports it as bad
 /// configuration (exit status 64).
@@ -123,90 +108,6 @@ fn decode_hex32(hex: &str) -> Result<[u8; 32], HexError> {
         })?;
     }
     Ok(out)
-}
-
-/// Who the caller is, for the routes (a request extension).
-#[derive(Debug, Clone)]
-pub struct Caller {
-    pub profile: String,
-    /// Fixed by a token: a `profile` parameter cannot change it.
-    pub fixed: bool,
-    /// Limits the token sets over the profile's configured ones.
-    pub limits: Option<std::sync::Arc<tether_actors::profile_limits::ProfileLimits>>,
-}
-
-impl Caller {
-    fn anonymous() -> Self {
-        Caller {
-            profile: "default".into(),
-            fixed: false,
-            limits: None,
-        }
-    }
-}
-
-/// Middleware: 401 without a valid token when tokens are configured; the
-/// caller's profile in the request's extensions otherwise.
-pub async fn authenticate(State(app): State<AppState>, mut req: Request, next: Next) -> Response {
-    // Probes of orchestrators carry no token and learn nothing private;
-    // neither do the console's static files (the socket they open does).
-    if matches!(req.uri().path(), "/healthz" | "/readyz")
-        || crate::console::is_console_path(req.uri().path())
-    {
-        return next.run(req).await;
-    }
-    let caller = if app.tokens.is_empty() {
-        // Without tokens the gateway only listens on loopback (checked at
-        // start); a peer from elsewhere can only come through a proxy.
-        let remote = req
-            .extensions()
-            .get::<ConnectInfo<SocketAddr>>()
-            .map(|c| c.0.ip());
-        if remote.is_some_and(|ip| !ip.is_loopback()) {
-            return status_text(
-                StatusCode::FORBIDDEN,
-                "only loopback clients without tokens",
-            );
-        }
-        Caller::anonymous()
-    } else {
-        match presented_token(&req).and_then(|t| app.tokens.profile_of(&t).map(str::to_string)) {
-            Some(profile) => Caller {
-                profile,
-                fixed: true,
-                limits: None,
-            },
-            None => return unauthorized(),
-        }
-    };
-    req.extensions_mut().insert(caller);
-    next.run(req).await
-}
-
-/// `Authorization: Bearer TOKEN`, else `?token=TOKEN`.
-fn presented_token(req: &Request) -> Option<String> {
-    if let Some(value) = req.headers().get(header::AUTHORIZATION) {
-        let value = value.to_str().ok()?.trim();
-        let (scheme, token) = value.split_once(' ')?;
-        return scheme
-            .eq_ignore_ascii_case("bearer")
-            .then(|| token.trim().to_string());
-    }
-    let Query(q) =
-        Query::<std::collections::HashMap<String, String>>::try_from_uri(req.uri()).ok()?;
-    q.get("token").cloned()
-}
-
-fn unauthorized() -> Response {
-    let mut resp = status_text(StatusCode::UNAUTHORIZED, "a valid token is required");
-    resp.headers_mut()
-        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-    resp
-}
-
-/// The caller of a request that went through [`authenticate`].
-pub fn caller_of(caller: Option<axum::Extension<Caller>>) -> Caller {
-    caller.map(|c| c.0).unwrap_or_else(Caller::anonymous)
 }
 
 #[cfg(test)]
