@@ -285,16 +285,15 @@ pub async fn client(
                     }
                 }
             }
-            if driver && in_flight.is_none() && !stopping {
+            // A prompt when idle; now and then a second one while a turn
+            // runs, with a random policy, so that every `multitask` (and
+            // duplicates of a `dedupe_key`) meets the monkey too.
+            let second = in_flight.is_some() && rng.below(6) == 0;
+            if driver && (in_flight.is_none() || second) && !stopping {
                 words += 1;
                 let text = format!("turn {words} of {session} streams a few words");
-                match conn
-                    .call(
-                        "prompt.submit",
-                        json!({"session_id": session.as_str(), "text": text}),
-                    )
-                    .await
-                {
+                let params = submit_params(&mut rng, &session, words, text);
+                match conn.call("prompt.submit", params).await {
                     Ok(t) => {
                         let turn = t["turn_id"].as_str().unwrap_or_default().to_string();
                         shared.counts.turns_accepted.fetch_add(1, Ordering::Relaxed);
@@ -303,10 +302,15 @@ pub async fn client(
                             .lock()
                             .unwrap()
                             .push((session.clone(), turn.clone()));
-                        in_flight = Some(turn);
+                        // The newest turn ends last, whatever its policy; a
+                        // duplicate's turn may have ended already.
+                        if t["duplicate"] != true {
+                            in_flight = Some(turn);
+                        }
                     }
                     Err(CallError::Rpc(_)) => {
-                        // 5019 while hosts restart, 5072 while the registry does.
+                        // 5019 while hosts restart, 5072 while the registry
+                        // does, 4091 for a `reject`, 4009 for a full queue.
                         tokio::time::sleep(Duration::from_millis(50)).await;
                     }
                     Err(CallError::Gone) => break,
@@ -326,6 +330,25 @@ pub async fn client(
         shared.counts.reconnects.fetch_add(1, Ordering::Relaxed);
     }
     seqs
+}
+
+/// A `prompt.submit` with a random `multitask` (or none), and now and
+/// then a `dedupe_key` that the previous prompt may have had too.
+fn submit_params(rng: &mut Rng, session: &SessionId, words: u64, text: String) -> Value {
+    let mut params = json!({"session_id": session.as_str(), "text": text});
+    let policy = ["enqueue", "reject", "interrupt", "rollback"][rng.below(4) as usize];
+    match rng.below(5) {
+        0 => {}
+        1 => params["multitask"] = json!("interrupt"),
+        _ => params["multitask"] = json!(policy),
+    }
+    if params["multitask"] == "interrupt" && rng.below(2) == 0 {
+        params["drop_queued"] = json!(true);
+    }
+    if rng.below(3) == 0 {
+        params["dedupe_key"] = json!(format!("k{}", words / 2));
+    }
+    params
 }
 
 fn accept(
