@@ -166,6 +166,10 @@ pub struct Counts {
     pub reconnects: AtomicU64,
     pub events_seen: AtomicU64,
     pub compressions: AtomicU64,
+    /// Prompts sent while a turn was in flight (with a random `multitask`).
+    pub second_prompts: AtomicU64,
+    /// Prompts answered with an earlier prompt's turn (`dedupe_key`).
+    pub duplicates: AtomicU64,
 }
 
 /// What every client and the monkey share.
@@ -290,9 +294,12 @@ pub async fn client(
             // duplicates of a `dedupe_key`) meets the monkey too.
             let second = in_flight.is_some() && rng.below(6) == 0;
             if driver && (in_flight.is_none() || second) && !stopping {
+                if second {
+                    shared.counts.second_prompts.fetch_add(1, Ordering::Relaxed);
+                }
                 words += 1;
                 let text = format!("turn {words} of {session} streams a few words");
-                let params = submit_params(&mut rng, &session, words, text);
+                let params = submit_params(&mut rng, session.as_str(), words, text);
                 match conn.call("prompt.submit", params).await {
                     Ok(t) => {
                         let turn = t["turn_id"].as_str().unwrap_or_default().to_string();
@@ -304,7 +311,9 @@ pub async fn client(
                             .push((session.clone(), turn.clone()));
                         // The newest turn ends last, whatever its policy; a
                         // duplicate's turn may have ended already.
-                        if t["duplicate"] != true {
+                        if t["duplicate"] == true {
+                            shared.counts.duplicates.fetch_add(1, Ordering::Relaxed);
+                        } else {
                             in_flight = Some(turn);
                         }
                     }
@@ -334,8 +343,8 @@ pub async fn client(
 
 /// A `prompt.submit` with a random `multitask` (or none), and now and
 /// then a `dedupe_key` that the previous prompt may have had too.
-fn submit_params(rng: &mut Rng, session: &SessionId, words: u64, text: String) -> Value {
-    let mut params = json!({"session_id": session.as_str(), "text": text});
+pub fn submit_params(rng: &mut Rng, session: &str, words: u64, text: String) -> Value {
+    let mut params = json!({"session_id": session, "text": text});
     let policy = ["enqueue", "reject", "interrupt", "rollback"][rng.below(4) as usize];
     match rng.below(5) {
         0 => {}
