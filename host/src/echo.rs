@@ -363,6 +363,8 @@ mod tests {
         assert!(Script::parse("/tool").is_err());
         assert!(Script::parse("/tool t {bad").is_err());
         assert!(Script::parse("/big -1").is_err());
+        assert!(Script::parse("/history now").is_err());
+        assert_eq!(Script::parse("/history\nignored"), Ok(Script::History));
         assert_eq!(
             Script::parse("/sleep 5\r\nreply"),
             Ok(Script::Sleep {

@@ -158,4 +158,6 @@ async def test_submit_options_reject_interrupt_rollback_and_a_dedupe_key(gateway
         rolled = await s.submit("/history", multitask="rollback")
         assert (await long.result())["failure_reason"] == "superseded"
         history = json.loads((await rolled.result())["text"])
-        assert not any(text == "/hang" for _, text in history), history
+        # The first `/hang` was interrupted, not rolled back: it stays.
+        assert history[-1] == ["assistant", "instead"], history
+        assert sum(text == "/hang" for _, text in history) == 1, history

@@ -177,5 +177,7 @@ test("submit options: reject, interrupt, rollback and a dedupe key", async () =>
   const rolled = await s.submit("/history", { multitask: "rollback" });
   assert.equal((await long.result()).failure_reason, "superseded");
   const history = JSON.parse((await rolled.result()).text);
-  assert.ok(!history.some(([, text]) => text === "/hang"), JSON.stringify(history));
+  // The first `/hang` was interrupted, not rolled back: it stays.
+  assert.deepEqual(history.at(-1), ["assistant", "instead"], JSON.stringify(history));
+  assert.equal(history.filter(([, text]) => text === "/hang").length, 1, JSON.stringify(history));
 });
