@@ -307,6 +307,31 @@ async fn a_dedupe_key_answers_with_the_first_turn_across_a_reconnect_and_a_resta
     assert_eq!(users, 2);
 }
 
+async fn a_retried_reject_gets_its_turn_back_not_4091(b: Backend) {
+    let dir = tempdir();
+    let gw = Gateway::start_on(&b, dir.path(), &[]);
+    let mut c = gw.client().await;
+    let id = session(&mut c).await;
+    let keyed = json!({"multitask": "reject", "dedupe_key": "batch-7"});
+    let r = submit_with(&mut c, &id, LONG, keyed.clone()).await;
+    let turn = turn_of(&r);
+    started(&mut c, &turn).await;
+    // The key is checked before the policy: its own running turn does
+    // not refuse the retry.
+    let retry = submit_with(&mut c, &id, LONG, keyed).await;
+    assert_eq!(retry["turn_id"], turn.as_str(), "{retry}");
+    assert_eq!(retry["duplicate"], true);
+    let e = c
+        .err(
+            "prompt.submit",
+            json!({"session_id": id, "text": "x", "multitask": "reject", "dedupe_key": "batch-8"}),
+        )
+        .await;
+    assert_eq!(e["code"], 4091, "{e}");
+    c.ok("session.interrupt", json!({"session_id": id})).await;
+    one_ending_each(&mut c, &id).await;
+}
+
 async fn bad_multitask_params_are_refused_naming_the_field(b: Backend) {
     let dir = tempdir();
     let gw = Gateway::start_on(&b, dir.path(), &[]);
@@ -348,5 +373,6 @@ backends!(
     rollback_leaves_the_stopped_turn_out_of_the_next_history,
     enqueue_is_the_default_and_every_turn_runs,
     a_dedupe_key_answers_with_the_first_turn_across_a_reconnect_and_a_restart,
+    a_retried_reject_gets_its_turn_back_not_4091,
     bad_multitask_params_are_refused_naming_the_field,
 );
