@@ -92,12 +92,15 @@ async fn killing_actors_at_random_loses_nothing_and_leaves_nothing_stuck(b: Back
 
     let counts = &shared.counts;
     println!(
-        "chaos seed {seed}: kills {:?}; turns accepted {}; compressions {}; events delivered {}; reconnects {}",
+        "chaos seed {seed}: kills {:?}; turns accepted {}; compressions {}; events delivered {}; reconnects {}; \
+         prompts sent while a turn ran {}; duplicates {}",
         report.kills,
-        counts.compressions.load(Ordering::Relaxed),
         counts.turns_accepted.load(Ordering::Relaxed),
+        counts.compressions.load(Ordering::Relaxed),
         counts.events_seen.load(Ordering::Relaxed),
         counts.reconnects.load(Ordering::Relaxed),
+        counts.second_prompts.load(Ordering::Relaxed),
+        counts.duplicates.load(Ordering::Relaxed),
     );
     assert!(problems.is_empty(), "seed {seed}: {problems:#?}");
     fresh.unwrap_or_else(|e| panic!("seed {seed}: {e}"));

@@ -84,21 +84,23 @@ async fn client(
             if stopping && (!driver || in_flight.is_none()) {
                 break;
             }
-            if driver && in_flight.is_none() && !stopping {
+            // Now and then a second prompt while a turn runs, with a
+            // random `multitask` and `dedupe_key` (`chaos::submit_params`).
+            let second = in_flight.is_some() && rng.below(6) == 0;
+            if driver && (in_flight.is_none() || second) && !stopping {
                 n += 1;
                 let text = format!("turn {n} streams five small words");
-                match ws
-                    .call(
-                        "prompt.submit",
-                        json!({"session_id": session, "text": text}),
-                    )
-                    .await
-                {
+                let params = chaos::submit_params(&mut rng, &session, n, text);
+                match ws.call("prompt.submit", params).await {
                     Ok(t) => {
                         let turn = t["turn_id"].as_str().unwrap_or_default().to_string();
                         shared.accepted.lock().unwrap().push(turn.clone());
                         shared.turns.fetch_add(1, Ordering::Relaxed);
-                        in_flight = Some(turn);
+                        // The newest turn ends last; a duplicate's turn may
+                        // have ended already.
+                        if t["duplicate"] != true {
+                            in_flight = Some(turn);
+                        }
                     }
                     Err(Some(_)) => tokio::time::sleep(Duration::from_millis(100)).await,
                     Err(None) => break,

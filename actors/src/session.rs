@@ -44,8 +44,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tether_protocol::{
-    now_ms, ActiveTurnStat, Message, PeerId, ResumeParams, RpcError, SessionId, SessionInfo,
-    SessionStatus, SessionWrite, SinceParams, SinceResult, Todos, TurnId,
+    now_ms, ActiveTurnStat, PeerId, ResumeParams, RpcError, SessionId, SessionInfo, SessionStatus,
+    SessionWrite, SinceParams, SinceResult, Todos, TurnId,
 };
 use tether_store::SessionRow;
 use tracing::debug;
@@ -133,7 +133,7 @@ pub enum SessionMsg {
     TurnDeadline { turn_id: TurnId },
     /// Internal: the segment's transcript was read from the store.
     TranscriptLoaded {
-        result: Result<Vec<Message>, RpcError>,
+        result: Result<history::LoadedSegment, RpcError>,
     },
     /// Answered once every event emitted so far is committed and fanned out.
     Flush { reply: RpcReplyPort<()> },
@@ -225,8 +225,9 @@ pub struct SessionState {
     transcript: Transcript,
     compacting: Option<Compacting>,
     pending_compress: Option<(Option<String>, CompressReply)>,
-    /// A replacing prompt waiting for the segment to load (`replace.rs`).
-    pending_replace: Option<replace::PendingReplace>,
+    /// Prompts waiting for the segment to load (`replace.rs`): bounded by
+    /// the queue's bound.
+    pending_submits: std::collections::VecDeque<replace::PendingSubmit>,
     /// The turn marker found in the store at start, handled in post_start.
     marker_at_start: Option<serde_json::Value>,
     /// Why the turns of that marker ended: `gateway_restart`, or

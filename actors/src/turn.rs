@@ -35,6 +35,9 @@ pub mod reasons {
     pub const NODE_LOST: &str = "node_lost";
     /// A queued prompt dropped by an interrupt.
     pub const DEQUEUED: &str = "dequeued";
+    /// The running turn was stopped by a prompt sent with `multitask`
+    /// `interrupt` or `rollback`.
+    pub const SUPERSEDED: &str = "superseded";
     /// The session was closed while the turn ran.
     pub const SESSION_CLOSED: &str = "session_closed";
     /// The engine reported an error (`turn.error` without its own reason).

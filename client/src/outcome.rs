@@ -43,6 +43,10 @@ fn words(reason: FailureReason) -> (&'static str, &'static str) {
             "dropped from the queue before it ran",
             "send it again if you still want it",
         ),
+        FailureReason::Superseded => (
+            "stopped for a newer prompt",
+            "the newer prompt answers instead",
+        ),
         FailureReason::SessionClosed => (
             "the session was closed",
             "start a new session to send it again",

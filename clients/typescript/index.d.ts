@@ -17,6 +17,7 @@ export declare const codes: {
   readonly FRAME_TOO_LARGE: 4013;
   readonly RATE_LIMITED: 4029;
   readonly HANDOFF_CONFLICT: 4090;
+  readonly TURN_IN_PROGRESS: 4091;
   readonly RESUME_TOO_LARGE: 4130;
   readonly HOST_UNAVAILABLE: 5019;
   readonly STORAGE_FULL: 5070;
@@ -130,7 +131,7 @@ export interface Todos {
 export interface TurnResult {
   text: string;
   status: "complete" | "error" | "interrupted";
-  /** `host_crash`, `host_timeout`, `gateway_restart`, `gateway_shutdown`, `dequeued`, `engine_error`, ... */
+  /** `host_crash`, `host_timeout`, `gateway_restart`, `gateway_shutdown`, `dequeued`, `superseded`, `engine_error`, ... */
   failure_reason?: string;
   recoverable?: boolean;
   usage?: { [key: string]: Json };
@@ -332,7 +333,7 @@ export declare class Session {
   /** The highest durable seq taken in. */
   readonly latestSeq: number;
   events(options?: EventsOptions): EventStream;
-  submit(text: string): Promise<Turn>;
+  submit(text: string, options?: SubmitOptions): Promise<Turn>;
   interrupt(): Promise<{ status: "interrupted" | "idle" }>;
   compress(options?: { focus?: string }): Promise<{ status: "compressed" | "pending"; history_version?: number; removed?: number; request_id?: string }>;
   /** The session as it stands (messages, active turn, todos), without attaching. */
@@ -348,10 +349,22 @@ export declare class EventStream implements AsyncIterableIterator<StreamItem> {
   return(): Promise<IteratorResult<StreamItem, undefined>>;
 }
 
+/** `prompt.submit`'s options (PROTOCOL 1.4). */
+export interface SubmitOptions {
+  /** What the prompt does to a running or queued turn (default "enqueue"). */
+  multitask?: "enqueue" | "reject" | "interrupt" | "rollback";
+  /** With "interrupt": the queued prompts end `dequeued` too. */
+  dropQueued?: boolean;
+  /** A prompt with a key seen within the window gets that turn back. */
+  dedupeKey?: string;
+}
+
 export declare class Turn {
   readonly id: string;
   readonly traceId: string;
   readonly status: "started" | "queued";
+  /** The `dedupeKey` matched an earlier prompt's: this is that turn. */
+  readonly duplicate: boolean;
   readonly session: Session;
   /** The turn's `message.complete` payload, whatever ended it. */
   result(): Promise<TurnResult>;

@@ -21,6 +21,7 @@
 //! | `/todo A; B; C` | `todo.updated` with items id `"1"`, `"2"`, ... (empty entries skipped; no entry → an empty list), status `pending`, then reply |
 //! | `/big N` | N bytes of `"x"` in deltas of at most 1024 bytes (N ≤ 64 MiB); the rest of the prompt is ignored |
 //! | `/config` | reply with the turn's engine `config`, as compact JSON (how a test sees what reached the host) |
+//! | `/history` | reply with the turn's history as a compact JSON array of `[role, text]` pairs, oldest first (how a test sees what the engine was given) |
 //! | `/flood N PER_SECOND BYTES [T0_US]` | N durable `tool.start` events on a fixed schedule, for benchmarks (see [`super::flood`]), then reply |
 //!
 //! A first line starting with `/` but another word (`/usr/bin is ...`) is
@@ -68,12 +69,11 @@ impl EchoEngine {
 
     async fn play(
         &self,
-        prompt: &str,
-        config: &serde_json::Map<String, Value>,
+        turn: &TurnStart,
         out: &TurnSink,
         cancel: &Cancel,
     ) -> Result<TurnOutcome, Stop> {
-        let script = match Script::parse(prompt) {
+        let script = match Script::parse(&turn.prompt) {
             Ok(script) => script,
             Err(message) => {
                 return Ok(TurnOutcome::Failed {
@@ -84,7 +84,19 @@ impl EchoEngine {
         };
         let reply = match script {
             Script::Reply(reply) => reply,
-            Script::Config => Value::Object(config.clone()).to_string(),
+            Script::Config => Value::Object(turn.config.clone()).to_string(),
+            Script::History => match turn.history.messages() {
+                Ok(history) => {
+                    Value::Array(history.iter().map(|m| json!([m.role, m.text])).collect())
+                        .to_string()
+                }
+                Err(e) => {
+                    return Ok(TurnOutcome::Failed {
+                        reason: ENGINE_ERROR.into(),
+                        message: format!("invalid history: {e}"),
+                    })
+                }
+            },
             Script::Sleep { ms, reply } => {
                 pause(Duration::from_millis(ms), cancel).await?;
                 reply
@@ -159,7 +171,7 @@ impl AsyncEngine for EchoEngine {
     async fn turn(&self, turn: TurnStart, out: &TurnSink, cancel: &Cancel) -> TurnOutcome {
         // Stopped by an interrupt, or stdout is gone (then nobody reads
         // the outcome anyway).
-        self.play(&turn.prompt, &turn.config, out, cancel)
+        self.play(&turn, out, cancel)
             .await
             .unwrap_or(TurnOutcome::Interrupted)
     }
@@ -222,6 +234,7 @@ enum Script {
     },
     Big(usize),
     Config,
+    History,
     Flood {
         flood: Flood,
         reply: String,
@@ -257,6 +270,10 @@ impl Script {
             "/config" => {
                 no_args("/config")?;
                 Script::Config
+            }
+            "/history" => {
+                no_args("/history")?;
+                Script::History
             }
             "/crash" => {
                 no_args("/crash")?;
@@ -347,6 +364,8 @@ mod tests {
         assert!(Script::parse("/tool").is_err());
         assert!(Script::parse("/tool t {bad").is_err());
         assert!(Script::parse("/big -1").is_err());
+        assert!(Script::parse("/history now").is_err());
+        assert_eq!(Script::parse("/history\nignored"), Ok(Script::History));
         assert_eq!(
             Script::parse("/sleep 5\r\nreply"),
             Ok(Script::Sleep {

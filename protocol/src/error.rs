@@ -34,6 +34,8 @@ pub mod codes {
     pub const RATE_LIMITED: i64 = 4029;
     /// Handoff state conflict or unknown handoff id.
     pub const HANDOFF_CONFLICT: i64 = 4090;
+    /// `prompt.submit` with `multitask: reject` while a turn runs or waits.
+    pub const TURN_IN_PROGRESS: i64 = 4091;
     /// A limit of the profile is reached (`data.limit` names it, `data.max`
     /// is its value, `data.retry_after_ms` where waiting helps).
     pub const PROFILE_LIMIT: i64 = 4290;
@@ -140,6 +142,15 @@ impl RpcError {
         Self::new(
             codes::SESSION_BUSY,
             format!("session busy: {}", detail.into()),
+        )
+    }
+
+    /// A turn is running or queued (4091): a `multitask: reject` prompt
+    /// is refused and nothing is written.
+    pub fn turn_in_progress() -> Self {
+        Self::new(
+            codes::TURN_IN_PROGRESS,
+            "a turn is running or queued (multitask: reject)",
         )
     }
 

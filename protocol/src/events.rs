@@ -98,14 +98,19 @@ pub struct TextPayload {
     pub text: String,
 }
 
-/// `message.user` of a prompt that replaces a turn (`prompt.submit`'s
-/// `replaces`): from that turn's first message on, the history leaves
-/// out what came before this prompt.
+/// `message.user` of a prompt: with `replaces` (`prompt.submit`'s
+/// `replaces`, or the running turn a `rollback` prompt stopped), from that
+/// turn's first message on the history leaves out what came before this
+/// prompt.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UserPayload {
     pub text: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replaces: Option<crate::ids::TurnId>,
+    /// The prompt's `dedupe_key`: kept with it so that whichever node
+    /// owns the session next still knows the key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dedupe_key: Option<String>,
 }
 
 /// `message.start` (and any event whose payload is `{}`).

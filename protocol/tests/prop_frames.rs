@@ -398,6 +398,9 @@ fn request() -> impl Strategy<Value = Request> {
                 profile,
                 text,
                 replaces: replaces.map(Into::into),
+                multitask: None,
+                drop_queued: false,
+                dedupe_key: None,
             }))
         },
     );
@@ -899,6 +902,9 @@ proptest! {
                     profile: None,
                     text: s,
                     replaces: None,
+                    multitask: None,
+                    drop_queued: false,
+                    dedupe_key: None,
                 })),
             }))
         );

@@ -167,6 +167,10 @@ pub struct Counts {
     pub reconnects: AtomicU64,
     pub events_seen: AtomicU64,
     pub compressions: AtomicU64,
+    /// Prompts sent while a turn was in flight (with a random `multitask`).
+    pub second_prompts: AtomicU64,
+    /// Prompts answered with an earlier prompt's turn (`dedupe_key`).
+    pub duplicates: AtomicU64,
 }
 
 /// What every client and the monkey share.
@@ -286,16 +290,18 @@ pub async fn client(
                     }
                 }
             }
-            if driver && in_flight.is_none() && !stopping {
+            // A prompt when idle; now and then a second one while a turn
+            // runs, with a random policy, so that every `multitask` (and
+            // duplicates of a `dedupe_key`) meets the monkey too.
+            let second = in_flight.is_some() && rng.below(6) == 0;
+            if driver && (in_flight.is_none() || second) && !stopping {
+                if second {
+                    shared.counts.second_prompts.fetch_add(1, Ordering::Relaxed);
+                }
                 words += 1;
                 let text = format!("turn {words} of {session} streams a few words");
-                match conn
-                    .call(
-                        "prompt.submit",
-                        json!({"session_id": session.as_str(), "text": text}),
-                    )
-                    .await
-                {
+                let params = submit_params(&mut rng, session.as_str(), words, text);
+                match conn.call("prompt.submit", params).await {
                     Ok(t) => {
                         let turn = t["turn_id"].as_str().unwrap_or_default().to_string();
                         shared.counts.turns_accepted.fetch_add(1, Ordering::Relaxed);
@@ -304,10 +310,17 @@ pub async fn client(
                             .lock()
                             .unwrap()
                             .push((session.clone(), turn.clone()));
-                        in_flight = Some(turn);
+                        // The newest turn ends last, whatever its policy; a
+                        // duplicate's turn may have ended already.
+                        if t["duplicate"] == true {
+                            shared.counts.duplicates.fetch_add(1, Ordering::Relaxed);
+                        } else {
+                            in_flight = Some(turn);
+                        }
                     }
                     Err(CallError::Rpc(_)) => {
-                        // 5019 while hosts restart, 5072 while the registry does.
+                        // 5019 while hosts restart, 5072 while the registry
+                        // does, 4091 for a `reject`, 4009 for a full queue.
                         tokio::time::sleep(Duration::from_millis(50)).await;
                     }
                     Err(CallError::Gone) => break,
@@ -327,6 +340,25 @@ pub async fn client(
         shared.counts.reconnects.fetch_add(1, Ordering::Relaxed);
     }
     seqs
+}
+
+/// A `prompt.submit` with a random `multitask` (or none), and now and
+/// then a `dedupe_key` that the previous prompt may have had too.
+pub fn submit_params(rng: &mut Rng, session: &str, words: u64, text: String) -> Value {
+    let mut params = json!({"session_id": session, "text": text});
+    let policy = ["enqueue", "reject", "interrupt", "rollback"][rng.below(4) as usize];
+    match rng.below(5) {
+        0 => {}
+        1 => params["multitask"] = json!("interrupt"),
+        _ => params["multitask"] = json!(policy),
+    }
+    if params["multitask"] == "interrupt" && rng.below(2) == 0 {
+        params["drop_queued"] = json!(true);
+    }
+    if rng.below(3) == 0 {
+        params["dedupe_key"] = json!(format!("k{}", words / 2));
+    }
+    params
 }
 
 fn accept(

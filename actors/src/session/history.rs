@@ -12,6 +12,7 @@ use tether_protocol::{EventType, History, Message, RpcError};
 use tether_store::EventRow;
 
 use super::encoded_history::EncodedHistory;
+use super::turns::dedupe::{keyed, Dedupe, Seen};
 use super::{SessionMsg, SessionState};
 use crate::transcript::{message_from_row, messages_from_rows, TurnError};
 
@@ -24,6 +25,17 @@ pub(crate) struct Transcript {
     /// and carries the message (as [`messages_from_rows`] does from the
     /// store), so both paths derive the same transcript.
     turn_error: Option<TurnError>,
+    /// The prompts' `dedupe_key`s, derived from the same events
+    /// (`turns/dedupe.rs`); trusted once the segment is in memory.
+    pub(super) dedupe: Dedupe,
+}
+
+/// What a segment read from the store gives: its messages, and the
+/// `dedupe_key`s of its prompts.
+#[derive(Debug)]
+pub(crate) struct LoadedSegment {
+    messages: Vec<Message>,
+    keys: Vec<(String, Seen)>,
 }
 
 #[derive(Debug, Default)]
@@ -48,6 +60,7 @@ impl Transcript {
         if let Some(e) = TurnError::of(row) {
             self.turn_error = Some(e);
         }
+        self.dedupe.note_row(row);
         if !kind.is_transcript() {
             return None;
         }
@@ -109,6 +122,12 @@ impl SessionState {
         }
     }
 
+    /// Whether the segment is in memory (and with it every recent
+    /// `dedupe_key`).
+    pub(super) fn history_ready(&self) -> bool {
+        matches!(self.transcript.segment, Segment::Ready(_))
+    }
+
     /// Every message of the segment, if the transcript is in memory.
     pub(super) fn history_messages(&self) -> Option<Vec<Message>> {
         match &self.transcript.segment {
@@ -143,7 +162,10 @@ impl SessionState {
             let result = reader
                 .segment_events(&id, upto)
                 .await
-                .map(|rows| messages_from_rows(&rows))
+                .map(|rows| LoadedSegment {
+                    messages: messages_from_rows(&rows),
+                    keys: rows.iter().filter_map(keyed).collect(),
+                })
                 .map_err(RpcError::from);
             let _ = myself.cast(SessionMsg::TranscriptLoaded { result });
         });
@@ -152,22 +174,25 @@ impl SessionState {
     pub(super) fn transcript_loaded(
         &mut self,
         myself: &ActorRef<SessionMsg>,
-        result: Result<Vec<Message>, RpcError>,
+        result: Result<LoadedSegment, RpcError>,
     ) {
         let Segment::Loading { buffer, reset, .. } = std::mem::take(&mut self.transcript.segment)
         else {
             return;
         };
         match result {
-            Ok(mut messages) => {
+            Ok(LoadedSegment { mut messages, keys }) => {
                 if reset {
                     messages.clear();
                 }
                 messages.extend(buffer);
+                // Keys of a segment a compaction closed meanwhile stay:
+                // a compaction ends no prompt's window.
+                self.transcript.dedupe.merge_older(keys);
                 self.transcript.segment = Segment::Ready(EncodedHistory::from_messages(&messages));
                 self.dispatch_turn(myself);
                 self.resume_pending_compress(myself);
-                self.resume_pending_replace(myself);
+                self.resume_pending_submits(myself);
             }
             Err(e) => {
                 tracing::warn!(session_id = %self.id, error = %e, "transcript load failed");
@@ -182,7 +207,7 @@ impl SessionState {
                         Some(("storage_unavailable", &msg)),
                     );
                 }
-                if let Some(p) = self.pending_replace.take() {
+                for p in std::mem::take(&mut self.pending_submits) {
                     let _ = p.reply.send(Err(e.clone()));
                 }
                 if let Some((_, reply)) = self.pending_compress.take() {

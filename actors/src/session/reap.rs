@@ -30,7 +30,7 @@ impl SessionState {
             || !self.turns.queue.is_empty()
             || self.compacting.is_some()
             || self.pending_compress.is_some()
-            || self.pending_replace.is_some()
+            || !self.pending_submits.is_empty()
             || !self.owed.is_empty()
     }
 

@@ -14,28 +14,34 @@
 //! session that has not loaded it yet loads it first and answers then (a
 //! request forwarded from another node is answered 4009 instead, and
 //! retried by its client).
+//!
+//! A `multitask: rollback` prompt is the same mechanism applied to the
+//! running turn: that turn ends `superseded` and the new `message.user`
+//! carries `replaces` with its id (`turns/multitask.rs`).
 
 use ractor::ActorRef;
-use tether_protocol::{RpcError, SubmitResult, TurnId};
+use tether_protocol::{RpcError, SubmitParams, SubmitResult, TurnId};
 
 use super::write::Reply;
 use super::{SessionMsg, SessionState};
 
-/// A replacing prompt waiting for the segment to load.
+/// A prompt waiting for the segment to load: one that replaces a turn,
+/// rolls the running one back, or carries a `dedupe_key` (whose earlier
+/// keys are known only with the segment in memory, `turns/dedupe.rs`).
 #[derive(Debug)]
-pub(crate) struct PendingReplace {
-    pub text: String,
-    pub replaces: TurnId,
+pub(crate) struct PendingSubmit {
+    pub params: SubmitParams,
     pub reply: Reply<SubmitResult>,
 }
 
 impl SessionState {
-    /// `prompt.submit` with `replaces`.
+    /// `prompt.submit` with `replaces`, the segment in memory.
     pub(super) fn submit_replacing(
         &mut self,
         myself: &ActorRef<SessionMsg>,
         text: String,
         replaces: TurnId,
+        dedupe_key: Option<String>,
         reply: Reply<SubmitResult>,
     ) {
         if let Err(e) = self.check_replace() {
@@ -43,29 +49,41 @@ impl SessionState {
             return;
         }
         match self.replace_point(&replaces) {
-            None if self.running_forward() => {
-                // A forward is accepted with its first event, written in
-                // this handler or never: a deferred one could run twice.
-                // The forwarder's client retries; the segment is loaded
-                // by then.
-                self.load_transcript(myself);
-                let _ = reply.send(Err(RpcError::session_busy(
-                    "the session is loading its history: retry",
-                )));
+            Some(Some((_, kept))) => {
+                self.accept(myself, text, Some((replaces, kept)), dedupe_key, reply)
             }
-            None => {
-                self.pending_replace = Some(PendingReplace {
-                    text,
-                    replaces,
-                    reply,
-                });
-                self.load_transcript(myself);
-            }
-            Some(None) => {
+            _ => {
                 let _ = reply.send(Err(not_in_history(&replaces)));
             }
-            Some(Some((_, kept))) => self.accept(myself, text, Some((replaces, kept)), reply),
         }
+    }
+
+    /// Holds a prompt until the segment is in memory. A forward is
+    /// accepted with its first event, written in this handler or never (a
+    /// deferred one could run twice): it is answered 4009 instead, and its
+    /// client retries once the segment is loaded.
+    pub(super) fn submit_after_load(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        params: SubmitParams,
+        reply: Reply<SubmitResult>,
+    ) {
+        self.load_transcript(myself);
+        if self.running_forward() {
+            let _ = reply.send(Err(RpcError::session_busy(
+                "the session is loading its history: retry",
+            )));
+            return;
+        }
+        if self.pending_submits.len() >= self.ctx.config.max_queued.max(1) {
+            let _ = reply.send(Err(RpcError::session_busy(format!(
+                "{} prompts are already waiting for the session's history",
+                self.pending_submits.len()
+            ))));
+            return;
+        }
+        self.pending_submits
+            .push_back(PendingSubmit { params, reply });
     }
 
     /// Whether a replacing prompt may be accepted now (the segment aside).
@@ -76,18 +94,14 @@ impl SessionState {
                 "a turn is running or queued: a prompt that replaces a turn waits for none",
             ));
         }
-        if self.pending_replace.is_some() {
-            return Err(RpcError::session_busy(
-                "another replacing prompt is waiting",
-            ));
-        }
         Ok(())
     }
 
-    /// A replacing prompt deferred until the segment was loaded.
-    pub(super) fn resume_pending_replace(&mut self, myself: &ActorRef<SessionMsg>) {
-        if let Some(p) = self.pending_replace.take() {
-            self.submit_replacing(myself, p.text, p.replaces, p.reply);
+    /// The prompts deferred until the segment was loaded, in the order
+    /// they came.
+    pub(super) fn resume_pending_submits(&mut self, myself: &ActorRef<SessionMsg>) {
+        for p in std::mem::take(&mut self.pending_submits) {
+            self.submit(myself, p.params, p.reply);
         }
     }
 }

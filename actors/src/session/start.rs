@@ -63,7 +63,7 @@ impl SessionState {
             transcript: Transcript::default(),
             compacting: None,
             pending_compress: None,
-            pending_replace: None,
+            pending_submits: Default::default(),
             marker_at_start: row.turn_marker,
             marker_reason,
             cluster,

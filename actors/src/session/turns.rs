@@ -13,12 +13,15 @@
 //! events that change it, so a gateway that dies mid-turn finds the turns
 //! to end at its next start.
 //!
-//! Accepting and starting turns is here; the host's frames of a running
-//! turn are read in `turns/host.rs`, and every way a turn ends is in
-//! `turns/end.rs`.
+//! Accepting and starting turns is here; what a prompt does to the turns
+//! already there (`multitask`, `dedupe_key`) is in `turns/multitask.rs`
+//! and `turns/dedupe.rs`, the host's frames of a running turn are read in
+//! `turns/host.rs`, and every way a turn ends is in `turns/end.rs`.
 
+pub(super) mod dedupe;
 mod end;
 mod host;
+mod multitask;
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -27,7 +30,7 @@ use ractor::ActorRef;
 use serde_json::{Map, Value};
 use tether_protocol::{
     now_ms, ActiveTurn, CompleteStatus, EventType, RpcError, SessionStatus, StatusUpdatePayload,
-    SubmitParams, SubmitResult, SubmitStatus, TextPayload, Todos, TraceId, TurnId, TurnStart,
+    SubmitParams, SubmitResult, SubmitStatus, Todos, TraceId, TurnId, TurnStart, UserPayload,
 };
 use tracing::info;
 
@@ -102,7 +105,8 @@ pub(crate) struct Turns {
 
 impl Write for SubmitParams {
     type Answer = SubmitResult;
-    // Its `message.user`.
+    // Its `message.user`, or the ending of the turn it supersedes just
+    // before it (a refused or deduplicated prompt writes nothing).
     const FIRST_WRITE: FirstWrite = FirstWrite::Event;
 
     fn run(
@@ -111,23 +115,11 @@ impl Write for SubmitParams {
         myself: &ActorRef<SessionMsg>,
         reply: Reply<SubmitResult>,
     ) {
-        match self.replaces {
-            None => session.submit(myself, self.text, reply),
-            Some(turn) => session.submit_replacing(myself, self.text, turn, reply),
-        }
+        session.submit(myself, self, reply);
     }
 }
 
 impl SessionState {
-    /// `prompt.submit`.
-    fn submit(&mut self, myself: &ActorRef<SessionMsg>, text: String, reply: Reply<SubmitResult>) {
-        if let Err(e) = self.check_submit() {
-            let _ = reply.send(Err(e));
-            return;
-        }
-        self.accept(myself, text, None, reply);
-    }
-
     /// Accepts a checked prompt: its `message.user`, then the turn starts
     /// or waits. `replacing`: the turn it replaces, and how many messages
     /// of the segment stay before it (`replace.rs`).
@@ -136,6 +128,7 @@ impl SessionState {
         myself: &ActorRef<SessionMsg>,
         text: String,
         replacing: Option<(TurnId, u64)>,
+        dedupe_key: Option<String>,
         reply: Reply<SubmitResult>,
     ) {
         if let Err(e) = self.reserve_turn() {
@@ -146,18 +139,20 @@ impl SessionState {
             turn_id: TurnId::new(),
             trace_id: TraceId::new(),
         };
-        let user_seq = match replacing {
-            None => self.emit_durable(
+        let (replaces, kept) = match replacing {
+            Some((turn, kept)) => (Some(turn), Some(kept)),
+            None => (None, None),
+        };
+        let payload = UserPayload {
+            text: text.clone(),
+            replaces,
+            dedupe_key,
+        };
+        let user_seq = match kept {
+            None => self.emit_durable(EventType::MessageUser, &payload, Some(tag.clone())),
+            Some(kept) => self.emit_durable_counted(
                 EventType::MessageUser,
-                &TextPayload { text: text.clone() },
-                Some(tag.clone()),
-            ),
-            Some((replaces, kept)) => self.emit_durable_counted(
-                EventType::MessageUser,
-                &tether_protocol::UserPayload {
-                    text: text.clone(),
-                    replaces: Some(replaces),
-                },
+                &payload,
                 Some(tag.clone()),
                 kept + 1,
             ),
@@ -190,6 +185,7 @@ impl SessionState {
             status,
             turn_id: tag.turn_id,
             trace_id: tag.trace_id,
+            duplicate: false,
         };
         self.wait_for(
             myself,
@@ -198,18 +194,26 @@ impl SessionState {
         );
     }
 
+    /// Whether a prompt may be accepted now, the queue's room included.
     pub(super) fn check_submit(&self) -> Result<(), RpcError> {
-        if self.status == SessionStatus::Closed {
-            return Err(RpcError::session_closed());
-        }
-        if self.compacting.is_some() {
-            return Err(RpcError::session_busy("the session is being compacted"));
-        }
+        self.check_open()?;
         if self.turns.running.is_some() && self.turns.queue.len() >= self.ctx.config.max_queued {
             return Err(RpcError::session_busy(format!(
                 "{} prompts are already queued",
                 self.turns.queue.len()
             )));
+        }
+        Ok(())
+    }
+
+    /// Whether the session takes prompts at all: open, not compacting, a
+    /// host up, the gateway not draining.
+    pub(super) fn check_open(&self) -> Result<(), RpcError> {
+        if self.status == SessionStatus::Closed {
+            return Err(RpcError::session_closed());
+        }
+        if self.compacting.is_some() {
+            return Err(RpcError::session_busy("the session is being compacted"));
         }
         if self.ctx.lifecycle.draining() {
             return Err(RpcError::new(

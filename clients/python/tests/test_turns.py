@@ -1,6 +1,8 @@
 """Turns as an application sees them through the library: deltas that add
 up to the reply, every way a turn can end, queued turns, the stream."""
 
+import json
+
 import pytest
 
 import tether_client
@@ -129,3 +131,33 @@ async def test_a_closed_gateway_object_ends_its_streams_and_refuses_its_calls(ga
             await pending
     async with tether_client.connect(gateway.url) as other:
         await other.session(s.id).interrupt()
+
+
+async def test_submit_options_reject_interrupt_rollback_and_a_dedupe_key(gateway):
+    async with tether_client.connect(gateway.url) as gw:
+        s = await gw.create_session(title="multitask")
+        hang = await s.submit("/hang")
+        queued = await s.submit("queued one")
+        with pytest.raises(RpcError) as err:
+            await s.submit("not now", multitask="reject")
+        assert err.value.code == codes.TURN_IN_PROGRESS
+        instead = await s.submit("instead", multitask="interrupt", drop_queued=True, dedupe_key="k1")
+        assert instead.status == "started"
+        assert not instead.duplicate
+        assert (await hang.result())["failure_reason"] == "superseded"
+        assert (await queued.result())["failure_reason"] == "dequeued"
+        twice = await s.submit("instead", dedupe_key="k1")
+        assert twice.duplicate
+        assert twice.id == instead.id
+        assert (await instead.result())["text"] == "instead"
+
+        long = await s.submit("/hang")
+        async for d in long.deltas():
+            assert d.text == "…"
+            break
+        rolled = await s.submit("/history", multitask="rollback")
+        assert (await long.result())["failure_reason"] == "superseded"
+        history = json.loads((await rolled.result())["text"])
+        # The first `/hang` was interrupted, not rolled back: it stays.
+        assert history[-1] == ["assistant", "instead"], history
+        assert sum(text == "/hang" for _, text in history) == 1, history

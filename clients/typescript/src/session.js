@@ -71,12 +71,25 @@ export class Session {
     return stream;
   }
 
-  async submit(text) {
+  // `options`: `multitask` ("enqueue", "reject", "interrupt", "rollback"),
+  // `dropQueued` (with "interrupt"), `dedupeKey` (PROTOCOL 1.4
+  // `prompt.submit`).
+  async submit(text, options = {}) {
+    const params = { session_id: this.id, text };
+    if (options.multitask !== undefined) {
+      params.multitask = options.multitask;
+    }
+    if (options.dropQueued) {
+      params.drop_queued = true;
+    }
+    if (options.dedupeKey !== undefined) {
+      params.dedupe_key = options.dedupeKey;
+    }
     await this._attached();
     this.submitting += 1;
     let r;
     try {
-      r = await this.gw.call("prompt.submit", { session_id: this.id, text });
+      r = await this.gw.call("prompt.submit", params);
     } finally {
       this.submitting -= 1;
     }

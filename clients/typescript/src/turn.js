@@ -192,6 +192,8 @@ export class Turn {
     this.traceId = reply.trace_id;
     // "started" or "queued" behind the running turn.
     this.status = reply.status;
+    // The `dedupeKey` matched an earlier prompt's: this is that turn.
+    this.duplicate = reply.duplicate === true;
   }
 
   // The message.complete payload: `{ text, status, failure_reason?, ... }`.

@@ -148,3 +148,36 @@ test("a closed gateway object ends its streams and refuses its calls", async () 
   await assert.rejects(own.sessions(), ClosedError);
   await gw.session(s.id).interrupt();
 });
+
+test("submit options: reject, interrupt, rollback and a dedupe key", async () => {
+  const s = await gw.createSession({ title: "multitask" });
+  const hang = await s.submit("/hang");
+  const queued = await s.submit("queued one");
+  await assert.rejects(s.submit("not now", { multitask: "reject" }), (err) => {
+    assert.ok(err instanceof RpcError);
+    assert.equal(err.code, codes.TURN_IN_PROGRESS);
+    return true;
+  });
+  const instead = await s.submit("instead", { multitask: "interrupt", dropQueued: true, dedupeKey: "k1" });
+  assert.equal(instead.status, "started");
+  assert.equal(instead.duplicate, false);
+  const stopped = await hang.result();
+  assert.equal(stopped.failure_reason, "superseded");
+  assert.equal((await queued.result()).failure_reason, "dequeued");
+  const twice = await s.submit("instead", { dedupeKey: "k1" });
+  assert.equal(twice.duplicate, true);
+  assert.equal(twice.id, instead.id);
+  assert.equal((await instead.result()).text, "instead");
+
+  const long = await s.submit("/hang");
+  for await (const d of long.deltas()) {
+    assert.equal(d.text, "…");
+    break;
+  }
+  const rolled = await s.submit("/history", { multitask: "rollback" });
+  assert.equal((await long.result()).failure_reason, "superseded");
+  const history = JSON.parse((await rolled.result()).text);
+  // The first `/hang` was interrupted, not rolled back: it stays.
+  assert.deepEqual(history.at(-1), ["assistant", "instead"], JSON.stringify(history));
+  assert.equal(history.filter(([, text]) => text === "/hang").length, 1, JSON.stringify(history));
+});

@@ -14,6 +14,8 @@ export async function usage(): Promise<void> {
   });
   const session = await gw.createSession({ title: "demo" });
   const turn = await session.submit("hello");
+  const again = await session.submit("hello", { multitask: "interrupt", dropQueued: true, dedupeKey: "k" });
+  const duplicate: boolean = again.duplicate;
   let text = "";
   for await (const d of turn.deltas()) {
     text += d.text;

@@ -26,6 +26,7 @@ export const REASONS = {
   gateway_shutdown: { what: "the gateway was shut down", advice: AGAIN },
   node_lost: { what: "the gateway node running it died and another took the session over", advice: AGAIN },
   dequeued: { what: "dropped from the queue before it ran", advice: "send it again if you still want it" },
+  superseded: { what: "stopped for a newer prompt", advice: "the newer prompt answers instead" },
   session_closed: { what: "the session was closed", advice: "start a new session to send it again" },
   engine_error: { what: "the engine failed", advice: NOT_AGAIN },
 };

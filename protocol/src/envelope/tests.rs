@@ -75,6 +75,9 @@ fn valid_request() {
             profile: None,
             text: "a \"quoted\" \u{e9}".into(),
             replaces: None,
+            multitask: None,
+            drop_queued: false,
+            dedupe_key: None,
         }))
     );
 }
@@ -427,6 +430,9 @@ fn response_and_request_frames_round_trip() {
             profile: None,
             text: "hi".into(),
             replaces: None,
+            multitask: None,
+            drop_queued: false,
+            dedupe_key: None,
         },
     );
     let text = serde_json::to_string(&f).unwrap();

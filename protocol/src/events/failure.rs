@@ -34,6 +34,9 @@ wire_enum! {
         NodeLost = "node_lost",
         /// A queued prompt dropped by an interrupt before it ran.
         Dequeued = "dequeued",
+        /// The running turn was stopped by a prompt sent with `multitask`
+        /// `interrupt` or `rollback`.
+        Superseded = "superseded",
         /// The session was closed (`session.close`, or a
         /// `close_on_disconnect` session's last peer left) while the turn
         /// ran or waited in the queue.
@@ -50,6 +53,7 @@ impl FailureReason {
         match self {
             FailureReason::GatewayShutdown
             | FailureReason::Dequeued
+            | FailureReason::Superseded
             | FailureReason::SessionClosed => CompleteStatus::Interrupted,
             FailureReason::HostCrash
             | FailureReason::HostTimeout
@@ -77,6 +81,7 @@ impl FailureReason {
             FailureReason::HostLineTooLong
             | FailureReason::HostProtocolError
             | FailureReason::Dequeued
+            | FailureReason::Superseded
             | FailureReason::SessionClosed
             | FailureReason::EngineError => false,
         }

@@ -263,6 +263,10 @@ pub struct SubmitResult {
     pub status: SubmitStatus,
     pub turn_id: TurnId,
     pub trace_id: TraceId,
+    /// The prompt's `dedupe_key` matched an earlier one's: this is that
+    /// turn, and nothing new was accepted.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub duplicate: bool,
 }
 
 wire_enum! {

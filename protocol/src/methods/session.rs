@@ -227,9 +227,79 @@ pub struct SubmitParams {
     /// prompt): that turn and everything after it leave the history.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replaces: Option<crate::ids::TurnId>,
+    /// What this prompt does to a turn already running or queued
+    /// (default `enqueue`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub multitask: Option<Multitask>,
+    /// With `multitask: interrupt`: the queued prompts end `dequeued`
+    /// too, instead of staying queued ahead of this one.
+    #[serde(
+        default,
+        deserialize_with = "de::null_default",
+        skip_serializing_if = "std::ops::Not::not"
+    )]
+    pub drop_queued: bool,
+    /// A second prompt with the same key within the dedupe window is
+    /// answered with the first one's turn instead of starting another.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dedupe_key: Option<String>,
 }
 
-impl Params for SubmitParams {}
+/// The longest `dedupe_key`, in bytes.
+pub const MAX_DEDUPE_KEY_BYTES: usize = 128;
+
+wire_enum! {
+    /// `prompt.submit`'s `multitask`: what a prompt does to the turn
+    /// running and the prompts queued when it comes.
+    pub enum Multitask {
+        /// Wait behind them (the default).
+        Enqueue = "enqueue",
+        /// Fail with 4091 if any runs or waits; nothing is written.
+        Reject = "reject",
+        /// End the running turn `interrupted` / `superseded`; the queued
+        /// prompts stay queued (unless `drop_queued`) and this one waits
+        /// behind them.
+        Interrupt = "interrupt",
+        /// As `interrupt`, the queued prompts dropped, and the running
+        /// turn (with what came after it) left out of the history from
+        /// this prompt on, as `replaces` does.
+        Rollback = "rollback",
+    }
+}
+
+impl SubmitParams {
+    /// The policy, its default filled in.
+    pub fn policy(&self) -> Multitask {
+        self.multitask.unwrap_or(Multitask::Enqueue)
+    }
+}
+
+impl Params for SubmitParams {
+    fn validate(&self) -> Result<(), RpcError> {
+        if let Some(key) = &self.dedupe_key {
+            if key.is_empty() || key.len() > MAX_DEDUPE_KEY_BYTES {
+                return Err(RpcError::invalid_params(
+                    "dedupe_key",
+                    format!("must be 1 to {MAX_DEDUPE_KEY_BYTES} bytes"),
+                ));
+            }
+        }
+        let policy = self.policy();
+        if self.drop_queued && policy != Multitask::Interrupt {
+            return Err(RpcError::invalid_params(
+                "drop_queued",
+                "only with multitask `interrupt` (`rollback` always drops the queue)",
+            ));
+        }
+        if self.replaces.is_some() && matches!(policy, Multitask::Interrupt | Multitask::Rollback) {
+            return Err(RpcError::invalid_params(
+                "multitask",
+                "a prompt that replaces a turn waits for none: `enqueue` or `reject` only",
+            ));
+        }
+        Ok(())
+    }
+}
 
 /// `session.compress`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -420,6 +490,9 @@ mod tests {
                 profile: None,
                 text: "hello".into(),
                 replaces: None,
+                multitask: None,
+                drop_queued: false,
+                dedupe_key: None,
             },
             json!({"session_id":"s_1","text":"hello"}),
         );
@@ -429,8 +502,23 @@ mod tests {
                 profile: None,
                 text: "again".into(),
                 replaces: Some("t_1".into()),
+                multitask: None,
+                drop_queued: false,
+                dedupe_key: None,
             },
             json!({"session_id":"s_1","text":"again","replaces":"t_1"}),
+        );
+        round_trip(
+            &SubmitParams {
+                session_id: "s_1".into(),
+                profile: None,
+                text: "instead".into(),
+                replaces: None,
+                multitask: Some(Multitask::Interrupt),
+                drop_queued: true,
+                dedupe_key: Some("k1".into()),
+            },
+            json!({"session_id":"s_1","text":"instead","multitask":"interrupt","drop_queued":true,"dedupe_key":"k1"}),
         );
         round_trip(
             &CompressParams {

@@ -74,7 +74,7 @@ impl SessionState {
         self.cluster.forwarded = super::forwarded::Forwarded::default();
         let not_here = self.not_here();
         self.abandon_compression(|| not_here.clone());
-        if let Some(p) = self.pending_replace.take() {
+        for p in std::mem::take(&mut self.pending_submits) {
             let _ = p.reply.send(Err(self.not_here()));
         }
         self.transcript = crate::session::history::Transcript::default();

@@ -189,6 +189,32 @@ impl SessionState {
         true
     }
 
+    /// A prompt sent with `multitask` `interrupt` or `rollback` came: the
+    /// running turn ends `interrupted` / `superseded`, the host abandons
+    /// it, and the queue either drops (`dequeued`) or goes on as after any
+    /// ending, its next prompt starting now.
+    pub(in crate::session) fn supersede_running(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        drop_queued: bool,
+    ) {
+        if drop_queued {
+            self.stop_turns(myself, Some(reasons::SUPERSEDED));
+            return;
+        }
+        let Some(turn_id) = self.turns.running.as_ref().map(|t| t.tag.turn_id.clone()) else {
+            return;
+        };
+        if let Some(hosts) = self.ctx.hosts() {
+            let _ = hosts.cast(HostSupervisorMsg::Abandon {
+                turn_id: turn_id.clone(),
+            });
+        }
+        let status = CompleteStatus::Interrupted;
+        let reason = Some(reasons::SUPERSEDED);
+        self.end_turn(myself, &turn_id, status, None, reason, None);
+    }
+
     /// Ends every queued prompt with its `dequeued` completion.
     fn dequeue_all(&mut self) {
         if self.turns.queue.is_empty() {
@@ -270,6 +296,7 @@ impl SessionState {
     /// Drops turns whose `message.user` was never written (an append
     /// failed): they were never accepted, so they get no `message.complete`.
     pub(in crate::session) fn forget_unwritten_turns(&mut self, from_seq: u64) {
+        self.transcript.dedupe.forget_from(from_seq);
         self.turns.queue.retain(|q| q.user_seq < from_seq);
         if self
             .turns

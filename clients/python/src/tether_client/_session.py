@@ -84,11 +84,28 @@ class Session:
         self._want()
         return stream
 
-    async def submit(self, text: str) -> Turn:
+    async def submit(
+        self,
+        text: str,
+        *,
+        multitask: str | None = None,
+        drop_queued: bool = False,
+        dedupe_key: str | None = None,
+    ) -> Turn:
+        """Sends a prompt. `multitask` ("enqueue", "reject", "interrupt",
+        "rollback"), `drop_queued` (with "interrupt") and `dedupe_key` are
+        `prompt.submit`'s (PROTOCOL 1.4)."""
+        params: dict[str, Any] = {"session_id": self.id, "text": text}
+        if multitask is not None:
+            params["multitask"] = multitask
+        if drop_queued:
+            params["drop_queued"] = True
+        if dedupe_key is not None:
+            params["dedupe_key"] = dedupe_key
         await self._attached()
         self._submitting += 1
         try:
-            r = await self._gw.call("prompt.submit", {"session_id": self.id, "text": text})
+            r = await self._gw.call("prompt.submit", params)
         finally:
             self._submitting -= 1
         rec = self._turns.get(r["turn_id"], r.get("trace_id"))

@@ -169,6 +169,8 @@ class Turn:
         self.trace_id: str = reply.get("trace_id", "")
         #: "started", or "queued" behind the running turn.
         self.status: str = reply.get("status", "started")
+        # The `dedupe_key` matched an earlier prompt's: this is that turn.
+        self.duplicate: bool = reply.get("duplicate") is True
 
     async def result(self) -> dict[str, Any]:
         """The `message.complete` payload: `{"text", "status", "failure_reason"?, ...}`."""

@@ -264,6 +264,7 @@ fn small_results_round_trip() {
             status: SubmitStatus::Started,
             turn_id: "t_1".into(),
             trace_id: "3f9c2a1b7d4e".into(),
+            duplicate: false,
         },
         json!({"status":"started","turn_id":"t_1","trace_id":"3f9c2a1b7d4e"}),
     );
@@ -272,8 +273,18 @@ fn small_results_round_trip() {
             status: SubmitStatus::Queued,
             turn_id: "t_2".into(),
             trace_id: "000000000000".into(),
+            duplicate: false,
         },
         json!({"status":"queued","turn_id":"t_2","trace_id":"000000000000"}),
+    );
+    round_trip(
+        &SubmitResult {
+            status: SubmitStatus::Queued,
+            turn_id: "t_2".into(),
+            trace_id: "000000000000".into(),
+            duplicate: true,
+        },
+        json!({"status":"queued","turn_id":"t_2","trace_id":"000000000000","duplicate":true}),
     );
     round_trip(
         &InterruptResult {
