@@ -29,6 +29,7 @@ mod branch;
 mod dispatch;
 mod handoff;
 mod list_page;
+mod presence;
 mod write;
 
 pub(crate) use dispatch::ask;
@@ -94,6 +95,10 @@ pub struct PeerState {
     limiter: RateLimiter,
     /// Counted in the registry's peers (`PeerUp` sent, `PeerDown` not yet).
     counted: bool,
+    /// What it said of itself in `gateway.hello` (`peer/presence.rs`).
+    client: Option<std::sync::Arc<tether_protocol::ClientInfo>>,
+    /// `gateway.hello` was answered: it is not taken twice.
+    described: bool,
 }
 
 pub struct Peer;
@@ -117,6 +122,8 @@ impl Actor for Peer {
             attached: attached::Attached::default(),
             limiter: RateLimiter::new(rps, rps.saturating_mul(2), std::time::Instant::now()),
             counted: true,
+            client: None,
+            described: false,
         };
         // Counted before the client can see `gateway.ready` (and so before
         // anything it does next can ask for the count).
@@ -272,6 +279,7 @@ impl PeerState {
             transport: self.identity.transport,
             outbox: self.outbox.clone(),
             max_delay: std::time::Duration::from_millis(u64::from(ms)),
+            presence: self.presence_entry(),
         }
     }
 

@@ -37,6 +37,10 @@ wire_enum! {
         SessionReclaimed = "session.reclaimed",
         /// The first frame of every connection (1.3).
         GatewayReady = "gateway.ready",
+        /// Peers attached to the session (transient, coalesced).
+        PresenceJoined = "presence.joined",
+        /// Peers that left the session (transient, coalesced).
+        PresenceLeft = "presence.left",
     }
 }
 
@@ -51,6 +55,8 @@ impl EventType {
                 | EventType::ReasoningDelta
                 | EventType::SessionReclaimed
                 | EventType::GatewayReady
+                | EventType::PresenceJoined
+                | EventType::PresenceLeft
         )
     }
 

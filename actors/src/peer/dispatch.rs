@@ -112,6 +112,8 @@ impl PeerState {
             Request::HandoffComplete(p) => self.handoff_complete(p).await,
             Request::HandoffFail(p) => self.handoff_fail(p).await,
             Request::HandoffState(p) => self.handoff_state(p).await,
+            Request::GatewayHello(p) => self.hello(p),
+            Request::SessionPresence(p) => self.presence(p).await,
         }
     }
 

@@ -57,6 +57,8 @@ impl SessionState {
             | SessionMsg::WriterRestarted
             | SessionMsg::Rebased { .. }
             | SessionMsg::ReportToReaper
+            | SessionMsg::Presence { .. }
+            | SessionMsg::PresenceFlush
             // The follower's own work, and what an owner that just lost
             // the session still has to finish.
             | SessionMsg::Cluster(
@@ -68,6 +70,8 @@ impl SessionState {
                 | ClusterMsg::Promoted { .. }
                 | ClusterMsg::Lost
                 | ClusterMsg::OtherPeersChanged
+                | ClusterMsg::PresenceWake
+                | ClusterMsg::PresenceRead { .. }
                 | ClusterMsg::LeftEverywhere { .. }
                 | ClusterMsg::RecheckLeft
                 | ClusterMsg::RunAccepted { .. }
