@@ -198,6 +198,16 @@ async fn a_description_is_bounded_and_the_profile_is_the_connections() {
     let e = b.err("gateway.hello", json!({"name": "late"})).await;
     assert_eq!(e["code"], -32602, "{e}");
 
+    // Presence frames go only to peers that said hello: ann hears dee
+    // come, b (no hello) hears nothing.
+    let mut dee = described(&gw, "dee", "i-dee").await;
+    attach(&mut dee, &id).await;
+    let mut seen = ids(&a.ok("session.presence", json!({"session_id": id})).await);
+    seen.remove(&peer_id(&dee));
+    let want = ids(&a.ok("session.presence", json!({"session_id": id})).await);
+    until_present(&mut a, &mut seen, &want).await;
+    b.expect_silence(3 * WINDOW).await;
+
     let e = a
         .err("session.presence", json!({"session_id": "s_nothing_here"}))
         .await;

@@ -125,9 +125,22 @@ impl SessionState {
     /// Pushes a frame to every peer; a joining peer's frames are held until
     /// its resume reply is queued.
     pub(super) fn fan_out(&mut self, frame: &Bytes, class: FrameClass) {
+        self.fan_out_to(frame, class, |_| true);
+    }
+
+    /// [`Self::fan_out`] to the peers `to` picks.
+    pub(super) fn fan_out_to(
+        &mut self,
+        frame: &Bytes,
+        class: FrameClass,
+        to: impl Fn(&PeerSlot) -> bool,
+    ) {
         let limit = self.ctx.config.outbox_frames;
         let mut gone = Vec::new();
         for (peer_id, slot) in self.peers.iter_mut() {
+            if !to(slot) {
+                continue;
+            }
             match &mut slot.held {
                 Some(held) => {
                     if held.len() >= limit && class == FrameClass::Durable {

@@ -20,7 +20,9 @@
 //! cannot be told from a newcomer, so its leave goes out with the next
 //! window.
 //!
-//! Nothing here is stored or replayed, and the frames take no seq.
+//! Nothing here is stored or replayed, and the frames take no seq. They go
+//! only to the peers that sent `gateway.hello`: a client that does not know
+//! presence is not sent frames it does not expect.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -184,7 +186,11 @@ impl SessionState {
             payload: &payload,
         });
         let frame = Bytes::from(encode_event_frame(&params));
-        self.fan_out(&frame, FrameClass::Transient);
+        // Only to the peers that said hello: a client that does not know
+        // presence is not sent frames it does not expect.
+        self.fan_out_to(&frame, FrameClass::Transient, |slot| {
+            slot.presence.client.is_some()
+        });
     }
 
     /// `session.presence`: the peers here, and on a cluster those every
