@@ -29,6 +29,7 @@ mod branch;
 mod dispatch;
 mod handoff;
 mod list_page;
+mod presence;
 pub mod token;
 mod write;
 
@@ -107,6 +108,10 @@ pub struct PeerState {
     token: Option<token::TokenGrant>,
     token_generation: u64,
     token_timers: Vec<tokio::task::JoinHandle<Result<(), ractor::MessagingErr<PeerMsg>>>>,
+    /// What it said of itself in `gateway.hello` (`peer/presence.rs`).
+    client: Option<std::sync::Arc<tether_protocol::ClientInfo>>,
+    /// `gateway.hello` was answered: it is not taken twice.
+    described: bool,
 }
 
 pub struct Peer;
@@ -133,6 +138,8 @@ impl Actor for Peer {
             token: args.token,
             token_generation: 0,
             token_timers: Vec::new(),
+            client: None,
+            described: false,
         };
         // Counted before the client can see `gateway.ready` (and so before
         // anything it does next can ask for the count).
@@ -306,6 +313,7 @@ impl PeerState {
             transport: self.identity.transport,
             outbox: self.outbox.clone(),
             max_delay: std::time::Duration::from_millis(u64::from(ms)),
+            presence: self.presence_entry(),
         }
     }
 

@@ -180,6 +180,11 @@ pub enum RegistryMsg {
         session_id: SessionId,
         body: String,
     },
+    /// From the node's event listener: another node wrote who is attached
+    /// to `session_id` there (`None`: reconnected; every live session reads).
+    PresenceWake {
+        session_id: Option<SessionId>,
+    },
     /// Internal: time to read the owners of the followed sessions.
     PollOwners,
     /// Internal: peers other nodes have on these live sessions.
@@ -341,6 +346,7 @@ impl Actor for Registry {
             RegistryMsg::FollowDeltas { session_id, body } => {
                 state.follow_deltas(&session_id, body)
             }
+            RegistryMsg::PresenceWake { session_id } => state.presence_wake(session_id),
             RegistryMsg::PollOwners => state.poll_owners(&myself),
             RegistryMsg::Owners { owners } => state.owners(owners),
             RegistryMsg::Demoted { key } => state.demoted(key),

@@ -30,6 +30,8 @@ mod marker;
 mod owed;
 mod peers;
 mod pipeline;
+mod presence;
+mod presence_remote;
 mod reap;
 mod replace;
 pub(crate) mod replay;
@@ -98,6 +100,12 @@ pub enum SessionMsg {
     },
     /// A `SessionInfo` snapshot.
     Info { reply: RpcReplyPort<SessionInfo> },
+    /// `session.presence`.
+    Presence {
+        reply: RpcReplyPort<Result<tether_protocol::PresenceResult, RpcError>>,
+    },
+    /// Internal: time to tell the peers who joined and left (`presence.rs`).
+    PresenceFlush,
     /// Emit events from outside unless the session is closed (or closing):
     /// nothing may follow `session.closed`. A handoff transition announces
     /// itself so; the benchmarks and tests inject events so (`hooks.rs`).
@@ -236,6 +244,8 @@ pub struct SessionState {
     /// On a cluster: following, forwarding, this node's peer count
     /// (`cluster.rs`; empty on a single gateway).
     cluster: cluster::ClusterState,
+    /// Who the peers were told is attached (`presence.rs`).
+    presence: presence::Presence,
     /// What the reaper was last told (`None`: nothing yet).
     reported: Option<Reported>,
     /// `message.complete`s of accepted turns that a failed append lost.
@@ -320,6 +330,8 @@ impl Actor for Session {
             SessionMsg::Info { reply } => {
                 let _ = reply.send(state.info());
             }
+            SessionMsg::Presence { reply } => state.presence_answer(reply),
+            SessionMsg::PresenceFlush => state.presence_flush(me),
             SessionMsg::EmitIfOpen { events, reply } => state.emit_if_open(events, reply),
             SessionMsg::Write { write, reply } => state.write(me, write, reply),
             SessionMsg::Turn { turn_id, update } => state.turn_update(me, turn_id, update),
@@ -368,6 +380,7 @@ impl Actor for Session {
         }
         state.close_if_left(me);
         state.send_unsent(me);
+        state.presence_tick(me);
         state.publish_gauges();
         state.count_turns();
         state.report_to_reaper(false);

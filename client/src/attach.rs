@@ -25,6 +25,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::conn::{ClientError, Conn, Event, Incoming, Reply};
+use super::presence::Me;
 use super::view::{bracket, clip, styled, View};
 use super::{exit, Target, EXIT_HELP};
 
@@ -65,11 +66,15 @@ struct Attach {
     last_sigint: Option<Instant>,
     backoff: Duration,
     retry_at: Instant,
+    /// Who we say we are on every connection (`presence.rs`).
+    me: Me,
 }
 
 pub async fn run(args: AttachArgs) -> Result<u8, ClientError> {
     let mut lines = stdin_lines();
     let mut conn = Conn::open(&args.target).await?;
+    let mut me = Me::new();
+    me.hello(&mut conn).await?;
     let first: ResumeResult = conn
         .call("session.resume", json!({"session_id": args.session}))
         .await?;
@@ -88,6 +93,7 @@ pub async fn run(args: AttachArgs) -> Result<u8, ClientError> {
         last_sigint: None,
         backoff: BACKOFF_FIRST,
         retry_at: Instant::now(),
+        me,
     };
     a.view.history(&first).map_err(ClientError::io("stdout"))?;
     // After the history, so that it is the line just above the prompt; on
@@ -107,7 +113,11 @@ pub async fn run(args: AttachArgs) -> Result<u8, ClientError> {
         }
         tokio::select! {
             frame = next_frame(&mut a.conn) => match frame {
-                Ok(Incoming::Event(e)) => a.view.event(&e).map_err(ClientError::io("stdout"))?,
+                Ok(Incoming::Event(e)) => match a.me.lines(&e, styled(std::io::stderr().is_terminal())) {
+                    // On stderr, like every line that is not the transcript.
+                    Some(lines) => lines.iter().for_each(|l| eprintln!("{l}")),
+                    None => a.view.event(&e).map_err(ClientError::io("stdout"))?,
+                },
                 Ok(Incoming::Reply(r)) => a.reply(r),
                 Err(ClientError::Lost(why)) => a.lost(&why),
                 Err(e) => return Err(e),
@@ -288,6 +298,7 @@ impl Attach {
     /// instead.
     async fn resume(&mut self) -> Result<(Conn, Vec<Event>, ResumeResult), ClientError> {
         let mut conn = Conn::open(&self.target).await?;
+        self.me.hello(&mut conn).await?;
         if conn.epoch != self.epoch {
             eprintln!("[the gateway's store changed; showing the session afresh]");
             self.epoch = conn.epoch.clone();

@@ -17,6 +17,7 @@ mod conn;
 mod hosts;
 mod new;
 mod outcome;
+mod presence;
 mod send;
 mod sessions;
 mod view;

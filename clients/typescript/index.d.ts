@@ -261,6 +261,44 @@ export interface ConnectOptions {
    * `events()` and turns wait as long as it takes.
    */
   connectTimeoutMs?: number | null;
+  /**
+   * Who this client is, told to the other peers of the sessions it attaches
+   * (`gateway.hello`, sent on every connection). `instance` defaults to a
+   * random id of this object: the same on every reconnect, so reconnects
+   * are not announced as leaves and joins.
+   */
+  client?: ClientInfo;
+}
+
+/** What a peer says of itself (PROTOCOL Part 4, "Presence"). */
+export interface ClientInfo {
+  /** At most 128 bytes each, no control characters. */
+  name?: string;
+  device?: string;
+  app?: string;
+  /** At most 64 bytes. */
+  instance?: string;
+  /** At most 1024 bytes as JSON. */
+  meta?: { [key: string]: unknown };
+}
+
+/** One attached peer, on any node. */
+export interface PresenceEntry {
+  peer_id: string;
+  /** The connection's profile, never the client's word. */
+  profile: string;
+  client: ClientInfo | null;
+  transport: string;
+  /** The cluster node it is connected to (null on a single gateway). */
+  node: string | null;
+  attached_at: string;
+}
+
+/** A `presence.joined` or `presence.left` event. */
+export interface PresenceChange {
+  type: "joined" | "left";
+  peers: PresenceEntry[];
+  ts: string;
 }
 
 export interface CreateSessionOptions {
@@ -341,6 +379,10 @@ export declare class Session {
   branch(options?: { uptoSeq?: number; title?: string }): Promise<Session>;
   close(): Promise<{ closed: true }>;
   detach(): Promise<void>;
+  /** Who is attached now, on every node. */
+  presence(): Promise<PresenceEntry[]>;
+  /** Calls `fn` on each join and leave while attached; returns what stops it. */
+  onPresence(fn: (change: PresenceChange) => void): () => void;
 }
 
 export declare class EventStream implements AsyncIterableIterator<StreamItem> {

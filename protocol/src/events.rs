@@ -40,6 +40,10 @@ wire_enum! {
         SessionDeleted = "session.deleted",
         /// The first frame of every connection (1.3).
         GatewayReady = "gateway.ready",
+        /// Peers attached to the session (transient, coalesced).
+        PresenceJoined = "presence.joined",
+        /// Peers that left the session (transient, coalesced).
+        PresenceLeft = "presence.left",
     }
 }
 
@@ -55,6 +59,8 @@ impl EventType {
                 | EventType::SessionReclaimed
                 | EventType::SessionDeleted
                 | EventType::GatewayReady
+                | EventType::PresenceJoined
+                | EventType::PresenceLeft
         )
     }
 

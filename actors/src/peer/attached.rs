@@ -37,6 +37,11 @@ impl Attached {
         Some(self.entries.swap_remove(at).1)
     }
 
+    /// Whether the peer is attached to no session.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
     /// Forgets every attachment, answering their sessions' actors.
     pub fn drain(&mut self) -> impl Iterator<Item = ActorRef<SessionMsg>> + '_ {
         self.entries.drain(..).map(|(_, actor)| actor)

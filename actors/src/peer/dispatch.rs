@@ -125,6 +125,8 @@ impl PeerState {
             }
             Request::HandoffState(p) => self.handoff_state(p).await,
             Request::RefreshToken(p) => self.refresh_token(p).await,
+            Request::GatewayHello(p) => self.hello(p),
+            Request::SessionPresence(p) => self.presence(p).await,
         }
     }
 

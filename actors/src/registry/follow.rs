@@ -61,10 +61,21 @@ pub(super) fn start(ctx: &Ctx, myself: &ActorRef<RegistryMsg>) -> Option<Tasks> 
                 },
                 // Its own: this node owns those sessions.
                 Ok(Wake::Deltas(_)) => continue,
+                Ok(Wake::Presence {
+                    session_id,
+                    from_node,
+                }) if from_node != me => RegistryMsg::PresenceWake {
+                    session_id: Some(session_id),
+                },
+                // Its own write: this node knows its peers.
+                Ok(Wake::Presence { .. }) => continue,
                 Ok(Wake::Resync) => {
                     if registry
                         .cast(RegistryMsg::ForwardWake { session_id: None })
                         .is_err()
+                        || registry
+                            .cast(RegistryMsg::PresenceWake { session_id: None })
+                            .is_err()
                     {
                         return;
                     }
@@ -113,6 +124,25 @@ impl RegistryState {
                 }
             }
             None => self.followers.values().for_each(wake),
+        }
+    }
+
+    /// Another node wrote who is attached to `session_id` there (or, `None`,
+    /// a resync: to any live session): the session reads the presence rows
+    /// again (`session/presence_remote.rs`).
+    pub(super) fn presence_wake(&self, session_id: Option<SessionId>) {
+        let wake = |live: &super::Live| {
+            let _ = live
+                .actor
+                .cast(SessionMsg::Cluster(ClusterMsg::PresenceWake));
+        };
+        match session_id {
+            Some(id) => {
+                if let Some(live) = self.by_id.get(&id).and_then(|key| self.live.get(key)) {
+                    wake(live);
+                }
+            }
+            None => self.live.values().for_each(wake),
         }
     }
 

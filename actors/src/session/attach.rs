@@ -219,6 +219,7 @@ impl SessionState {
                 tracing::warn!(session_id = %self.id, peer_id = %peer_id, error = %e, "backfill failed; closing peer");
                 if let Some(slot) = self.peers.remove(peer_id) {
                     slot.outbox.close(1011, "replay failed");
+                    self.presence.local_changed();
                 }
             }
         }

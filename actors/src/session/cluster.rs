@@ -57,6 +57,18 @@ pub enum ClusterMsg {
     /// From the registry's poll: the other nodes' count of this session's
     /// peers changed (already in the gauges).
     OtherPeersChanged,
+    /// From the registry: another node wrote who is attached there.
+    PresenceWake,
+    /// Internal: the other nodes' presence entries, read.
+    PresenceRead {
+        read: Result<
+            std::collections::BTreeMap<
+                tether_protocol::PeerId,
+                std::sync::Arc<tether_protocol::PresenceEntry>,
+            >,
+            ClusterError,
+        >,
+    },
     /// Internal: a fresh read of the other nodes' peers, for a
     /// `close_on_disconnect` session whose last peer here left.
     LeftEverywhere { others: Result<u64, ClusterError> },
@@ -144,6 +156,14 @@ impl ClusterState {
             count.set(peers);
         }
     }
+
+    /// This node's peers on the session changed: their count and presence
+    /// entries (a JSON array).
+    pub(super) fn set_presence(&self, peers: usize, presence: String) {
+        if let Some(count) = &self.peer_count {
+            count.set_presence(peers, presence);
+        }
+    }
 }
 
 impl SessionState {
@@ -183,8 +203,11 @@ impl SessionState {
             ClusterMsg::OwnerGone => self.owner_gone(myself),
             ClusterMsg::Promoted { promoted } => self.promoted(myself, promoted),
             ClusterMsg::Lost => self.lost(myself),
-            // `close_if_left`, after every message, looks at the new count.
-            ClusterMsg::OtherPeersChanged => {}
+            // `close_if_left`, after every message, looks at the new count;
+            // who those peers are is read again.
+            ClusterMsg::OtherPeersChanged => self.presence_wake(myself),
+            ClusterMsg::PresenceWake => self.presence_wake(myself),
+            ClusterMsg::PresenceRead { read } => self.presence_read(myself, read),
             ClusterMsg::LeftEverywhere { others } => self.left_everywhere(myself, others),
             ClusterMsg::RecheckLeft => self.recheck_left(),
             ClusterMsg::ForwardsWake => self.forwards_wake(myself),

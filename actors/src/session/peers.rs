@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use ractor::RpcReplyPort;
-use tether_protocol::{AttachedPeer, PeerId, PeerTransport};
+use std::sync::Arc;
+
+use tether_protocol::{AttachedPeer, PeerId, PeerTransport, PresenceEntry};
 use tracing::debug;
 
 use super::SessionState;
@@ -19,6 +21,8 @@ pub struct PeerLink {
     pub transport: PeerTransport,
     pub outbox: Outbox,
     pub max_delay: Duration,
+    /// Who it is, as `session.presence` and the presence events tell it.
+    pub presence: Arc<PresenceEntry>,
 }
 
 pub(super) struct PeerSlot {
@@ -31,6 +35,8 @@ pub(super) struct PeerSlot {
     pub held: Option<Vec<(Bytes, FrameClass)>>,
     /// Whether dropping the slot closes the peer's connection (see Drop).
     pub armed: bool,
+    /// Its presence entry (`presence.rs`).
+    pub presence: Arc<PresenceEntry>,
 }
 
 impl PeerSlot {
@@ -41,6 +47,7 @@ impl PeerSlot {
             max_delay: link.max_delay,
             held,
             armed: true,
+            presence: link.presence,
         }
     }
 }
@@ -70,6 +77,7 @@ impl SessionState {
         if let Some(mut old) = self.peers.insert(peer_id, slot) {
             old.armed = false;
         }
+        self.presence.local_changed();
     }
 
     /// Who is attached, in peer id order (so that two answers list them
@@ -97,6 +105,7 @@ impl SessionState {
             None => false,
         };
         if was {
+            self.presence.local_changed();
             debug!(session_id = %self.id, peer_id = %peer_id, peers = self.peers.len(), "peer detached");
         }
         was
@@ -116,9 +125,22 @@ impl SessionState {
     /// Pushes a frame to every peer; a joining peer's frames are held until
     /// its resume reply is queued.
     pub(super) fn fan_out(&mut self, frame: &Bytes, class: FrameClass) {
+        self.fan_out_to(frame, class, |_| true);
+    }
+
+    /// [`Self::fan_out`] to the peers `to` picks.
+    pub(super) fn fan_out_to(
+        &mut self,
+        frame: &Bytes,
+        class: FrameClass,
+        to: impl Fn(&PeerSlot) -> bool,
+    ) {
         let limit = self.ctx.config.outbox_frames;
         let mut gone = Vec::new();
         for (peer_id, slot) in self.peers.iter_mut() {
+            if !to(slot) {
+                continue;
+            }
             match &mut slot.held {
                 Some(held) => {
                     if held.len() >= limit && class == FrameClass::Durable {

@@ -67,6 +67,7 @@ impl SessionState {
             marker_at_start: row.turn_marker,
             marker_reason,
             cluster,
+            presence: Default::default(),
             reported: None,
             owed: owed::Owed::default(),
             closed_at: None,

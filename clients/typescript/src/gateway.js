@@ -45,6 +45,8 @@ export class Gateway {
       maxBuffered: options.maxBuffered,
       connectTimeoutMs: connectTimeout(options.connectTimeoutMs),
     };
+    // Who this object says it is on every connection (`gateway.hello`).
+    this.client = describe(options.client);
     this.state = "connecting";
     this.ready = null;
     this.epoch = null;
@@ -333,7 +335,9 @@ export class Gateway {
       return;
     }
     const s = this.sessionsById.get(ev.session_id);
-    if (s) {
+    if (s && typeof ev.type === "string" && ev.type.startsWith("presence.")) {
+      s._onPresence(ev);
+    } else if (s) {
       s._onLive(ev);
     } else if (this.creating > 0) {
       let early = this.stash.get(ev.session_id);
@@ -365,6 +369,7 @@ export class Gateway {
     }
     this._setState("open", { ready });
     this._startPings();
+    this._hello(this.generation);
     for (const s of this.sessionsById.values()) {
       s._connected(this.generation);
     }
@@ -375,6 +380,19 @@ export class Gateway {
       clearTimeout(w.timer);
       w.resolve(ready);
     }
+  }
+
+  // Says who this object is, first thing on every connection (before any
+  // re-attach: a connection describes itself before it attaches), with the
+  // same `instance` each time, so that the other peers of a session are
+  // not told of our reconnects (PROTOCOL Part 4, "Presence"). A gateway
+  // that does not know the method is left alone.
+  _hello(generation) {
+    this._callOn(generation, "gateway.hello", this.client).catch((err) => {
+      if (err instanceof RpcError && err.code !== codes.METHOD_NOT_FOUND) {
+        this.emitter.emit("error", err);
+      }
+    });
   }
 
   _clearAttemptTimer() {
@@ -485,6 +503,31 @@ export class Gateway {
       this.pingTimer = null;
     }
   }
+}
+
+// `gateway.hello`'s params from the `client` option: what the application
+// gave (`name`, `device`, `app`, `meta`) and an `instance` of this object's
+// own unless it gave one.
+function describe(client = {}) {
+  const d = {};
+  for (const key of ["name", "device", "app", "instance", "meta"]) {
+    if (client[key] !== undefined && client[key] !== null) {
+      d[key] = client[key];
+    }
+  }
+  if (d.instance === undefined) {
+    d.instance = "i-" + randomHex();
+  }
+  return d;
+}
+
+function randomHex() {
+  const c = globalThis.crypto;
+  if (c && typeof c.getRandomValues === "function") {
+    const bytes = c.getRandomValues(new Uint8Array(12));
+    return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+  }
+  return Math.random().toString(16).slice(2) + Date.now().toString(16);
 }
 
 // Why an attempt failed, in a few words, from a `reconnecting` change.

@@ -57,6 +57,7 @@ export class Session {
     this.waiters = [];
     this.retryMs = ATTACH_RETRY_MS;
     this.retryTimer = null;
+    this.presenceListeners = new Set();
   }
 
   get latestSeq() {
@@ -126,6 +127,24 @@ export class Session {
 
   close() {
     return this.gw.call("session.close", { session_id: this.id });
+  }
+
+  // Who is attached now, on every node: `[{peer_id, profile, client,
+  // transport, node, attached_at}]` (PROTOCOL Part 4, "Presence").
+  async presence() {
+    const r = await this.gw.call("session.presence", { session_id: this.id });
+    return r.peers;
+  }
+
+  // Calls `fn({type: "joined"|"left", peers, ts})` for each presence event
+  // while the session is attached (they are transient: after a reconnect,
+  // read `presence()` for the snapshot). Returns a function that stops it.
+  // Key entries by `profile` and `client.instance` when there is one: a
+  // reconnect keeps the instance and changes the peer id, and is not told.
+  onPresence(fn) {
+    this.presenceListeners.add(fn);
+    this._want();
+    return () => this.presenceListeners.delete(fn);
   }
 
   // Stops following the session: its streams end, and it is no longer
@@ -293,6 +312,21 @@ export class Session {
     this.wanted = false;
     this.turns.failAll(err);
     this._wake();
+  }
+
+  _onPresence(ev) {
+    const change = {
+      type: ev.type === "presence.joined" ? "joined" : "left",
+      peers: (ev.payload && ev.payload.peers) || [],
+      ts: ev.ts,
+    };
+    for (const fn of [...this.presenceListeners]) {
+      try {
+        fn(change);
+      } catch (err) {
+        this.gw.emitter.emit("error", err);
+      }
+    }
   }
 
   _onLive(ev) {

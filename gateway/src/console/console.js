@@ -64,7 +64,8 @@ function sessionFromHash() {
 let view = null;
 let listCursor = null;
 
-const gw = connect(wsUrl, { token: token || undefined });
+// Told to the other peers of the sessions it opens (PROTOCOL Part 4, "Presence").
+const gw = connect(wsUrl, { token: token || undefined, client: { app: "tether console" } });
 
 gw.on("state", (change) => {
   const c = byId("conn");

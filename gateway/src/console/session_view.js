@@ -11,8 +11,8 @@
 import { RpcError } from "./tether-client/index.js";
 import { Transcript } from "./transcript.js";
 
-// How often the header's facts (peer count above all) are refreshed: the
-// gateway does not announce attaches, so the page asks.
+// How often the header's facts are refreshed (joins and leaves come as
+// presence events; the rest the page asks for).
 const INFO_POLL_MS = 10000;
 
 export class SessionView {
@@ -40,14 +40,20 @@ export class SessionView {
     this.showInfo();
     this.showWatermark();
     this.setClosed(false);
+    this.presence = null;
     this.poll = setInterval(() => this.refreshInfo(), INFO_POLL_MS);
     this.stream = this.session.events();
+    // Who is there: the snapshot, read again on every join or leave (the
+    // events are a diff the page need not keep).
+    this.stopPresence = this.session.onPresence(() => this.refreshPresence());
+    this.refreshPresence();
     this.follow();
   }
 
   dispose() {
     this.disposed = true;
     clearInterval(this.poll);
+    this.stopPresence();
     // Ends the stream and stops its frames; a failure only means the
     // socket is already gone.
     this.session.detach().catch(() => {});
@@ -155,10 +161,26 @@ export class SessionView {
     }
   }
 
+  async refreshPresence() {
+    if (this.disposed || this.closed) {
+      return;
+    }
+    try {
+      const peers = await this.session.presence();
+      if (!this.disposed) {
+        this.presence = peers;
+        this.showPresence(peers);
+      }
+    } catch (err) {
+      // A gateway without presence, or a drop: SessionInfo.attached stays.
+    }
+  }
+
   async refreshInfo() {
     if (this.disposed || this.closed || this.gw.state !== "open") {
       return;
     }
+    this.refreshPresence();
     try {
       const r = await this.gw.call("session.resume", {
         session_id: this.id, attach: false, omit_messages: true,
@@ -205,7 +227,7 @@ export class SessionView {
   // Who is attached (SessionInfo.attached, PROTOCOL Part 4): each peer's
   // id and transport, this page's own marked.
   showAttached(attached) {
-    if (!Array.isArray(attached)) {
+    if (!Array.isArray(attached) || this.presence) {
       return;
     }
     const own = this.gw.ready && this.gw.ready.peer_id;
@@ -218,6 +240,30 @@ export class SessionView {
       return li;
     });
     this.dom.attached.replaceChildren(...items);
+  }
+
+  // Who is there (session.presence, on every node): each peer's name,
+  // device and app as it described itself, its transport and node, this
+  // page's own marked.
+  showPresence(peers) {
+    const own = this.gw.ready && this.gw.ready.peer_id;
+    const items = peers.map((p) => {
+      const c = p.client || {};
+      const li = document.createElement("li");
+      li.dataset.peerId = p.peer_id;
+      li.dataset.transport = p.transport;
+      const about = [c.device, c.app].filter(Boolean).join(", ");
+      const parts = [(c.name || p.peer_id) + (about ? " (" + about + ")" : ""), p.transport];
+      if (p.node) {
+        parts.push(p.node);
+      }
+      li.textContent = parts.join(" · ") + (p.peer_id === own ? " (this page)" : "");
+      li.title = p.peer_id + " · " + p.profile + " · since " + p.attached_at;
+      li.classList.toggle("self", p.peer_id === own);
+      return li;
+    });
+    this.dom.attached.replaceChildren(...items);
+    this.dom.peers.textContent = String(peers.length);
   }
 
   // How many messages a compression would summarise: none in an empty

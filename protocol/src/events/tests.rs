@@ -33,6 +33,8 @@ fn event_type_names_and_durability() {
         ("session.reclaimed", false),
         ("session.deleted", false),
         ("gateway.ready", false),
+        ("presence.joined", false),
+        ("presence.left", false),
     ];
     assert_eq!(EventType::ALL.len(), table.len());
     for (name, durable) in table {

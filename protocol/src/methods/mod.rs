@@ -22,12 +22,14 @@ mod de;
 mod handoff;
 mod misc;
 mod nul;
+mod presence;
 mod results;
 mod session;
 mod token;
 
 pub use handoff::*;
 pub use misc::*;
+pub use presence::*;
 pub use results::*;
 pub use session::*;
 pub use token::*;
@@ -212,6 +214,8 @@ methods! {
     "session.list" => SessionList(ListParams),
     "session.events.since" => EventsSince(SinceParams),
     "session.events.stats" => EventsStats,
+    "gateway.hello" => GatewayHello(ClientInfo),
+    "session.presence" => SessionPresence(PresenceParams),
     "handoff.claim" => HandoffClaim(HandoffClaimParams),
     "handoff.complete" => HandoffComplete(HandoffCompleteParams),
     "handoff.fail" => HandoffFail(HandoffFailParams),

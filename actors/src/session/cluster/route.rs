@@ -60,6 +60,8 @@ impl SessionState {
             | SessionMsg::Erased { .. }
             | SessionMsg::Trimmed { .. }
             | SessionMsg::Unlinked
+            | SessionMsg::Presence { .. }
+            | SessionMsg::PresenceFlush
             // The follower's own work, and what an owner that just lost
             // the session still has to finish.
             | SessionMsg::Cluster(
@@ -71,6 +73,8 @@ impl SessionState {
                 | ClusterMsg::Promoted { .. }
                 | ClusterMsg::Lost
                 | ClusterMsg::OtherPeersChanged
+                | ClusterMsg::PresenceWake
+                | ClusterMsg::PresenceRead { .. }
                 | ClusterMsg::LeftEverywhere { .. }
                 | ClusterMsg::RecheckLeft
                 | ClusterMsg::RunAccepted { .. }

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 from typing import Any, Callable, Generator
 
 from websockets.asyncio.client import ClientConnection
@@ -23,7 +24,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 from ._backoff import Backoff
 from ._decode import MAX_DEPTH, TOO_DEEP, decode_frame
 from ._errors import AuthError, Code, GatewayClosed, RpcError, TetherError, Unreachable
-from ._requests import READS, Requests
+from ._requests import READS, Call, Requests
 from ._session import Session
 from ._options import timeout_of, ws_url
 
@@ -47,12 +48,21 @@ def connect(
     backoff: Backoff | None = None,
     max_buffered: int | None = None,
     connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
+    client: dict[str, Any] | None = None,
 ) -> Gateway:
     """A gateway connection: `async with connect(url) as gw:` (or
     `gw = await connect(url)`, then `await gw.close()`). A URL that cannot
-    work raises ValueError here, at once."""
+    work raises ValueError here, at once. `client` ({"name", "device",
+    "app", "meta", "instance"}) is who this object says it is to the other
+    peers of its sessions (`gateway.hello`, on every connection)."""
     return Gateway(
-        url, token=token, profile=profile, backoff=backoff, max_buffered=max_buffered, connect_timeout=connect_timeout
+        url,
+        token=token,
+        profile=profile,
+        backoff=backoff,
+        max_buffered=max_buffered,
+        connect_timeout=connect_timeout,
+        client=client,
     )
 
 
@@ -66,8 +76,12 @@ class Gateway:
         backoff: Backoff | None = None,
         max_buffered: int | None = None,
         connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
+        client: dict[str, Any] | None = None,
     ) -> None:
         self.url = ws_url(url)
+        #: `gateway.hello`'s params, sent first on every connection; the
+        #: same `instance` each time, so reconnects are not announced.
+        self.client = _describe(client)
         self._connect_timeout = timeout_of(connect_timeout)
         self._token = token
         self._profile = profile
@@ -407,7 +421,9 @@ class Gateway:
             self._emit("event", ev)
             return
         s = self._sessions.get(sid)
-        if s is not None:
+        if s is not None and str(ev.get("type", "")).startswith("presence."):
+            s._on_presence(ev)
+        elif s is not None:
             s._on_live(ev)
         elif self._creating > 0:
             self._stash.setdefault(sid, []).append(ev)
@@ -429,6 +445,7 @@ class Gateway:
                 s._reset(epoch, previous)
             self._emit("reset", {"reason": "epoch", "epoch": epoch, "previous_epoch": previous})
         self._set_state("open", {"ready": ready})
+        self._hello()
         for s in list(self._sessions.values()):
             s._connected(self.generation)
         self._requests.opened()
@@ -436,6 +453,22 @@ class Gateway:
         for w in waiters:
             if not w.done():
                 w.set_result(ready)
+
+    def _hello(self) -> None:
+        """Says who this object is, first thing on the connection (before any
+        re-attach: a connection describes itself before it attaches). A
+        gateway that does not know the method is left alone."""
+        call = Call("gateway.hello", dict(self.client), False, self.generation)
+        self._requests.send(call)
+
+        def answered(fut: asyncio.Future[Any]) -> None:
+            if fut.cancelled():
+                return
+            err = fut.exception()
+            if isinstance(err, RpcError) and err.code != Code.METHOD_NOT_FOUND:
+                self._emit("error", err)
+
+        call.future.add_done_callback(answered)
 
     def _dropped(self) -> None:
         self._requests.dropped()
@@ -477,6 +510,14 @@ class Gateway:
         if self._profile and "profile" not in p:
             p["profile"] = self._profile
         return p
+
+
+def _describe(client: dict[str, Any] | None) -> dict[str, Any]:
+    """`gateway.hello`'s params: what the application gave, and an
+    `instance` of this object's own unless it gave one."""
+    d = {k: v for k, v in (client or {}).items() if k in ("name", "device", "app", "instance", "meta") and v is not None}
+    d.setdefault("instance", "i-" + secrets.token_hex(12))
+    return d
 
 
 def _problem(detail: dict[str, Any]) -> str:

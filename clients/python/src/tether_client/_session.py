@@ -24,7 +24,8 @@ The rules, the protocol's own:
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+import logging
+from typing import TYPE_CHECKING, Any, Callable
 
 from ._errors import Code, ConnectionLost, RpcError
 from ._stream import EventStream
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
     from ._gateway import Gateway
 
 Event = dict[str, Any]
+
+log = logging.getLogger("tether_client")
 
 FILL_PAGE = 1000
 # First retry of a resume refused for a passing reason, doubling to the cap.
@@ -72,6 +75,7 @@ class Session:
         self._changed = Wakeup()
         self._retry_s = ATTACH_RETRY_S
         self._retry: asyncio.TimerHandle | None = None
+        self._presence_listeners: list[Callable[[dict[str, Any]], None]] = []
 
     @property
     def latest_seq(self) -> int:
@@ -141,6 +145,30 @@ class Session:
     async def close(self) -> dict[str, Any]:
         r: dict[str, Any] = await self._gw.call("session.close", {"session_id": self.id})
         return r
+
+    async def presence(self) -> list[dict[str, Any]]:
+        """Who is attached now, on every node: `[{"peer_id", "profile",
+        "client", "transport", "node", "attached_at"}]` (PROTOCOL Part 4,
+        "Presence")."""
+        r: dict[str, Any] = await self._gw.call("session.presence", {"session_id": self.id})
+        peers: list[dict[str, Any]] = r["peers"]
+        return peers
+
+    def on_presence(self, listener: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
+        """Calls `listener({"type": "joined"|"left", "peers", "ts"})` for each
+        presence event while the session is attached (they are transient:
+        after a reconnect, read `presence()` for the snapshot); returns a
+        function that stops it. Key entries by profile and
+        `client["instance"]` when there is one: a reconnect keeps the
+        instance, changes the peer id and is not told."""
+        self._presence_listeners.append(listener)
+        self._want()
+
+        def off() -> None:
+            if listener in self._presence_listeners:
+                self._presence_listeners.remove(listener)
+
+        return off
 
     async def detach(self) -> None:
         """Stops following the session: its streams end, and it is no longer
@@ -275,6 +303,19 @@ class Session:
         self._wanted = False
         self._turns.fail_all(err)
         self._wake()
+
+    def _on_presence(self, ev: Event) -> None:
+        payload = ev.get("payload") or {}
+        change = {
+            "type": "joined" if ev.get("type") == "presence.joined" else "left",
+            "peers": payload.get("peers") or [],
+            "ts": ev.get("ts"),
+        }
+        for listener in list(self._presence_listeners):
+            try:
+                listener(change)
+            except Exception:  # noqa: BLE001 - a listener never breaks the bookkeeping
+                log.exception("a presence listener raised")
 
     def _on_live(self, ev: Event) -> None:
         if self._wanted:

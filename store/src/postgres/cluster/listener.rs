@@ -16,7 +16,9 @@ use crate::postgres::errors::map_sqlx;
 
 use super::deltas::{self, Deltas, DELTA_CHANNEL};
 use super::forwards::FORWARD_CHANNEL;
+use super::peers::PRESENCE_CHANNEL;
 use super::ClusterError;
+use super::NodeId;
 use crate::postgres::fencing::ForwardId;
 /// The channel every node's writer notifies (`postgres/fencing.rs`).
 pub use crate::postgres::fencing::CHANNEL;
@@ -43,6 +45,14 @@ pub enum Wake {
     /// Transient events of a session, sent by its owner (`deltas.rs`): not stored, and not
     /// sent again if lost.
     Deltas(Deltas),
+    /// Node `from_node` wrote who is attached to `session_id` there (`peers.rs`). A hint:
+    /// read the presence rows again.
+    Presence {
+        /// The session.
+        session_id: SessionId,
+        /// The node that wrote.
+        from_node: NodeId,
+    },
     /// Listening (again) after a connect or a reconnect, or a notification that could not be
     /// read: something may have been missed, so read every followed session once.
     Resync,
@@ -84,7 +94,7 @@ impl EventListener {
                 .connect_lazy_with(self.options.clone());
             let mut listener = PgListener::connect_with(&pool).await.map_err(map_sqlx)?;
             listener
-                .listen_all([CHANNEL, FORWARD_CHANNEL, DELTA_CHANNEL])
+                .listen_all([CHANNEL, FORWARD_CHANNEL, DELTA_CHANNEL, PRESENCE_CHANNEL])
                 .await
                 .map_err(map_sqlx)?;
             self.inner = Some(listener);
@@ -100,6 +110,20 @@ impl EventListener {
                     },
                     _ => {
                         tracing::warn!(payload = n.payload(), "unreadable forward notification");
+                        Wake::Resync
+                    }
+                })
+            }
+            Ok(Some(n)) if n.channel() == PRESENCE_CHANNEL => {
+                Ok(match n.payload().rsplit_once(':') {
+                    Some((session, node)) if !session.is_empty() && !node.is_empty() => {
+                        Wake::Presence {
+                            session_id: SessionId::from(session),
+                            from_node: NodeId::from(node.to_owned()),
+                        }
+                    }
+                    _ => {
+                        tracing::warn!(payload = n.payload(), "unreadable presence notification");
                         Wake::Resync
                     }
                 })

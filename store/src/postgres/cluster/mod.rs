@@ -9,7 +9,7 @@
 //! - `claim.rs`: claiming a session (the fence), releasing it;
 //! - `forwards.rs`: requests forwarded to a session's owner, accepted at most once;
 //! - `listener.rs`: `LISTEN` for committed events, with a resync after every reconnect;
-//! - `peers.rs`: each node's peer count per session;
+//! - `peers.rs`: each node's peer count per session, and who those peers are;
 //! - `error.rs`: [`ClusterError`].
 //!
 //! What the writer and the handoff store need to fence their writes (the fences this node
@@ -443,7 +443,40 @@ impl Cluster {
         session_id: &SessionId,
         peers: u64,
     ) -> Result<Option<(Option<NodeId>, u64)>, ClusterError> {
-        peers::set(&self.inner.pool, &self.inner.node, session_id, peers).await
+        peers::set(&self.inner.pool, &self.inner.node, session_id, peers, None).await
+    }
+
+    /// [`Cluster::set_peers`] with who those peers are (`presence`, a JSON array of presence
+    /// entries), notifying the other nodes (`tether_presence`) in the same transaction.
+    pub async fn set_presence(
+        &self,
+        session_id: &SessionId,
+        peers: u64,
+        presence: &str,
+    ) -> Result<(), ClusterError> {
+        peers::set(
+            &self.inner.pool,
+            &self.inner.node,
+            session_id,
+            peers,
+            Some(presence),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Each other live node's presence array for `session_id`.
+    pub async fn others_presence(
+        &self,
+        session_id: &SessionId,
+    ) -> Result<Vec<(NodeId, String)>, ClusterError> {
+        peers::others_presence(
+            &self.inner.pool,
+            &self.inner.config,
+            &self.inner.node,
+            session_id,
+        )
+        .await
     }
 
     /// Peers on each of `ids` over every live node but this one, in one read; sessions with

@@ -13,14 +13,20 @@ use crate::postgres::errors::map_sqlx;
 use super::{ClusterConfig, ClusterError, NodeId};
 use crate::postgres::fencing::millis;
 
+/// The channel a presence write notifies, with `<session_id>:<node_id>`.
+pub const PRESENCE_CHANNEL: &str = "tether_presence";
+
 /// Sets this node's count of peers on `session_id` (0 removes the row), holding the
 /// session's ownership row `FOR SHARE` (a park holds it `FOR UPDATE` while it counts), and
-/// returns the owner and fence read under that lock (`None`: never claimed).
+/// returns the owner and fence read under that lock (`None`: never claimed). With
+/// `presence` (the peers' entries as a JSON array) the row holds it too and the other nodes
+/// are notified.
 pub(crate) async fn set(
     pool: &PgPool,
     me: &NodeId,
     session_id: &SessionId,
     peers: u64,
+    presence: Option<&str>,
 ) -> Result<Option<(Option<NodeId>, u64)>, ClusterError> {
     let mut tx = pool.begin().await.map_err(map_sqlx)?;
     let owner =
@@ -46,15 +52,26 @@ pub(crate) async fn set(
             .map_err(map_sqlx)?;
     } else {
         sqlx::query(
-            "INSERT INTO session_peers (session_id, node_id, peers) VALUES ($1, $2, $3) \
-             ON CONFLICT (session_id, node_id) DO UPDATE SET peers = excluded.peers",
+            "INSERT INTO session_peers (session_id, node_id, peers, presence) \
+             VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (session_id, node_id) DO UPDATE SET peers = excluded.peers, \
+             presence = COALESCE(excluded.presence, session_peers.presence)",
         )
         .bind(session_id.as_str())
         .bind(me.as_str())
         .bind(i64::try_from(peers).unwrap_or(i64::MAX))
+        .bind(presence)
         .execute(&mut *tx)
         .await
         .map_err(map_sqlx)?;
+    }
+    if presence.is_some() {
+        sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(PRESENCE_CHANNEL)
+            .bind(format!("{}:{}", session_id.as_str(), me.as_str()))
+            .execute(&mut *tx)
+            .await
+            .map_err(map_sqlx)?;
     }
     tx.commit().await.map_err(map_sqlx)?;
     Ok(owner)
@@ -105,5 +122,32 @@ pub(crate) async fn others(
     Ok(rows
         .into_iter()
         .map(|(id, n)| (SessionId::from(id), u64::try_from(n).unwrap_or(0)))
+        .collect())
+}
+
+/// Who is attached to `session_id` on every live node but `me`: each node's presence array
+/// as it wrote it (nodes that wrote only a count are left out).
+pub(crate) async fn others_presence(
+    pool: &PgPool,
+    config: &ClusterConfig,
+    me: &NodeId,
+    session_id: &SessionId,
+) -> Result<Vec<(NodeId, String)>, ClusterError> {
+    let rows: Vec<(String, String)> = sqlx::query_as(
+        "SELECT p.node_id, p.presence FROM session_peers p \
+         JOIN nodes n ON n.id = p.node_id \
+         WHERE p.session_id = $1 AND p.node_id <> $3 AND p.presence IS NOT NULL \
+           AND clock_timestamp() - n.heartbeat_at <= $2 * interval '1 millisecond' \
+         ORDER BY p.node_id",
+    )
+    .bind(session_id.as_str())
+    .bind(millis(config.lease))
+    .bind(me.as_str())
+    .fetch_all(pool)
+    .await
+    .map_err(map_sqlx)?;
+    Ok(rows
+        .into_iter()
+        .map(|(node, presence)| (NodeId::from(node), presence))
         .collect())
 }
