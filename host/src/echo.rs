@@ -41,7 +41,7 @@ use tether_protocol::{Message, TodoItem, TurnStart};
 
 use super::engine::{AsyncEngine, Cancel, CompressResult, TurnOutcome, TurnSink};
 use super::flood::Flood;
-use crate::CompressError;
+use crate::{CompressError, DirectiveError};
 
 /// The largest `/big` reply.
 const MAX_BIG: u64 = 64 * 1024 * 1024;
@@ -75,10 +75,10 @@ impl EchoEngine {
     ) -> Result<TurnOutcome, Stop> {
         let script = match Script::parse(&turn.prompt) {
             Ok(script) => script,
-            Err(message) => {
+            Err(e) => {
                 return Ok(TurnOutcome::Failed {
                     reason: ENGINE_ERROR.into(),
-                    message,
+                    message: e.to_string(),
                 })
             }
         };
@@ -242,25 +242,30 @@ enum Script {
 }
 
 impl Script {
-    /// `Err` is the `turn.error` message for a directive with bad arguments.
-    fn parse(prompt: &str) -> Result<Script, String> {
+    /// `Err` is a directive with bad arguments (the turn fails with it).
+    fn parse(prompt: &str) -> Result<Script, DirectiveError> {
         let (first, rest) = prompt.split_once('\n').unwrap_or((prompt, ""));
         let first = first.strip_suffix('\r').unwrap_or(first);
         let (word, args) = first.split_once(char::is_whitespace).unwrap_or((first, ""));
         let args = args.trim();
         let reply = rest.to_owned();
-        let no_args = |directive: &str| {
+        let no_args = |directive: &'static str| {
             if args.is_empty() {
                 Ok(())
             } else {
-                Err(format!("{directive} takes no arguments, got `{args}`"))
+                Err(DirectiveError::NoArguments {
+                    directive,
+                    got: args.to_owned(),
+                })
             }
         };
         Ok(match word {
             "/sleep" => Script::Sleep {
-                ms: args
-                    .parse()
-                    .map_err(|_| format!("/sleep needs a number of milliseconds, got `{args}`"))?,
+                ms: args.parse().map_err(|_| DirectiveError::Arguments {
+                    directive: "/sleep",
+                    needs: "a number of milliseconds".into(),
+                    got: args.to_owned(),
+                })?,
                 reply,
             },
             "/hang" => {
@@ -296,17 +301,19 @@ impl Script {
     }
 
     /// `/tool NAME JSON`.
-    fn tool(args: &str, reply: String) -> Result<Script, String> {
+    fn tool(args: &str, reply: String) -> Result<Script, DirectiveError> {
         let (name, json) = args.split_once(char::is_whitespace).unwrap_or((args, ""));
         if name.is_empty() {
-            return Err("/tool needs a NAME and JSON args".into());
+            return Err(DirectiveError::ToolName);
         }
         let json = json.trim();
         let args = if json.is_empty() {
             json!({})
         } else {
-            serde_json::from_str(json)
-                .map_err(|e| format!("/tool {name}: the args are not JSON: {e}"))?
+            serde_json::from_str(json).map_err(|source| DirectiveError::ToolArgs {
+                name: name.to_owned(),
+                source,
+            })?
         };
         Ok(Script::Tool {
             name: name.into(),
@@ -316,12 +323,16 @@ impl Script {
     }
 
     /// `/big BYTES`.
-    fn big(args: &str) -> Result<Script, String> {
+    fn big(args: &str) -> Result<Script, DirectiveError> {
         let n = args
             .parse::<u64>()
             .ok()
             .filter(|n| *n <= MAX_BIG)
-            .ok_or_else(|| format!("/big needs a number of bytes up to {MAX_BIG}, got `{args}`"))?;
+            .ok_or_else(|| DirectiveError::Arguments {
+                directive: "/big",
+                needs: format!("a number of bytes up to {MAX_BIG}"),
+                got: args.to_owned(),
+            })?;
         // Bounded by MAX_BIG, so it fits any usize tether runs on.
         Ok(Script::Big(usize::try_from(n).unwrap_or(usize::MAX)))
     }
@@ -348,34 +359,49 @@ mod tests {
     #[test]
     fn plain_prompts_and_unknown_slash_words_are_echoed_whole() {
         assert_eq!(
-            Script::parse("hi there"),
-            Ok(Script::Reply("hi there".into()))
+            Script::parse("hi there").ok(),
+            Some(Script::Reply("hi there".into()))
         );
         assert_eq!(
-            Script::parse("/usr/bin\nis a path"),
-            Ok(Script::Reply("/usr/bin\nis a path".into()))
+            Script::parse("/usr/bin\nis a path").ok(),
+            Some(Script::Reply("/usr/bin\nis a path".into()))
         );
     }
 
     #[test]
     fn directive_args_are_checked() {
-        assert!(Script::parse("/sleep x").is_err());
+        let words = |prompt: &str| Script::parse(prompt).err().map(|e| e.to_string());
+        assert_eq!(
+            words("/sleep x").as_deref(),
+            Some("/sleep needs a number of milliseconds, got `x`")
+        );
+        assert_eq!(
+            words("/hang now").as_deref(),
+            Some("/hang takes no arguments, got `now`")
+        );
+        assert_eq!(
+            words("/tool").as_deref(),
+            Some("/tool needs a NAME and JSON args")
+        );
         assert!(Script::parse("/hang now").is_err());
         assert!(Script::parse("/tool").is_err());
         assert!(Script::parse("/tool t {bad").is_err());
         assert!(Script::parse("/big -1").is_err());
         assert!(Script::parse("/history now").is_err());
-        assert_eq!(Script::parse("/history\nignored"), Ok(Script::History));
         assert_eq!(
-            Script::parse("/sleep 5\r\nreply"),
-            Ok(Script::Sleep {
+            Script::parse("/history\nignored").ok(),
+            Some(Script::History)
+        );
+        assert_eq!(
+            Script::parse("/sleep 5\r\nreply").ok(),
+            Some(Script::Sleep {
                 ms: 5,
                 reply: "reply".into()
             })
         );
         assert_eq!(
-            Script::parse("/error"),
-            Ok(Script::Error("engine error".into()))
+            Script::parse("/error").ok(),
+            Some(Script::Error("engine error".into()))
         );
     }
 }

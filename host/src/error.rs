@@ -53,3 +53,27 @@ pub enum CompressError {
     #[error(transparent)]
     Completion(#[from] crate::openai::CompletionError),
 }
+
+/// A directive of the echo engine with arguments it cannot take. Its text
+/// is the turn's `turn.error` message.
+#[derive(Debug, thiserror::Error)]
+pub enum DirectiveError {
+    #[error("{directive} takes no arguments, got `{got}`")]
+    NoArguments {
+        directive: &'static str,
+        got: String,
+    },
+    #[error("{directive} needs {needs}, got `{got}`")]
+    Arguments {
+        directive: &'static str,
+        needs: String,
+        got: String,
+    },
+    #[error("/tool needs a NAME and JSON args")]
+    ToolName,
+    #[error("/tool {name}: the args are not JSON: {source}")]
+    ToolArgs {
+        name: String,
+        source: serde_json::Error,
+    },
+}

@@ -23,6 +23,7 @@ use serde::Serialize;
 
 use super::echo::Stop;
 use super::engine::{Cancel, TurnSink};
+use crate::DirectiveError;
 
 /// Most events one flood may ask for.
 const MAX_COUNT: u64 = 100_000_000;
@@ -56,8 +57,12 @@ struct ToolStart<'a> {
 
 impl Flood {
     /// `N PER_SECOND BYTES [T0_US]`; `Err` is the `turn.error` message.
-    pub fn parse(args: &str) -> Result<Flood, String> {
-        let usage = || format!("/flood needs N PER_SECOND BYTES [T0_US], got `{args}`");
+    pub fn parse(args: &str) -> Result<Flood, DirectiveError> {
+        let usage = || DirectiveError::Arguments {
+            directive: "/flood",
+            needs: "N PER_SECOND BYTES [T0_US]".into(),
+            got: args.to_owned(),
+        };
         let words: Vec<&str> = args.split_whitespace().collect();
         let [count, per_second, bytes, rest @ ..] = words.as_slice() else {
             return Err(usage());
@@ -158,8 +163,8 @@ mod tests {
         assert!(Flood::parse("10 100 100 soon").is_err());
         assert!(Flood::parse("10 100 100 1 2").is_err());
         assert_eq!(
-            Flood::parse("10 2.5 100 1700000000000000"),
-            Ok(Flood {
+            Flood::parse("10 2.5 100 1700000000000000").ok(),
+            Some(Flood {
                 count: 10,
                 per_second: 2.5,
                 bytes: 100,

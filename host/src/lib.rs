@@ -45,7 +45,7 @@ use held::HeldHistories;
 use io::{Input, Writer};
 use openai::{OpenAiArgs, OpenAiEngine};
 
-pub use error::{CompressError, HostError};
+pub use error::{CompressError, DirectiveError, HostError};
 
 /// The host protocol version announced in `hello`.
 const PROTOCOL_VERSION: u32 = 1;

@@ -118,8 +118,8 @@ impl SessionState {
             }
         };
         let text_of = |payload: &str| serde_json::from_str::<Text>(payload).ok().map(|t| t.text);
-        match event.kind.as_str() {
-            "message.delta" => {
+        match EventType::parse(&event.kind) {
+            Some(EventType::MessageDelta) => {
                 let Some(text) = text_of(event.payload.get()) else {
                     return dropped("a delta without text");
                 };
@@ -127,7 +127,7 @@ impl SessionState {
                 turn.text.push_str(&text);
                 self.emit_transient(EventType::MessageDelta, &DeltaPayload { text, offset }, tag);
             }
-            "reasoning.delta" => {
+            Some(EventType::ReasoningDelta) => {
                 let Some(text) = text_of(event.payload.get()) else {
                     return dropped("a reasoning delta without text");
                 };
@@ -139,7 +139,7 @@ impl SessionState {
                     tag,
                 );
             }
-            "todo.updated" => {
+            Some(EventType::TodoUpdated) => {
                 let items = match serde_json::from_str::<Items>(event.payload.get()) {
                     Ok(Items { items }) => items,
                     Err(_) => return dropped("todo.updated without valid items"),
@@ -151,21 +151,21 @@ impl SessionState {
                 self.emit_durable(EventType::TodoUpdated, &todos, Some(tag));
                 self.turns.todos = Some(todos);
             }
-            "tool.start" | "tool.complete" | "status.update" => {
+            Some(
+                kind @ (EventType::ToolStart | EventType::ToolComplete | EventType::StatusUpdate),
+            ) => {
                 if !event.payload.is_object() {
                     return dropped("its payload is not an object");
                 }
-                if let Some(kind) = EventType::parse(&event.kind) {
-                    // Passed on as the host wrote it: stored and sent without
-                    // being parsed into a tree and encoded again.
-                    self.emit(EventRecord {
-                        seq: None,
-                        kind,
-                        turn: Some(tag),
-                        ts_ms: now_ms(),
-                        payload: event.payload.into_raw(),
-                    });
-                }
+                // Passed on as the host wrote it: stored and sent without
+                // being parsed into a tree and encoded again.
+                self.emit(EventRecord {
+                    seq: None,
+                    kind,
+                    turn: Some(tag),
+                    ts_ms: now_ms(),
+                    payload: event.payload.into_raw(),
+                });
             }
             // The supervisor lets only Part 2's event types through.
             _ => dropped("an event type a host may not send"),
