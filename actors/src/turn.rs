@@ -40,8 +40,6 @@ pub mod reasons {
     pub const SUPERSEDED: &str = "superseded";
     /// The session was closed while the turn ran.
     pub const SESSION_CLOSED: &str = "session_closed";
-    /// The engine reported an error (`turn.error` without its own reason).
-    pub const ENGINE_ERROR: &str = "engine_error";
 }
 
 /// What happens to a running turn, as the supervisor reports it.

@@ -18,6 +18,7 @@
 //! (first) and `REASONING_MESSAGE_CONTENT`.
 
 use serde_json::{json, Value};
+use tether_protocol::EventType;
 
 use super::cursor::Cursor;
 use crate::chat::event::TetherEvent;
@@ -88,7 +89,7 @@ impl RunEvents {
         out: &mut Sent,
     ) -> Option<RunEvents> {
         let turn = at.turn_id.as_deref()?;
-        let ending = at.kind == "message.complete";
+        let ending = at.kind == EventType::MessageComplete;
         let before = |step: u8| !ending || cursor.step <= step;
         let mut run = RunEvents::new(thread_id, turn, todos);
         run.cursor = cursor;
@@ -116,7 +117,7 @@ impl RunEvents {
         if run.reasoning_message_open {
             out.push((cursor, run.reasoning_message_start()));
         }
-        if at.kind == "tool.start" && (1..3).contains(&cursor.step) {
+        if at.kind == EventType::ToolStart && (1..3).contains(&cursor.step) {
             out.push((cursor, run.tool_start(at)));
         }
         Some(run)
@@ -144,7 +145,7 @@ impl RunEvents {
         if self.done {
             return;
         }
-        if ev.kind == "session.closed" {
+        if ev.kind == EventType::SessionClosed {
             // A close ends its turns first: only a run that never came.
             let seq = ev.seq.unwrap_or(self.cursor.seq);
             let err = json!({"type": "RUN_ERROR", "message": "the session was closed", "code": "session_closed"});
@@ -161,8 +162,8 @@ impl RunEvents {
             }
         }
         let seq = ev.seq.unwrap_or(0);
-        match ev.kind.as_str() {
-            "message.user" => {
+        match ev.kind {
+            EventType::MessageUser => {
                 let started = self.run_started();
                 self.step(seq, 0, started, out);
                 if let Some(todos) = self.todos.take() {
@@ -174,19 +175,19 @@ impl RunEvents {
                     );
                 }
             }
-            "message.delta" => {
+            EventType::MessageDelta => {
                 if let Some(new) = self.text.delta(ev.offset(), ev.text("text")) {
                     let new = new.to_string();
                     self.text_delta(&new, out);
                 }
             }
-            "reasoning.delta" => {
+            EventType::ReasoningDelta => {
                 if let Some(new) = self.reasoning.delta(ev.offset(), ev.text("text")) {
                     let new = new.to_string();
                     self.reasoning_delta(&new, out);
                 }
             }
-            "tool.start" => {
+            EventType::ToolStart => {
                 let start = self.tool_start(ev);
                 self.step(seq, 0, start, out);
                 let args = ev
@@ -208,7 +209,7 @@ impl RunEvents {
                     out,
                 );
             }
-            "tool.complete" => {
+            EventType::ToolComplete => {
                 let id = self.tool_call_id(ev);
                 let content = match ev.payload.get("result") {
                     Some(Value::String(s)) => s.clone(),
@@ -219,12 +220,12 @@ impl RunEvents {
                     "toolCallId": id, "content": content, "role": "tool"});
                 self.step(seq, 0, result, out);
             }
-            "todo.updated" => {
+            EventType::TodoUpdated => {
                 let snapshot = json!({"type": "STATE_SNAPSHOT", "snapshot": {"todos": ev.payload}});
                 self.step(seq, 0, snapshot, out);
             }
-            "error" => self.error = Some(ev.text("message").to_string()),
-            "message.complete" => self.complete(ev, seq, out),
+            EventType::Error => self.error = Some(ev.text("message").to_string()),
+            EventType::MessageComplete => self.complete(ev, seq, out),
             _ => {}
         }
     }

@@ -20,6 +20,7 @@
 //! id, as the live stream did.
 
 use serde_json::{json, Value};
+use tether_protocol::EventType;
 
 use crate::chat::event::TetherEvent;
 use crate::chat::text::SentText;
@@ -82,7 +83,7 @@ impl TurnChunks {
         if self.done {
             return;
         }
-        if ev.kind == "session.closed" {
+        if ev.kind == EventType::SessionClosed {
             // A close ends its turns first, so this only ends a stream
             // whose turn never came.
             out.push(json!({"type": "abort", "reason": "session closed"}));
@@ -92,22 +93,22 @@ impl TurnChunks {
         if !ev.of_turn(&self.turn_id) {
             return;
         }
-        match ev.kind.as_str() {
-            "message.start" => self.open_step(out),
-            "message.delta" => {
+        match ev.kind {
+            EventType::MessageStart => self.open_step(out),
+            EventType::MessageDelta => {
                 if let Some(new) = self.text.delta(ev.offset(), ev.text("text")) {
                     let new = new.to_string();
                     self.text_delta(&new, out);
                 }
             }
-            "reasoning.delta" => {
+            EventType::ReasoningDelta => {
                 if let Some(new) = self.reasoning.delta(ev.offset(), ev.text("text")) {
                     let new = new.to_string();
                     self.reasoning_delta(&new, out);
                 }
             }
-            "tool.start" => self.tool_input(ev, out),
-            "tool.complete" => {
+            EventType::ToolStart => self.tool_input(ev, out),
+            EventType::ToolComplete => {
                 self.open_step(out);
                 let id = ev.text("tool_id").to_string();
                 if !self.tools.contains(&id) {
@@ -128,11 +129,11 @@ impl TurnChunks {
                         "output": result, "dynamic": true, "providerExecuted": true}));
                 }
             }
-            "todo.updated" => {
+            EventType::TodoUpdated => {
                 out.push(json!({"type": "data-todos", "id": "todos", "data": ev.payload}))
             }
-            "error" => self.error = Some(ev.text("message").to_string()),
-            "message.complete" => self.complete(ev, out),
+            EventType::Error => self.error = Some(ev.text("message").to_string()),
+            EventType::MessageComplete => self.complete(ev, out),
             _ => {}
         }
     }

@@ -19,6 +19,7 @@
 //!   their messages, as it removed them from the history.
 
 use serde_json::{json, Value};
+use tether_protocol::EventType;
 
 use crate::chat::event::TetherEvent;
 
@@ -35,8 +36,8 @@ pub fn ui_messages(events: &[TetherEvent]) -> Vec<Value> {
     let mut out: Vec<Built> = Vec::new();
     for ev in events {
         let Some(seq) = ev.seq else { continue };
-        match ev.kind.as_str() {
-            "session.compacted" => {
+        match ev.kind {
+            EventType::SessionCompacted => {
                 out.clear();
                 out.push(plain(
                     None,
@@ -45,10 +46,10 @@ pub fn ui_messages(events: &[TetherEvent]) -> Vec<Value> {
                     ev.text("summary"),
                 ));
             }
-            "message.system" => {
+            EventType::MessageSystem => {
                 out.push(plain(None, "system", format!("msg-{seq}"), ev.text("text")))
             }
-            "message.user" => {
+            EventType::MessageUser => {
                 if let Some(replaced) = ev.opt_text("replaces") {
                     if let Some(i) = out.iter().position(|b| b.turn.as_deref() == Some(replaced)) {
                         out.truncate(i);
@@ -60,30 +61,30 @@ pub fn ui_messages(events: &[TetherEvent]) -> Vec<Value> {
                 };
                 out.push(plain(ev.turn_id.clone(), "user", id, ev.text("text")));
             }
-            "message.start" => {
+            EventType::MessageStart => {
                 if let Some(parts) = answer(&mut out, ev).and_then(Built::parts) {
                     parts.push(json!({"type": "step-start"}));
                 }
             }
-            "tool.start" => {
+            EventType::ToolStart => {
                 let part = tool_part(ev, ev.payload.get("args").cloned().unwrap_or(Value::Null));
                 if let Some(parts) = answer(&mut out, ev).and_then(Built::parts) {
                     parts.push(part);
                 }
             }
-            "tool.complete" => tool_complete(&mut out, ev),
-            "todo.updated" => {
+            EventType::ToolComplete => tool_complete(&mut out, ev),
+            EventType::TodoUpdated => {
                 if let Some(parts) = answer(&mut out, ev).and_then(Built::parts) {
                     parts.retain(|p| p["type"] != "data-todos");
                     parts.push(json!({"type": "data-todos", "id": "todos", "data": ev.payload}));
                 }
             }
-            "error" => {
+            EventType::Error => {
                 if let Some(a) = answer(&mut out, ev) {
                     a.msg["metadata"]["tether"]["error"] = json!(ev.text("message"));
                 }
             }
-            "message.complete" => complete(&mut out, ev, seq),
+            EventType::MessageComplete => complete(&mut out, ev, seq),
             _ => {}
         }
     }

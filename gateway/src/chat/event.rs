@@ -2,11 +2,12 @@
 //! frame, with the fields every mapping looks at pulled out.
 
 use serde_json::Value;
+use tether_protocol::EventType;
 
 /// One event (PROTOCOL 1.2, 1.5).
 #[derive(Debug, Clone, PartialEq)]
 pub struct TetherEvent {
-    pub kind: String,
+    pub kind: EventType,
     /// Durable events only.
     pub seq: Option<u64>,
     pub turn_id: Option<String>,
@@ -15,9 +16,10 @@ pub struct TetherEvent {
 }
 
 impl TetherEvent {
-    /// From an event's `params` object; `None` for anything else.
+    /// From an event's `params` object; `None` for anything else (an
+    /// event type this build does not know included).
     pub fn from_params(params: &Value) -> Option<TetherEvent> {
-        let kind = params.get("type")?.as_str()?.to_string();
+        let kind = EventType::parse(params.get("type")?.as_str()?)?;
         let text = |name: &str| params.get(name).and_then(Value::as_str).map(str::to_string);
         Some(TetherEvent {
             kind,
@@ -56,7 +58,7 @@ impl TetherEvent {
 #[cfg(test)]
 pub fn ev(kind: &str, seq: Option<u64>, turn: Option<&str>, payload: Value) -> TetherEvent {
     TetherEvent {
-        kind: kind.into(),
+        kind: EventType::parse(kind).expect("a known event type"),
         seq,
         turn_id: turn.map(str::to_string),
         trace_id: turn.map(|_| "0123456789ab".to_string()),

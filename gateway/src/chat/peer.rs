@@ -14,6 +14,7 @@ use std::time::Duration;
 use ractor::ActorRef;
 use serde_json::{json, Value};
 use tether_actors::{Outbound, OutboxReceiver, PeerMsg};
+use tether_protocol::EventType;
 
 use super::event::TetherEvent;
 use crate::auth::Caller;
@@ -133,7 +134,7 @@ impl ViewPeer {
             return;
         }
         if let Some(ev) = TetherEvent::from_params(&frame["params"]) {
-            if ev.kind != "gateway.ready" {
+            if ev.kind != EventType::GatewayReady {
                 self.pending.push_back(ev);
             }
         }
