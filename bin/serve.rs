@@ -305,6 +305,7 @@ async fn serve_stdio(
     mut gateway: GatewayHandle,
     hosts_failed: impl std::future::Future<Output = String>,
 ) -> anyhow::Result<ExitCode> {
+    let mut signals = ShutdownSignals::install();
     let ctx = gateway.ctx().clone();
     let (drain_tx, drain_rx) = tokio::sync::watch::channel(false);
     let serve = tether_gateway::serve_stdio(&ctx, drain_rx);
@@ -316,7 +317,7 @@ async fn serve_stdio(
             false
         }
         _ = gateway.stopped() => return Ok(ExitCode::FAILURE),
-        _ = shutdown_signal() => true,
+        _ = signals.recv() => true,
         why = hosts_failed => {
             report_hosts_failed(&why);
             code = ExitCode::from(crate::EX_UNAVAILABLE);
@@ -361,6 +362,8 @@ async fn serve_http(
     };
     let server = tether_gateway::serve(listener, app, limits);
     let mut server = tokio::spawn(server);
+    // Before the line: a client that saw it may signal at once.
+    let mut signals = ShutdownSignals::install();
     // The start-up line scripts and tests wait for; logs go to stderr.
     crate::logging::stdout_line(format_args!("tether listening on http://{addr}"));
     // The one line a quiet default shows while all is well (with the one
@@ -369,7 +372,7 @@ async fn serve_http(
 
     let mut code = ExitCode::SUCCESS;
     let escalated = tokio::select! {
-        _ = shutdown_signal() => false,
+        _ = signals.recv() => false,
         _ = gateway.stopped() => true,
         r = &mut server => {
             r.context("server task failed")?.context("server failed")?;
@@ -448,19 +451,41 @@ fn reload_on_sighup(
     });
 }
 
-async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let term = signal(SignalKind::terminate());
-    let int = signal(SignalKind::interrupt());
-    match (term, int) {
-        (Ok(mut term), Ok(mut int)) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
+/// SIGTERM and SIGINT, listened for from the moment they are installed:
+/// one that comes between the listening line and the serving loop's
+/// first poll drains the gateway like any other, instead of killing it
+/// with the default action.
+struct ShutdownSignals {
+    term: Option<tokio::signal::unix::Signal>,
+    int: Option<tokio::signal::unix::Signal>,
+}
+
+impl ShutdownSignals {
+    fn install() -> Self {
+        use tokio::signal::unix::{signal, SignalKind};
+        let term = signal(SignalKind::terminate());
+        let int = signal(SignalKind::interrupt());
+        if term.is_err() || int.is_err() {
+            tracing::warn!("cannot listen for SIGTERM or SIGINT; Ctrl-C still stops the gateway");
         }
-        _ => {
-            let _ = tokio::signal::ctrl_c().await;
+        ShutdownSignals {
+            term: term.ok(),
+            int: int.ok(),
+        }
+    }
+
+    /// The first of them to arrive.
+    async fn recv(&mut self) {
+        match (&mut self.term, &mut self.int) {
+            (Some(term), Some(int)) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = int.recv() => {}
+                }
+            }
+            _ => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
         }
     }
 }
