@@ -171,13 +171,15 @@ fn is_json(headers: &HeaderMap) -> bool {
     essence.eq_ignore_ascii_case("application/json")
 }
 
-enum ReadError {
+/// Why a body was not read whole.
+pub(crate) enum ReadError {
     TooLarge,
     Broken,
 }
 
-/// Reads the body, giving up as soon as it passes `max` bytes.
-async fn read_limited(body: Body, max: usize) -> Result<Vec<u8>, ReadError> {
+/// Reads the body, giving up as soon as it passes `max` bytes (`POST /rpc`
+/// and the front-end routes).
+pub(crate) async fn read_limited(body: Body, max: usize) -> Result<Vec<u8>, ReadError> {
     let mut buf = Vec::new();
     let mut stream = body.into_data_stream();
     while let Some(data) = stream.next().await {

@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 use super::error::Refusal;
 use super::id::ChatId;
 use crate::auth::Caller;
-use crate::http::status_text;
+use crate::http::{read_limited, status_text, ReadError};
 use crate::server::AppState;
 
 /// Who asks, for which chat: the caller with its profile settled.
@@ -128,24 +128,4 @@ pub async fn json_body<T: DeserializeOwned>(
         )
         .into()
     })
-}
-
-enum ReadError {
-    TooLarge,
-    Broken,
-}
-
-/// Reads the body, giving up as soon as it passes `max` bytes.
-async fn read_limited(body: Body, max: usize) -> Result<Vec<u8>, ReadError> {
-    use futures::StreamExt;
-    let mut buf = Vec::new();
-    let mut stream = body.into_data_stream();
-    while let Some(data) = stream.next().await {
-        let data = data.map_err(|_| ReadError::Broken)?;
-        if buf.len() + data.len() > max {
-            return Err(ReadError::TooLarge);
-        }
-        buf.extend_from_slice(&data);
-    }
-    Ok(buf)
 }
