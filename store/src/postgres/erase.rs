@@ -225,7 +225,7 @@ impl StoreErase for PgErase {
             "SELECT profile, id FROM sessions WHERE {within} AND status = $2 \
              AND updated_at_ms < $3 ORDER BY updated_at_ms LIMIT $4"
         );
-        let rows = sqlx::query(&sql)
+        let rows: Vec<(String, String)> = sqlx::query_as(&sql)
             .bind(profiles)
             .bind(status.as_str())
             .bind(before_ms)
@@ -233,13 +233,10 @@ impl StoreErase for PgErase {
             .fetch_all(&self.pool)
             .await
             .map_err(map_sqlx)?;
-        rows.iter()
-            .map(|r| {
-                let profile: String = r.try_get(0).map_err(map_sqlx)?;
-                let id: String = r.try_get(1).map_err(map_sqlx)?;
-                Ok((profile, SessionId::from(id)))
-            })
-            .collect()
+        Ok(rows
+            .into_iter()
+            .map(|(profile, id)| (profile, SessionId::from(id)))
+            .collect())
     }
 
     async fn trim_candidates(
@@ -262,7 +259,7 @@ impl StoreErase for PgErase {
                    AND e.seq = s.retained_from_seq AND e.ts_ms < $3))) \
              LIMIT $4"
         );
-        let rows = sqlx::query(&sql)
+        let rows: Vec<(String, String)> = sqlx::query_as(&sql)
             .bind(profiles)
             .bind(max_events)
             .bind(before_ms)
@@ -270,13 +267,10 @@ impl StoreErase for PgErase {
             .fetch_all(&self.pool)
             .await
             .map_err(map_sqlx)?;
-        rows.iter()
-            .map(|r| {
-                let profile: String = r.try_get(0).map_err(map_sqlx)?;
-                let id: String = r.try_get(1).map_err(map_sqlx)?;
-                Ok((profile, SessionId::from(id)))
-            })
-            .collect()
+        Ok(rows
+            .into_iter()
+            .map(|(profile, id)| (profile, SessionId::from(id)))
+            .collect())
     }
 
     async fn trim(

@@ -274,7 +274,7 @@ impl StoreErase for SqliteErase {
             "SELECT profile, id FROM sessions WHERE {within} AND status = ?2 \
              AND updated_at_ms < ?3 ORDER BY updated_at_ms LIMIT ?4"
         );
-        let rows = sqlx::query(&sql)
+        let rows: Vec<(String, String)> = sqlx::query_as(&sql)
             .bind(profiles)
             .bind(status.as_str())
             .bind(before_ms)
@@ -282,13 +282,10 @@ impl StoreErase for SqliteErase {
             .fetch_all(&self.pool)
             .await
             .map_err(|e| map_sqlx(e, Doing::Read))?;
-        rows.iter()
-            .map(|r| {
-                let profile: String = r.try_get(0).map_err(|e| map_sqlx(e, Doing::Read))?;
-                let id: String = r.try_get(1).map_err(|e| map_sqlx(e, Doing::Read))?;
-                Ok((profile, SessionId::from(id)))
-            })
-            .collect()
+        Ok(rows
+            .into_iter()
+            .map(|(profile, id)| (profile, SessionId::from(id)))
+            .collect())
     }
 
     async fn trim_candidates(
@@ -311,7 +308,7 @@ impl StoreErase for SqliteErase {
                    AND e.seq = s.retained_from_seq AND e.ts_ms < ?3))) \
              LIMIT ?4"
         );
-        let rows = sqlx::query(&sql)
+        let rows: Vec<(String, String)> = sqlx::query_as(&sql)
             .bind(profiles)
             .bind(max_events)
             .bind(before_ms)
@@ -319,13 +316,10 @@ impl StoreErase for SqliteErase {
             .fetch_all(&self.pool)
             .await
             .map_err(|e| map_sqlx(e, Doing::Read))?;
-        rows.iter()
-            .map(|r| {
-                let profile: String = r.try_get(0).map_err(|e| map_sqlx(e, Doing::Read))?;
-                let id: String = r.try_get(1).map_err(|e| map_sqlx(e, Doing::Read))?;
-                Ok((profile, SessionId::from(id)))
-            })
-            .collect()
+        Ok(rows
+            .into_iter()
+            .map(|(profile, id)| (profile, SessionId::from(id)))
+            .collect())
     }
 
     async fn trim(
