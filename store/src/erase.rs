@@ -21,11 +21,17 @@
 //! A caller erasing a live session stops it from writing first (the session actor settles its
 //! appends before it asks): an erase never races an append of the session it removes.
 
+mod sql;
+mod steps;
+
 use async_trait::async_trait;
 
 use tether_protocol::SessionId;
 
 use crate::StoreError;
+
+pub(crate) use sql::Dialect;
+pub(crate) use steps::Eraser;
 
 /// Which profiles a retention query covers: one profile with rules of its own, or every
 /// profile except those (the default rules).
