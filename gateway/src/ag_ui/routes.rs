@@ -2,8 +2,8 @@
 //! itself lacks (`connect()`), the stop, and the capabilities.
 
 use axum::body::Body;
-use axum::extract::{ConnectInfo, Path, Query, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 use tether_protocol::PeerTransport;
@@ -12,70 +12,35 @@ use super::capabilities::capabilities;
 use super::cursor::Cursor;
 use super::events::{RunEvents, Sent};
 use super::input::RunAgentInput;
-use crate::auth::Caller;
-use crate::chat::error::refused;
+use crate::chat::error::Refusal;
 use crate::chat::event::TetherEvent;
 use crate::chat::interrupt::{json_response, stop};
-use crate::chat::open::{attach_running, resume, resume_or_create};
+use crate::chat::open::{attach_running, resume, submit_turn};
 use crate::chat::peer::ViewPeer;
-use crate::chat::request::{admit, chat, json_body, Asked, ProfileQuery};
-use crate::chat::stream::{body, View};
-use crate::http::{status_text, unavailable};
+use crate::chat::request::{json_body, Admitted, Asked};
+use crate::chat::stream::{body, sse_response, View};
+use crate::http::status_text;
 use crate::server::AppState;
-
-type Remote = ConnectInfo<std::net::SocketAddr>;
-type CallerExt = Option<axum::Extension<Caller>>;
 
 /// `POST /v1/ag-ui`: the input's last message becomes a turn of the
 /// thread's session, streamed as one AG-UI run.
 pub async fn post_run(
     State(app): State<AppState>,
-    ConnectInfo(remote): Remote,
-    caller: CallerExt,
-    Query(q): Query<ProfileQuery>,
+    admitted: Admitted,
     headers: HeaderMap,
     request: Body,
-) -> Response {
-    let caller = match admit(&app, crate::auth::caller_of(caller), remote.ip(), q.profile) {
-        Ok(c) => c,
-        Err(refusal) => return refusal.into_response(),
-    };
-    let input: RunAgentInput = match json_body(&app, &headers, request).await {
-        Ok(i) => i,
-        Err(refusal) => return refusal.into_response(),
-    };
-    let asked = match chat(caller, &input.thread_id) {
-        Ok(a) => a,
-        Err(refusal) => return refusal.into_response(),
-    };
-    let prompt = match input.prompt() {
-        Ok(p) => p,
-        Err(why) => return status_text(StatusCode::BAD_REQUEST, why),
-    };
-    let Some(mut peer) =
-        ViewPeer::start(&app, asked.caller.clone(), true, PeerTransport::AgUi).await
-    else {
-        return unavailable();
-    };
-    let attach = json!({"attach": true, "omit_messages": true});
-    let resumed = match resume_or_create(&app, &mut peer, &asked, attach, input.seed()).await {
-        Ok(r) => r,
-        Err(e) => return refused(&e),
-    };
+) -> Result<Response, Refusal> {
+    let input: RunAgentInput = json_body(&app, &headers, request).await?;
+    let asked = admitted.chat(&input.thread_id)?;
+    let prompt = input
+        .prompt()
+        .map_err(|why| Refusal::from(status_text(StatusCode::BAD_REQUEST, why)))?;
+    let mut peer = ViewPeer::open(&app, asked.caller.clone(), true, PeerTransport::AgUi).await?;
     let submit = json!({"session_id": asked.session_id(), "text": prompt});
-    let submitted = match peer.call("prompt.submit", submit).await {
-        Ok(r) => r,
-        Err(e) => return refused(&e),
-    };
-    let Some(turn_id) = submitted["turn_id"].as_str() else {
-        return status_text(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "prompt.submit answered no turn",
-        );
-    };
+    let (resumed, _, turn_id) = submit_turn(&app, &mut peer, &asked, input.seed(), submit).await?;
     // The run starts with its `message.user`, which the peer receives.
-    let run = RunEvents::new(asked.chat.as_str(), turn_id, todos(&resumed));
-    stream_response(&app, &asked, peer, String::new(), run)
+    let run = RunEvents::new(asked.chat.as_str(), &turn_id, todos(&resumed));
+    Ok(stream_response(&app, &asked, peer, String::new(), run))
 }
 
 /// `GET /v1/ag-ui/threads/{threadId}/events`: with `Last-Event-ID`, the
@@ -83,43 +48,30 @@ pub async fn post_run(
 /// from its start. 204 when there is nothing to send.
 pub async fn get_events(
     State(app): State<AppState>,
-    ConnectInfo(remote): Remote,
-    caller: CallerExt,
+    admitted: Admitted,
     Path(thread_id): Path<String>,
-    Query(q): Query<ProfileQuery>,
     headers: HeaderMap,
-) -> Response {
-    let asked = match admit(&app, crate::auth::caller_of(caller), remote.ip(), q.profile)
-        .and_then(|c| chat(c, &thread_id))
-    {
-        Ok(a) => a,
-        Err(refusal) => return refusal.into_response(),
-    };
+) -> Result<Response, Refusal> {
+    let asked = admitted.chat(&thread_id)?;
     let cursor = match headers.get("last-event-id") {
         None => None,
         Some(v) => match v.to_str().ok().and_then(Cursor::parse) {
             Some(c) => Some(c),
             None => {
-                return status_text(
+                return Err(status_text(
                     StatusCode::BAD_REQUEST,
                     "Last-Event-ID is not an id of tether's AG-UI events",
                 )
+                .into())
             }
         },
     };
-    let Some(mut peer) =
-        ViewPeer::start(&app, asked.caller.clone(), true, PeerTransport::AgUi).await
-    else {
-        return unavailable();
-    };
+    let mut peer = ViewPeer::open(&app, asked.caller.clone(), true, PeerTransport::AgUi).await?;
     let mut out: Sent = Vec::new();
     let (mut run, replay) = match cursor {
-        Some(cursor) => match resume_at(&mut peer, &asked, cursor, &mut out).await {
-            Ok(r) => r,
-            Err(refusal) => return refusal,
-        },
-        None => match attach_running(&mut peer, &asked).await {
-            Ok(Some(running)) => {
+        Some(cursor) => resume_at(&mut peer, &asked, cursor, &mut out).await?,
+        None => match attach_running(&mut peer, &asked).await? {
+            Some(running) => {
                 let run = RunEvents::new(
                     asked.chat.as_str(),
                     &running.turn_id,
@@ -127,12 +79,11 @@ pub async fn get_events(
                 );
                 (run, running.replay)
             }
-            Ok(None) => return StatusCode::NO_CONTENT.into_response(),
-            Err(e) => return refused(&e),
+            None => return Ok(StatusCode::NO_CONTENT.into_response()),
         },
     };
     if run.is_done() {
-        return StatusCode::NO_CONTENT.into_response();
+        return Ok(StatusCode::NO_CONTENT.into_response());
     }
     for params in replay["events"].as_array().into_iter().flatten() {
         if let Some(ev) = TetherEvent::from_params(params) {
@@ -148,7 +99,7 @@ pub async fn get_events(
     }
     let mut first = String::new();
     write_events(&mut first, &out);
-    stream_response(&app, &asked, peer, first, run)
+    Ok(stream_response(&app, &asked, peer, first, run))
 }
 
 /// Attaches from the cursor's seq: the run the cursor is in, with what the
@@ -158,12 +109,9 @@ async fn resume_at(
     asked: &Asked,
     cursor: Cursor,
     out: &mut Sent,
-) -> Result<(RunEvents, Value), Response> {
+) -> Result<(RunEvents, Value), Refusal> {
     let params = json!({"attach": true, "omit_messages": true, "last_seen": cursor.seq - 1});
-    let replay = match resume(peer, asked, params).await {
-        Ok(r) => r,
-        Err(e) => return Err(refused(&e)),
-    };
+    let replay = resume(peer, asked, params).await?;
     if replay["latest_seq"]
         .as_u64()
         .is_some_and(|latest| cursor.seq > latest)
@@ -171,13 +119,15 @@ async fn resume_at(
         return Err(status_text(
             StatusCode::BAD_REQUEST,
             "Last-Event-ID names no event of this thread (it is past the thread's last one)",
-        ));
+        )
+        .into());
     }
     if replay["resync"] == true {
         return Err(status_text(
             StatusCode::GONE,
             "the run is too far behind to replay: reload the thread",
-        ));
+        )
+        .into());
     }
     let at = replay["events"]
         .as_array()
@@ -188,14 +138,15 @@ async fn resume_at(
         return Err(status_text(
             StatusCode::GONE,
             "Last-Event-ID names an event this thread no longer has",
-        ));
+        )
+        .into());
     };
     let run = RunEvents::resume(asked.chat.as_str(), cursor, &at, todos(&replay), out).ok_or_else(
         || {
-            status_text(
+            Refusal::from(status_text(
                 StatusCode::BAD_REQUEST,
                 "Last-Event-ID names no event of a run",
-            )
+            ))
         },
     )?;
     Ok((run, replay))
@@ -205,17 +156,10 @@ async fn resume_at(
 /// every stream of it ends with `RUN_FINISHED` `{"outcome":{"type":"cancelled"}}`.
 pub async fn post_stop(
     State(app): State<AppState>,
-    ConnectInfo(remote): Remote,
-    caller: CallerExt,
+    admitted: Admitted,
     Path(thread_id): Path<String>,
-    Query(q): Query<ProfileQuery>,
-) -> Response {
-    match admit(&app, crate::auth::caller_of(caller), remote.ip(), q.profile)
-        .and_then(|c| chat(c, &thread_id))
-    {
-        Ok(asked) => stop(&app, &asked).await,
-        Err(refusal) => refusal.into_response(),
-    }
+) -> Result<Response, Refusal> {
+    stop(&app, &admitted.chat(&thread_id)?).await
 }
 
 /// `GET /v1/ag-ui/capabilities`.
@@ -257,16 +201,5 @@ fn stream_response(
     run: RunEvents,
 ) -> Response {
     let done = run.is_done();
-    let mut resp = Response::new(body(app, peer, first, RunView(run), done));
-    let h = resp.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    if let Ok(v) = HeaderValue::from_str(asked.session_id().as_str()) {
-        h.insert("x-tether-session-id", v);
-    }
-    resp
+    sse_response(body(app, peer, first, RunView(run), done), asked, &[])
 }

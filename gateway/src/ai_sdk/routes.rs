@@ -2,8 +2,8 @@
 //! itself (the transcript and the stop).
 
 use axum::body::Body;
-use axum::extract::{ConnectInfo, Path, Query, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 use tether_protocol::PeerTransport;
@@ -12,19 +12,15 @@ use super::body::{ChatRequest, Trigger};
 use super::chunks::TurnChunks;
 use super::messages::ui_messages;
 use super::regenerate;
-use crate::auth::Caller;
-use crate::chat::error::{refused, Refusal};
+use crate::chat::error::Refusal;
 use crate::chat::event::TetherEvent;
 use crate::chat::interrupt::{json_response, stop};
-use crate::chat::open::{attach_running, resume, resume_or_create};
+use crate::chat::open::{attach_running, resume, submit_turn};
 use crate::chat::peer::{CallError, ViewPeer};
-use crate::chat::request::{admit, chat, json_body, Asked, ProfileQuery};
-use crate::chat::stream::{body, View};
-use crate::http::{status_text, unavailable};
+use crate::chat::request::{json_body, Admitted, Asked};
+use crate::chat::stream::{body, sse_response, View};
+use crate::http::status_text;
 use crate::server::AppState;
-
-type Remote = ConnectInfo<std::net::SocketAddr>;
-type CallerExt = Option<axum::Extension<Caller>>;
 
 /// Pages of `session.events.since` a transcript may take (10,000 events
 /// each) before it is refused as too long to list.
@@ -34,90 +30,45 @@ const MAX_TRANSCRIPT_PAGES: usize = 20;
 /// session, streamed as UI message chunks until it ends.
 pub async fn post_chat(
     State(app): State<AppState>,
-    ConnectInfo(remote): Remote,
-    caller: CallerExt,
-    Query(q): Query<ProfileQuery>,
+    admitted: Admitted,
     headers: HeaderMap,
     request: Body,
-) -> Response {
-    let caller = match admit(&app, crate::auth::caller_of(caller), remote.ip(), q.profile) {
-        Ok(c) => c,
-        Err(refusal) => return refusal.into_response(),
-    };
-    let req: ChatRequest = match json_body(&app, &headers, request).await {
-        Ok(r) => r,
-        Err(refusal) => return refusal.into_response(),
-    };
-    let asked = match chat(caller, &req.id) {
-        Ok(a) => a,
-        Err(refusal) => return refusal.into_response(),
-    };
-    let prompt = match req.prompt() {
-        Ok(p) => p,
-        Err(why) => return status_text(StatusCode::BAD_REQUEST, why),
-    };
-    let Some(mut peer) =
-        ViewPeer::start(&app, asked.caller.clone(), true, PeerTransport::AiSdk).await
-    else {
-        return unavailable();
-    };
+) -> Result<Response, Refusal> {
+    let req: ChatRequest = json_body(&app, &headers, request).await?;
+    let asked = admitted.chat(&req.id)?;
+    let prompt = req
+        .prompt()
+        .map_err(|why| Refusal::from(status_text(StatusCode::BAD_REQUEST, why)))?;
+    let mut peer = ViewPeer::open(&app, asked.caller.clone(), true, PeerTransport::AiSdk).await?;
     let mut submit = json!({"session_id": asked.session_id(), "text": prompt});
     // Decided before anything is created: a regenerate in a chat with no
     // answer yet is refused and leaves no session behind.
     if req.trigger == Trigger::Regenerate || req.message_id.is_some() {
-        match regenerate::replaced_turn(&mut peer, &asked, &req).await {
-            Ok(Some(turn)) => submit["replaces"] = json!(turn),
-            Ok(None) => {}
-            Err(refusal) => return refusal.into_response(),
+        if let Some(turn) = regenerate::replaced_turn(&mut peer, &asked, &req).await? {
+            submit["replaces"] = json!(turn);
         }
     }
-    let attach = json!({"attach": true, "omit_messages": true});
-    if let Err(e) = resume_or_create(&app, &mut peer, &asked, attach, req.seed()).await {
-        return refused(&e);
-    }
-    let submitted = match peer.call("prompt.submit", submit).await {
-        Ok(r) => r,
-        Err(e) => return refused(&e),
-    };
-    let Some(turn_id) = submitted["turn_id"].as_str() else {
-        return status_text(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "prompt.submit answered no turn",
-        );
-    };
-    let chunks = TurnChunks::new(turn_id);
+    let (_, submitted, turn_id) = submit_turn(&app, &mut peer, &asked, req.seed(), submit).await?;
+    let chunks = TurnChunks::new(&turn_id);
     let mut first = String::new();
     write_chunks(
         &mut first,
         &[chunks.start(asked.session_id().as_str(), submitted["trace_id"].as_str())],
     );
-    stream_response(&app, &asked, peer, first, chunks)
+    Ok(stream_response(&app, &asked, peer, first, chunks))
 }
 
 /// `GET /v1/ai-sdk/chat/{id}/stream`: 204 when the chat has no running
 /// turn; else that turn from its start (the same `messageId`), then live.
 pub async fn get_stream(
     State(app): State<AppState>,
-    ConnectInfo(remote): Remote,
-    caller: CallerExt,
+    admitted: Admitted,
     Path(chat_id): Path<String>,
-    Query(q): Query<ProfileQuery>,
-) -> Response {
-    let asked = match admit(&app, crate::auth::caller_of(caller), remote.ip(), q.profile)
-        .and_then(|c| chat(c, &chat_id))
-    {
-        Ok(a) => a,
-        Err(refusal) => return refusal.into_response(),
-    };
-    let Some(mut peer) =
-        ViewPeer::start(&app, asked.caller.clone(), true, PeerTransport::AiSdk).await
-    else {
-        return unavailable();
-    };
-    let running = match attach_running(&mut peer, &asked).await {
-        Ok(Some(r)) => r,
-        Ok(None) => return StatusCode::NO_CONTENT.into_response(),
-        Err(e) => return refused(&e),
+) -> Result<Response, Refusal> {
+    let asked = admitted.chat(&chat_id)?;
+    let mut peer = ViewPeer::open(&app, asked.caller.clone(), true, PeerTransport::AiSdk).await?;
+    let Some(running) = attach_running(&mut peer, &asked).await? else {
+        return Ok(StatusCode::NO_CONTENT.into_response());
     };
     let (turn_id, replay) = (running.turn_id.as_str(), &running.replay);
     let mut chunks = TurnChunks::new(turn_id);
@@ -134,52 +85,30 @@ pub async fn get_stream(
     }
     let mut first = String::new();
     write_chunks(&mut first, &out);
-    stream_response(&app, &asked, peer, first, chunks)
+    Ok(stream_response(&app, &asked, peer, first, chunks))
 }
 
 /// `GET /v1/ai-sdk/chat/{id}/messages`: the chat's transcript as UI
 /// messages (`[]` for a chat not used yet).
 pub async fn get_messages(
     State(app): State<AppState>,
-    ConnectInfo(remote): Remote,
-    caller: CallerExt,
+    admitted: Admitted,
     Path(chat_id): Path<String>,
-    Query(q): Query<ProfileQuery>,
-) -> Response {
-    let asked = match admit(&app, crate::auth::caller_of(caller), remote.ip(), q.profile)
-        .and_then(|c| chat(c, &chat_id))
-    {
-        Ok(a) => a,
-        Err(refusal) => return refusal.into_response(),
-    };
-    let Some(mut peer) =
-        ViewPeer::start(&app, asked.caller.clone(), false, PeerTransport::Http).await
-    else {
-        return unavailable();
-    };
-    let events = match segment_events(&mut peer, &asked).await {
-        Ok(events) => events,
-        Err(refusal) => return refusal.into_response(),
-    };
-    json_response(&Value::Array(ui_messages(&events)))
+) -> Result<Response, Refusal> {
+    let asked = admitted.chat(&chat_id)?;
+    let mut peer = ViewPeer::open(&app, asked.caller.clone(), false, PeerTransport::Http).await?;
+    let events = segment_events(&mut peer, &asked).await?;
+    Ok(json_response(&Value::Array(ui_messages(&events))))
 }
 
 /// `POST /v1/ai-sdk/chat/{id}/stop`: interrupts the chat's running turn,
 /// whichever connection started it; every stream of it ends with `abort`.
 pub async fn post_stop(
     State(app): State<AppState>,
-    ConnectInfo(remote): Remote,
-    caller: CallerExt,
+    admitted: Admitted,
     Path(chat_id): Path<String>,
-    Query(q): Query<ProfileQuery>,
-) -> Response {
-    let asked = match admit(&app, crate::auth::caller_of(caller), remote.ip(), q.profile)
-        .and_then(|c| chat(c, &chat_id))
-    {
-        Ok(a) => a,
-        Err(refusal) => return refusal.into_response(),
-    };
-    stop(&app, &asked).await
+) -> Result<Response, Refusal> {
+    stop(&app, &admitted.chat(&chat_id)?).await
 }
 
 /// The stored events of the chat session's current history segment, in
@@ -193,7 +122,7 @@ pub async fn segment_events(
         Err(CallError::Rpc { code, .. }) if code == tether_protocol::codes::SESSION_NOT_FOUND => {
             return Ok(Vec::new())
         }
-        Err(e) => return Err(refused(&e).into()),
+        Err(e) => return Err(e.into()),
     };
     let Some(first) = now["messages"][0]["seq"].as_u64() else {
         return Ok(Vec::new());
@@ -207,8 +136,7 @@ pub async fn segment_events(
                 "session.events.since",
                 json!({"session_id": asked.session_id(), "last_seen": last_seen, "limit": 10000}),
             )
-            .await
-            .map_err(|e| Refusal::from(refused(&e)))?;
+            .await?;
         for params in page["events"].as_array().into_iter().flatten() {
             if let Some(ev) = TetherEvent::from_params(params) {
                 if ev.seq.is_some_and(|s| s > latest) {
@@ -256,7 +184,7 @@ fn write_chunks(out: &mut String, chunks: &[Value]) {
     }
 }
 
-/// The response of a chat stream, with the headers the AI SDK's transport
+/// The response of a chat stream, with the header the AI SDK's transport
 /// expects (`UI_MESSAGE_STREAM_HEADERS`).
 fn stream_response(
     app: &AppState,
@@ -270,20 +198,5 @@ fn stream_response(
         first.push_str("data: [DONE]\n\n");
     }
     let body = body(app, peer, first, TurnView(chunks), done);
-    let mut resp = Response::new(body);
-    let h = resp.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    h.insert(
-        "x-vercel-ai-ui-message-stream",
-        HeaderValue::from_static("v1"),
-    );
-    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    if let Ok(v) = HeaderValue::from_str(asked.session_id().as_str()) {
-        h.insert("x-tether-session-id", v);
-    }
-    resp
+    sse_response(body, asked, &[("x-vercel-ai-ui-message-stream", "v1")])
 }

@@ -26,6 +26,12 @@ impl From<Response> for Refusal {
     }
 }
 
+impl From<CallError> for Refusal {
+    fn from(e: CallError) -> Self {
+        refused(&e).into()
+    }
+}
+
 impl IntoResponse for Refusal {
     fn into_response(self) -> Response {
         *self.0

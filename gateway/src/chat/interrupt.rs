@@ -10,30 +10,22 @@ use axum::response::Response;
 use serde_json::{json, Value};
 use tether_protocol::PeerTransport;
 
-use super::error::refused;
+use super::error::Refusal;
 use super::peer::ViewPeer;
 use super::request::Asked;
-use crate::http::unavailable;
 use crate::server::AppState;
 
 /// Interrupts the chat's running turn: 200 `{"status": "interrupted" |
 /// "idle"}`, 404 for a chat not used yet.
-pub async fn stop(app: &AppState, asked: &Asked) -> Response {
-    let Some(mut peer) =
-        ViewPeer::start(app, asked.caller.clone(), false, PeerTransport::Http).await
-    else {
-        return unavailable();
-    };
-    match peer
+pub async fn stop(app: &AppState, asked: &Asked) -> Result<Response, Refusal> {
+    let mut peer = ViewPeer::open(app, asked.caller.clone(), false, PeerTransport::Http).await?;
+    let stopped = peer
         .call(
             "session.interrupt",
             json!({"session_id": asked.session_id()}),
         )
-        .await
-    {
-        Ok(r) => json_response(&r),
-        Err(e) => refused(&e),
-    }
+        .await?;
+    Ok(json_response(&stopped))
 }
 
 /// A JSON body, 200.

@@ -18,8 +18,12 @@ use std::sync::{Arc, LazyLock, Mutex};
 use serde_json::{json, Value};
 use tether_protocol::{CreateParams, SeedMessage, SessionId};
 
+use axum::http::StatusCode;
+
+use super::error::Refusal;
 use super::peer::{CallError, ViewPeer};
 use super::request::Asked;
+use crate::http::status_text;
 use crate::server::AppState;
 
 /// `session.resume` of the chat's session with `params` (besides its id).
@@ -123,6 +127,29 @@ pub struct Running {
     /// `message.user` on, then `active_turn` with the text so far, and
     /// `todos`; live events follow on the peer.
     pub replay: Value,
+}
+
+/// A prompt of a front-end's POST: the chat's session resumed (attached,
+/// without its messages) or created from `seed`, then `submit` as
+/// `prompt.submit`. The resume's result, the submit's, and its turn id.
+pub async fn submit_turn(
+    app: &AppState,
+    peer: &mut ViewPeer,
+    asked: &Asked,
+    seed: Vec<SeedMessage>,
+    submit: Value,
+) -> Result<(Value, Value, String), Refusal> {
+    let attach = json!({"attach": true, "omit_messages": true});
+    let resumed = resume_or_create(app, peer, asked, attach, seed).await?;
+    let submitted = peer.call("prompt.submit", submit).await?;
+    let Some(turn_id) = submitted["turn_id"].as_str().map(str::to_string) else {
+        return Err(status_text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "prompt.submit answered no turn",
+        )
+        .into());
+    };
+    Ok((resumed, submitted, turn_id))
 }
 
 /// Attaches `peer` to the chat's running turn from its start; `None` when

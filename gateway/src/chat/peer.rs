@@ -16,6 +16,7 @@ use serde_json::{json, Value};
 use tether_actors::{Outbound, OutboxReceiver, PeerMsg};
 use tether_protocol::EventType;
 
+use super::error::Refusal;
 use super::event::TetherEvent;
 use crate::auth::Caller;
 use crate::server::AppState;
@@ -66,15 +67,18 @@ pub struct ViewPeer {
 }
 
 impl ViewPeer {
-    /// Starts a peer for `caller` (`None`, logged, when it cannot start).
-    pub async fn start(
+    /// Starts a peer for `caller`; 503 when the gateway cannot start one
+    /// (it is shutting down; logged).
+    pub async fn open(
         app: &AppState,
         caller: Caller,
         can_attach: bool,
         transport: tether_protocol::PeerTransport,
-    ) -> Option<ViewPeer> {
-        let (peer, rx) = app.start_peer(caller, can_attach, transport).await?;
-        Some(ViewPeer {
+    ) -> Result<ViewPeer, Refusal> {
+        let Some((peer, rx)) = app.start_peer(caller, can_attach, transport).await else {
+            return Err(crate::http::unavailable().into());
+        };
+        Ok(ViewPeer {
             _guard: PeerGuard(peer.clone()),
             peer,
             rx,

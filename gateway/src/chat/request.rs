@@ -2,10 +2,13 @@
 //! caller's profile, the per-(profile, address) rate limit, the chat id,
 //! and, for a POST, its JSON body within the same bounds as `POST /rpc`.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use axum::body::Body;
+use axum::extract::{ConnectInfo, FromRequestParts, Query};
+use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::IntoResponse;
 use serde::de::DeserializeOwned;
 
 use super::error::Refusal;
@@ -34,7 +37,7 @@ impl Asked {
 /// The caller's profile (a token's, else `?profile=`, else `default`) and
 /// the rate limit; the refusal otherwise (404 for a profile the token does
 /// not allow, exactly as an unknown chat; 429).
-pub fn admit(
+fn admit(
     app: &AppState,
     caller: Caller,
     remote: IpAddr,
@@ -58,11 +61,37 @@ pub fn admit(
     Ok(caller)
 }
 
-/// The chat `chat_id` names for an admitted caller, or 400.
-pub fn chat(caller: Caller, chat_id: &str) -> Result<Asked, Refusal> {
-    let chat = ChatId::parse(chat_id)
-        .map_err(|e| Refusal::from(status_text(StatusCode::BAD_REQUEST, &e.to_string())))?;
-    Ok(Asked { caller, chat })
+/// A caller [`admit`]ted, as a route's argument: the token's caller (or the
+/// anonymous one), its `?profile=`, the client's address and the rate limit,
+/// read from the request once for every front-end route.
+pub struct Admitted(pub Caller);
+
+impl FromRequestParts<AppState> for Admitted {
+    type Rejection = Refusal;
+
+    async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, Refusal> {
+        let remote = ConnectInfo::<SocketAddr>::from_request_parts(parts, app)
+            .await
+            .map_err(|r| Refusal::from(r.into_response()))?;
+        let Query(q) = Query::<ProfileQuery>::from_request_parts(parts, app)
+            .await
+            .map_err(|r| Refusal::from(r.into_response()))?;
+        let token = parts.extensions.get::<Caller>().cloned();
+        let caller = crate::auth::caller_of(token.map(axum::Extension));
+        admit(app, caller, remote.ip(), q.profile).map(Admitted)
+    }
+}
+
+impl Admitted {
+    /// The chat `chat_id` names for this caller, or 400.
+    pub fn chat(self, chat_id: &str) -> Result<Asked, Refusal> {
+        let chat = ChatId::parse(chat_id)
+            .map_err(|e| Refusal::from(status_text(StatusCode::BAD_REQUEST, &e.to_string())))?;
+        Ok(Asked {
+            caller: self.0,
+            chat,
+        })
+    }
 }
 
 /// `?profile=NAME`, the profile of a gateway without tokens.

@@ -13,6 +13,8 @@
 use std::time::Duration;
 
 use axum::body::Body;
+use axum::http::{header, HeaderValue};
+use axum::response::Response;
 use bytes::Bytes;
 use futures::StreamExt;
 use tether_actors::metrics::Transport;
@@ -20,6 +22,7 @@ use tokio::sync::watch;
 
 use super::event::TetherEvent;
 use super::peer::{Next, ViewPeer};
+use super::request::Asked;
 use crate::server::AppState;
 
 /// Interval of the `: keep-alive` comment.
@@ -44,6 +47,27 @@ struct Live<V> {
     done: bool,
     draining: bool,
     _open: tether_actors::metrics::OpenConnection,
+}
+
+/// A stream's response: `text/event-stream`, never cached nor buffered by a
+/// proxy, with the chat's session id (`x-tether-session-id`) and `extra`
+/// headers a front-end's client expects.
+pub fn sse_response(body: Body, asked: &Asked, extra: &[(&'static str, &'static str)]) -> Response {
+    let mut resp = Response::new(body);
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    for (name, value) in extra {
+        h.insert(*name, HeaderValue::from_static(value));
+    }
+    if let Ok(v) = HeaderValue::from_str(asked.session_id().as_str()) {
+        h.insert("x-tether-session-id", v);
+    }
+    resp
 }
 
 /// The stream's body: `first` (already written by the view), then the
