@@ -228,17 +228,6 @@ impl super::ServeArgs {
             warn_before: Duration::from_secs(j.token_expiring_s),
         })
     }
-
-    /// The token configuration as the config file now says (SIGHUP):
-    /// flags and the environment still win over it.
-    pub fn reload_auth(&self) -> anyhow::Result<AuthConfig> {
-        let mut fresh = self.clone();
-        if let Some(path) = &self.config {
-            let file = super::file::read_file(path)?;
-            fresh.apply_file_auth(file.auth());
-        }
-        fresh.auth_config()
-    }
 }
 
 #[cfg(test)]

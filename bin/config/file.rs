@@ -204,6 +204,18 @@ impl FileConfig {
     }
 }
 
+impl ServeArgs {
+    /// The token configuration as the config file now says (SIGHUP):
+    /// flags and the environment still win over it.
+    pub fn reload_auth(&self) -> anyhow::Result<tether_gateway::AuthConfig> {
+        let mut fresh = self.clone();
+        if let Some(path) = &self.config {
+            fresh.apply_file_auth(read_file(path)?.auth());
+        }
+        fresh.auth_config()
+    }
+}
+
 /// Re-reads only the profiles' engine configs (the SIGHUP reload).
 pub fn read_profile_engines(path: &Path) -> anyhow::Result<ProfileEngineMap> {
     engines_of(read_file(path)?.profiles)
