@@ -31,7 +31,7 @@ use tether_protocol::SessionId;
 use crate::StoreError;
 
 pub(crate) use sql::Dialect;
-pub(crate) use steps::Eraser;
+pub(crate) use steps::{Eraser, Housekeeping};
 
 /// Which profiles a retention query covers: one profile with rules of its own, or every
 /// profile except those (the default rules).

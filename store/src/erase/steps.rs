@@ -1,15 +1,15 @@
-//! The one implementation of deletion and retention, over either store's pool: the order of
-//! statements, the batching, and the trim rule ([`super::trim_upto`]). The statements are
-//! [`EraseSql`]'s; a store adds only how it opens a write transaction, how its errors read,
-//! and what it does about space and the retention lease (`sqlite/erase.rs`,
-//! `postgres/erase.rs`).
+//! The one [`StoreErase`], over either store's pool: the order of statements, the batching,
+//! and the trim rule ([`super::trim_upto`]). The statements are [`EraseSql`]'s; a store adds
+//! only how it opens a write transaction, how its errors read, and what it does about space
+//! and the retention lease ([`Housekeeping`]: `sqlite/erase.rs`, `postgres/erase.rs`).
 
+use async_trait::async_trait;
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Row, Type};
 
 use tether_protocol::{now_ms, SessionId, SessionStatus};
 
 use super::sql::{Dialect, EraseSql};
-use super::{Scope, Trimmed};
+use super::{Scope, StoreErase, Trimmed};
 use crate::StoreError;
 
 /// The rows a statement changed: each driver's result says it, under no common trait.
@@ -32,9 +32,26 @@ impl Affected for sqlx::postgres::PgQueryResult {
 /// Maps a driver error to the store's, for a read or a write.
 pub(crate) type MapErr = fn(sqlx::Error) -> StoreError;
 
-/// A store's erase pool and statements.
-pub(crate) struct Eraser<DB: Database> {
-    pub(crate) pool: Pool<DB>,
+/// What a store does about space and the retention lease: the part of [`StoreErase`] that is
+/// not statements in common.
+#[async_trait]
+pub(crate) trait Housekeeping: Send + Sync + 'static {
+    type DB: Database;
+
+    /// [`StoreErase::reclaim`].
+    async fn reclaim(&self, pool: &Pool<Self::DB>, max_pages: u32) -> Result<u64, StoreError>;
+
+    /// [`StoreErase::try_lead`].
+    async fn try_lead(&self, pool: &Pool<Self::DB>) -> Result<bool, StoreError>;
+
+    /// [`StoreErase::release_lead`].
+    async fn release_lead(&self) -> Result<(), StoreError>;
+}
+
+/// A store's erase pool, statements and housekeeping.
+pub(crate) struct Eraser<H: Housekeeping> {
+    pool: Pool<H::DB>,
+    house: H,
     sql: EraseSql,
     /// How a write transaction starts: SQLite takes the write lock first (`BEGIN IMMEDIATE`, as
     /// its writer does), so two writers never deadlock upgrading a read.
@@ -61,8 +78,9 @@ fn batch_size(batch: u32) -> i64 {
     i64::from(batch.max(1))
 }
 
-impl<DB> Eraser<DB>
+impl<H, DB> Eraser<H>
 where
+    H: Housekeeping<DB = DB>,
     DB: Database,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
     for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
@@ -75,6 +93,7 @@ where
 {
     pub(crate) fn new(
         pool: Pool<DB>,
+        house: H,
         dialect: &Dialect,
         begin: &'static str,
         read_err: MapErr,
@@ -82,6 +101,7 @@ where
     ) -> Self {
         Eraser {
             pool,
+            house,
             sql: EraseSql::new(dialect),
             begin,
             read_err,
@@ -156,9 +176,23 @@ where
             .map_err(w)?;
         Ok(removed)
     }
+}
 
-    /// [`super::StoreErase::delete_session`].
-    pub(crate) async fn delete_session(
+#[async_trait]
+impl<H, DB> StoreErase for Eraser<H>
+where
+    H: Housekeeping<DB = DB>,
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> String: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'q> Option<i64>: Encode<'q, DB>,
+    usize: ColumnIndex<DB::Row>,
+    DB::QueryResult: Affected,
+{
+    async fn delete_session(
         &self,
         profile: &str,
         id: &SessionId,
@@ -171,8 +205,7 @@ where
         Ok(Some(branches))
     }
 
-    /// [`super::StoreErase::erase_profile`].
-    pub(crate) async fn erase_profile(&self, profile: &str, batch: u32) -> Result<u64, StoreError> {
+    async fn erase_profile(&self, profile: &str, batch: u32) -> Result<u64, StoreError> {
         let w = self.write_err;
         let mut erased = 0;
         loop {
@@ -204,8 +237,7 @@ where
         Ok(erased)
     }
 
-    /// [`super::StoreErase::finish_erasing`].
-    pub(crate) async fn finish_erasing(&self, batch: u32) -> Result<u64, StoreError> {
+    async fn finish_erasing(&self, batch: u32) -> Result<u64, StoreError> {
         // A few sessions a sweep: each may hold many batches of events.
         const SESSIONS_PER_SWEEP: i64 = 16;
         let ids: Vec<String> = sqlx::query_scalar(&self.sql.erasing)
@@ -227,8 +259,7 @@ where
         Ok(removed)
     }
 
-    /// [`super::StoreErase::idle_since`].
-    pub(crate) async fn idle_since(
+    async fn idle_since(
         &self,
         scope: Scope<'_>,
         status: SessionStatus,
@@ -247,8 +278,7 @@ where
         Ok(with_ids(rows))
     }
 
-    /// [`super::StoreErase::trim_candidates`].
-    pub(crate) async fn trim_candidates(
+    async fn trim_candidates(
         &self,
         scope: Scope<'_>,
         max_events: Option<u64>,
@@ -268,9 +298,8 @@ where
         Ok(with_ids(rows))
     }
 
-    /// [`super::StoreErase::trim`]: one transaction per step, each deciding with
-    /// [`super::trim_upto`] from what it reads.
-    pub(crate) async fn trim(
+    // One transaction per step, each deciding with `trim_upto` from what it reads.
+    async fn trim(
         &self,
         id: &SessionId,
         max_events: Option<u64>,
@@ -327,6 +356,18 @@ where
             tx.commit().await.map_err(w)?;
             removed += n;
         }
+    }
+
+    async fn reclaim(&self, max_pages: u32) -> Result<u64, StoreError> {
+        self.house.reclaim(&self.pool, max_pages).await
+    }
+
+    async fn try_lead(&self) -> Result<bool, StoreError> {
+        self.house.try_lead(&self.pool).await
+    }
+
+    async fn release_lead(&self) -> Result<(), StoreError> {
+        self.house.release_lead().await
     }
 }
 

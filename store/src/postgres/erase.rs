@@ -9,9 +9,7 @@ use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgPool, Postgres};
 use tokio::sync::Mutex;
 
-use tether_protocol::{SessionId, SessionStatus};
-
-use crate::erase::{Dialect, Eraser, Scope, StoreErase, Trimmed};
+use crate::erase::{Dialect, Eraser, Housekeeping};
 use crate::StoreError;
 
 use super::errors::map_sqlx;
@@ -20,9 +18,12 @@ use super::errors::map_sqlx;
 /// writer lock is 1).
 const LEAD_KEY: i64 = 0x7465_7468_6572_0002;
 
-/// The erase pool, and the connection that holds the retention lease while a sweep runs.
-pub(crate) struct PgErase {
-    eraser: Eraser<Postgres>,
+/// The erase pool.
+pub(crate) type PgErase = Eraser<PgHouse>;
+
+/// PostgreSQL's space and lease: autovacuum, and the connection that holds the retention
+/// lease (an advisory lock) while a sweep runs.
+pub(crate) struct PgHouse {
     lead: Mutex<Option<PoolConnection<Postgres>>>,
 }
 
@@ -44,79 +45,29 @@ const DIALECT: Dialect = Dialect {
     ),
 };
 
-impl PgErase {
-    pub(crate) fn new(pool: PgPool) -> Self {
-        PgErase {
-            eraser: Eraser::new(pool, &DIALECT, "BEGIN", map_sqlx, map_sqlx),
-            lead: Mutex::new(None),
-        }
-    }
+/// The erase steps on `pool`.
+pub(crate) fn new(pool: PgPool) -> PgErase {
+    let house = PgHouse {
+        lead: Mutex::new(None),
+    };
+    Eraser::new(pool, house, &DIALECT, "BEGIN", map_sqlx, map_sqlx)
 }
 
 #[async_trait]
-impl StoreErase for PgErase {
-    async fn delete_session(
-        &self,
-        profile: &str,
-        id: &SessionId,
-        batch: u32,
-    ) -> Result<Option<Vec<SessionId>>, StoreError> {
-        self.eraser.delete_session(profile, id, batch).await
-    }
+impl Housekeeping for PgHouse {
+    type DB = Postgres;
 
-    async fn erase_profile(&self, profile: &str, batch: u32) -> Result<u64, StoreError> {
-        self.eraser.erase_profile(profile, batch).await
-    }
-
-    async fn finish_erasing(&self, batch: u32) -> Result<u64, StoreError> {
-        self.eraser.finish_erasing(batch).await
-    }
-
-    async fn idle_since(
-        &self,
-        scope: Scope<'_>,
-        status: SessionStatus,
-        before_ms: i64,
-        limit: u32,
-    ) -> Result<Vec<(String, SessionId)>, StoreError> {
-        self.eraser
-            .idle_since(scope, status, before_ms, limit)
-            .await
-    }
-
-    async fn trim_candidates(
-        &self,
-        scope: Scope<'_>,
-        max_events: Option<u64>,
-        before_ms: Option<i64>,
-        limit: u32,
-    ) -> Result<Vec<(String, SessionId)>, StoreError> {
-        self.eraser
-            .trim_candidates(scope, max_events, before_ms, limit)
-            .await
-    }
-
-    async fn trim(
-        &self,
-        id: &SessionId,
-        max_events: Option<u64>,
-        before_ms: Option<i64>,
-        batch: u32,
-    ) -> Result<Option<Trimmed>, StoreError> {
-        self.eraser.trim(id, max_events, before_ms, batch).await
-    }
-
-    async fn reclaim(&self, _max_pages: u32) -> Result<u64, StoreError> {
+    async fn reclaim(&self, _pool: &PgPool, _max_pages: u32) -> Result<u64, StoreError> {
         // PostgreSQL's autovacuum makes the space of removed rows reusable (docs/RELIABILITY.md).
         Ok(0)
     }
 
-    async fn try_lead(&self) -> Result<bool, StoreError> {
+    async fn try_lead(&self, pool: &PgPool) -> Result<bool, StoreError> {
         let mut lead = self.lead.lock().await;
         if lead.is_some() {
             return Ok(true);
         }
-        let mut conn = self.eraser.pool.acquire().await.map_err(map_sqlx)?;
+        let mut conn = pool.acquire().await.map_err(map_sqlx)?;
         let taken: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
             .bind(LEAD_KEY)
             .fetch_one(&mut *conn)

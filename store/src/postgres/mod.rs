@@ -86,7 +86,7 @@ pub async fn open_postgres(cfg: &PostgresConfig) -> Result<Opened, OpenError> {
         writer: Box::new(writer),
         reader: Arc::new(PgReader::new(reader, epoch.clone())),
         handoffs: Arc::new(PgHandoffs::new(handoffs)),
-        eraser: Arc::new(erase::PgErase::new(eraser)),
+        eraser: Arc::new(erase::new(eraser)),
         epoch,
         held,
     })
@@ -135,7 +135,7 @@ pub async fn open_postgres_eraser(
     let pool = PgPoolOptions::new()
         .max_connections(ERASE_CONNECTIONS)
         .connect_lazy_with(settings.pool_options("erase"));
-    Ok(Arc::new(erase::PgErase::new(pool)))
+    Ok(Arc::new(erase::new(pool)))
 }
 
 /// The writer's first connection, retried while the server cannot be reached.

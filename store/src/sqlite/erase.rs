@@ -9,11 +9,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::sqlite::{Sqlite, SqliteConnection, SqlitePoolOptions};
+use sqlx::sqlite::{Sqlite, SqliteConnection, SqlitePool, SqlitePoolOptions};
 
-use tether_protocol::{SessionId, SessionStatus};
-
-use crate::erase::{Dialect, Eraser, Scope, StoreErase, Trimmed};
+use crate::erase::{Dialect, Eraser, Housekeeping};
 use crate::{StoreConfig, StoreError};
 
 use super::base_options;
@@ -73,9 +71,10 @@ pub(crate) async fn ensure_incremental_vacuum(
 }
 
 /// The erase connection (one: erasing is rare and serial).
-pub(crate) struct SqliteErase {
-    eraser: Eraser<Sqlite>,
-}
+pub(crate) type SqliteErase = Eraser<SqliteHouse>;
+
+/// SQLite's space and lease: incremental vacuum, and a lease always held (one gateway).
+pub(crate) struct SqliteHouse;
 
 fn write_err(e: sqlx::Error) -> StoreError {
     map_sqlx(e, Doing::Write)
@@ -97,101 +96,55 @@ const DIALECT: Dialect = Dialect {
     after_finish: None,
 };
 
-impl SqliteErase {
-    /// Opens the erase connection on an existing, migrated store.
-    pub(crate) async fn open(cfg: &StoreConfig) -> Result<Self, StoreError> {
-        let acquire = cfg.busy_timeout.max(Duration::from_secs(1)) * 2;
-        let pool = SqlitePoolOptions::new()
-            .max_connections(1)
-            .min_connections(0)
-            .acquire_timeout(acquire)
-            .connect_with(base_options(cfg).pragma("secure_delete", "ON"))
-            .await
-            .map_err(|e| map_sqlx(e, Doing::Open))?;
-        Ok(SqliteErase {
-            eraser: Eraser::new(pool, &DIALECT, "BEGIN IMMEDIATE", read_err, write_err),
-        })
-    }
+/// Opens the erase connection on an existing, migrated store.
+pub(crate) async fn open(cfg: &StoreConfig) -> Result<SqliteErase, StoreError> {
+    let acquire = cfg.busy_timeout.max(Duration::from_secs(1)) * 2;
+    let pool = SqlitePoolOptions::new()
+        .max_connections(1)
+        .min_connections(0)
+        .acquire_timeout(acquire)
+        .connect_with(base_options(cfg).pragma("secure_delete", "ON"))
+        .await
+        .map_err(|e| map_sqlx(e, Doing::Open))?;
+    Ok(Eraser::new(
+        pool,
+        SqliteHouse,
+        &DIALECT,
+        "BEGIN IMMEDIATE",
+        read_err,
+        write_err,
+    ))
 }
 
 #[async_trait]
-impl StoreErase for SqliteErase {
-    async fn delete_session(
-        &self,
-        profile: &str,
-        id: &SessionId,
-        batch: u32,
-    ) -> Result<Option<Vec<SessionId>>, StoreError> {
-        self.eraser.delete_session(profile, id, batch).await
-    }
+impl Housekeeping for SqliteHouse {
+    type DB = Sqlite;
 
-    async fn erase_profile(&self, profile: &str, batch: u32) -> Result<u64, StoreError> {
-        self.eraser.erase_profile(profile, batch).await
-    }
-
-    async fn finish_erasing(&self, batch: u32) -> Result<u64, StoreError> {
-        self.eraser.finish_erasing(batch).await
-    }
-
-    async fn idle_since(
-        &self,
-        scope: Scope<'_>,
-        status: SessionStatus,
-        before_ms: i64,
-        limit: u32,
-    ) -> Result<Vec<(String, SessionId)>, StoreError> {
-        self.eraser
-            .idle_since(scope, status, before_ms, limit)
-            .await
-    }
-
-    async fn trim_candidates(
-        &self,
-        scope: Scope<'_>,
-        max_events: Option<u64>,
-        before_ms: Option<i64>,
-        limit: u32,
-    ) -> Result<Vec<(String, SessionId)>, StoreError> {
-        self.eraser
-            .trim_candidates(scope, max_events, before_ms, limit)
-            .await
-    }
-
-    async fn trim(
-        &self,
-        id: &SessionId,
-        max_events: Option<u64>,
-        before_ms: Option<i64>,
-        batch: u32,
-    ) -> Result<Option<Trimmed>, StoreError> {
-        self.eraser.trim(id, max_events, before_ms, batch).await
-    }
-
-    async fn reclaim(&self, max_pages: u32) -> Result<u64, StoreError> {
+    async fn reclaim(&self, pool: &SqlitePool, max_pages: u32) -> Result<u64, StoreError> {
         let free: i64 = sqlx::query_scalar("PRAGMA freelist_count")
-            .fetch_one(&self.eraser.pool)
+            .fetch_one(pool)
             .await
             .map_err(|e| map_sqlx(e, Doing::Read))?;
         if free > 0 {
             // PRAGMA arguments cannot be bound; the number is ours.
             sqlx::query(&format!("PRAGMA incremental_vacuum({max_pages})"))
-                .execute(&self.eraser.pool)
+                .execute(pool)
                 .await
                 .map_err(write_err)?;
         }
         // Old copies of erased pages may still be in the WAL: start it over when no reader
         // needs it (PASSIVE otherwise leaves it as it is; a busy WAL is tried again next time).
         let _ = sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
-            .execute(&self.eraser.pool)
+            .execute(pool)
             .await;
         let after: i64 = sqlx::query_scalar("PRAGMA freelist_count")
-            .fetch_one(&self.eraser.pool)
+            .fetch_one(pool)
             .await
             .map_err(|e| map_sqlx(e, Doing::Read))?;
         to_u64(free.saturating_sub(after).max(0), "freelist_count")
     }
 
-    async fn try_lead(&self) -> Result<bool, StoreError> {
+    async fn try_lead(&self, _pool: &SqlitePool) -> Result<bool, StoreError> {
         Ok(true)
     }
 

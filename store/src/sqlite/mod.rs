@@ -68,7 +68,7 @@ pub async fn open_sqlite(cfg: &StoreConfig) -> Result<Opened, StoreError> {
     let (stop_checkpoints, stop) = tokio::sync::oneshot::channel();
     checkpoint::spawn(checkpointer, stop);
     let handoffs = SqliteHandoffs::open(cfg).await?;
-    let eraser = erase::SqliteErase::open(cfg).await?;
+    let eraser = erase::open(cfg).await?;
 
     tracing::info!(db_path = %cfg.db_path.display(), epoch = %epoch, "store opened");
     Ok(Opened {

@@ -324,7 +324,7 @@ impl Cluster {
             writer: self.open_writer().await,
             reader: Arc::new(PgReader::new(reader, self.inner.epoch.clone())),
             handoffs: Arc::new(PgHandoffs::fenced(handoffs, self.fencing())),
-            eraser: Arc::new(crate::postgres::erase::PgErase::new(eraser)),
+            eraser: Arc::new(crate::postgres::erase::new(eraser)),
             epoch: self.inner.epoch.clone(),
             held: self.inner.held,
         })
