@@ -9,6 +9,8 @@ use serde::Deserialize;
 use serde_json::Value;
 use tether_protocol::{SeedMessage, SeedRole};
 
+use crate::chat::said::{self, Said};
+
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RunAgentInput {
@@ -26,9 +28,18 @@ pub struct InputMessage {
     pub content: Value,
 }
 
-impl InputMessage {
-    /// Its text: `content` as a string, or its text parts, in order.
-    pub fn text(&self) -> String {
+impl Said for InputMessage {
+    fn seed_role(&self) -> Option<SeedRole> {
+        match self.role.as_str() {
+            "system" | "developer" => Some(SeedRole::System),
+            "user" => Some(SeedRole::User),
+            "assistant" => Some(SeedRole::Assistant),
+            _ => None,
+        }
+    }
+
+    /// `content` as a string, or its text parts, in order.
+    fn text(&self) -> String {
         match &self.content {
             Value::String(s) => s.clone(),
             Value::Array(parts) => parts
@@ -44,39 +55,17 @@ impl InputMessage {
 impl RunAgentInput {
     /// The prompt: the last message, a user message with text.
     pub fn prompt(&self) -> Result<String, &'static str> {
-        let last = self
-            .messages
-            .last()
-            .ok_or("messages is empty: there is no prompt")?;
-        if last.role != "user" {
-            return Err("the last message must be the user's prompt (tools run on tether's compute host, not in the client)");
-        }
-        let text = last.text();
-        if text.is_empty() {
-            return Err("the prompt has no text");
-        }
-        Ok(text)
+        said::prompt(
+            &self.messages,
+            "the last message must be the user's prompt (tools run on tether's compute host, not in the client)",
+        )
     }
 
     /// The messages before the prompt, as a new session's seed.
     pub fn seed(&self) -> Vec<SeedMessage> {
-        let before = self.messages.len().saturating_sub(1);
-        self.messages[..before]
-            .iter()
-            .filter_map(|m| {
-                let role = match m.role.as_str() {
-                    "system" | "developer" => SeedRole::System,
-                    "user" => SeedRole::User,
-                    "assistant" => SeedRole::Assistant,
-                    _ => return None,
-                };
-                let text = m.text();
-                (!text.is_empty()).then_some(SeedMessage { role, text })
-            })
-            .collect()
+        said::seed(&self.messages)
     }
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,6 +7,8 @@ use serde::Deserialize;
 use serde_json::Value;
 use tether_protocol::{SeedMessage, SeedRole};
 
+use crate::chat::said::{self, Said};
+
 /// `POST /v1/ai-sdk/chat`.
 #[derive(Debug, Deserialize)]
 pub struct ChatRequest {
@@ -46,10 +48,18 @@ pub enum Role {
     Assistant,
 }
 
-impl UiMessage {
-    /// Its text: the text parts, in order. Other parts (files, tools,
-    /// reasoning, data) have no place in a tether transcript.
-    pub fn text(&self) -> String {
+impl Said for UiMessage {
+    fn seed_role(&self) -> Option<SeedRole> {
+        Some(match self.role {
+            Role::System => SeedRole::System,
+            Role::User => SeedRole::User,
+            Role::Assistant => SeedRole::Assistant,
+        })
+    }
+
+    /// The text parts, in order. Other parts (files, tools, reasoning,
+    /// data) have no place in a tether transcript.
+    fn text(&self) -> String {
         self.parts
             .iter()
             .filter(|p| p["type"] == "text")
@@ -62,36 +72,13 @@ impl ChatRequest {
     /// The prompt: the last message's text, which must be a user message
     /// with text.
     pub fn prompt(&self) -> Result<String, &'static str> {
-        let last = self
-            .messages
-            .last()
-            .ok_or("messages is empty: there is no prompt")?;
-        if last.role != Role::User {
-            return Err("the last message must be the user's prompt");
-        }
-        let text = last.text();
-        if text.is_empty() {
-            return Err("the prompt has no text part");
-        }
-        Ok(text)
+        said::prompt(&self.messages, "the last message must be the user's prompt")
     }
 
     /// The conversation before the prompt, as the seed of a chat's new
     /// session: role and text of each message that has text.
     pub fn seed(&self) -> Vec<SeedMessage> {
-        let before = self.messages.len().saturating_sub(1);
-        self.messages[..before]
-            .iter()
-            .filter_map(|m| {
-                let text = m.text();
-                let role = match m.role {
-                    Role::System => SeedRole::System,
-                    Role::User => SeedRole::User,
-                    Role::Assistant => SeedRole::Assistant,
-                };
-                (!text.is_empty()).then_some(SeedMessage { role, text })
-            })
-            .collect()
+        said::seed(&self.messages)
     }
 
     /// How many user messages the request holds (the prompt included).

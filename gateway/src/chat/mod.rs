@@ -11,5 +11,6 @@ pub mod interrupt;
 pub mod open;
 pub mod peer;
 pub mod request;
+pub mod said;
 pub mod stream;
 pub mod text;
