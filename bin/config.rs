@@ -414,7 +414,8 @@ mod tests {
         serve: ServeArgs,
     }
 
-    fn parse(args: &[&str]) -> ServeArgs {
+    /// `tether serve ARGS` as the binary resolves them.
+    pub(super) fn parse(args: &[&str]) -> ServeArgs {
         let matches =
             Cli::command().get_matches_from(std::iter::once("tether").chain(args.iter().copied()));
         let cli = Cli::from_arg_matches(&matches).expect("valid flags");

@@ -232,22 +232,7 @@ impl super::ServeArgs {
 
 #[cfg(test)]
 mod tests {
-    use clap::{CommandFactory, FromArgMatches, Parser};
-
-    use super::super::ServeArgs;
-
-    #[derive(Debug, Parser)]
-    struct Cli {
-        #[command(flatten)]
-        serve: ServeArgs,
-    }
-
-    fn parse(args: &[&str]) -> ServeArgs {
-        let matches =
-            Cli::command().get_matches_from(std::iter::once("tether").chain(args.iter().copied()));
-        let cli = Cli::from_arg_matches(&matches).expect("valid flags");
-        cli.serve.resolve(&matches).expect("valid config")
-    }
+    use super::super::tests::parse;
 
     #[test]
     fn the_file_gives_the_jwt_settings_and_a_reload_rereads_only_what_flags_left() {
