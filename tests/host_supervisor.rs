@@ -9,8 +9,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
-use tether_actors::hooks::{reasons, ControlOutcome, HostsUnderTest, ToSession, TurnUpdate};
+use tether_actors::hooks::{ControlOutcome, HostsUnderTest, ToSession, TurnUpdate};
 use tether_actors::{kill_leftovers, AfterIntensity, Backoff, HostConfig, RestartPolicy, Strategy};
+use tether_protocol::FailureReason;
 use tether_protocol::{ControlRequest, HostStat, TurnEndStatus, TurnStart};
 use tokio::sync::mpsc;
 
@@ -269,7 +270,7 @@ async fn recorded_once(dir: &Path, ok: impl Fn(&[(u64, u32)]) -> bool) -> Vec<(u
 }
 
 fn crash_error(update: &TurnUpdate) -> bool {
-    matches!(update, TurnUpdate::Error { reason, .. } if reason == reasons::HOST_CRASH)
+    matches!(update, TurnUpdate::Error { reason, .. } if reason == FailureReason::HostCrash.as_str())
 }
 
 #[tokio::test]
@@ -440,7 +441,9 @@ async fn exceeding_the_restart_intensity_rests_the_slot_then_it_is_retried() {
     // waits for a resting slot).
     h.start_turn("t_3", "hi", None);
     match h.update("t_3").await {
-        TurnUpdate::Error { reason, .. } => assert_eq!(reason, reasons::HOST_UNAVAILABLE),
+        TurnUpdate::Error { reason, .. } => {
+            assert_eq!(reason, FailureReason::HostUnavailable.as_str())
+        }
         other => panic!("expected host_unavailable, got {other:?}"),
     }
     assert!(matches!(
@@ -625,7 +628,7 @@ async fn shutdown_leaves_no_host_process() {
     recorded_once(h.dir.path(), |r| r.is_empty()).await;
     h.start_turn("t_after", "hi", None);
     assert!(
-        matches!(h.update("t_after").await, TurnUpdate::Error { reason, .. } if reason == reasons::HOST_UNAVAILABLE)
+        matches!(h.update("t_after").await, TurnUpdate::Error { reason, .. } if reason == FailureReason::HostUnavailable.as_str())
     );
 }
 

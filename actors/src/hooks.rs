@@ -37,7 +37,7 @@ use crate::session::SessionMsg;
 
 pub use crate::event::EventRecord;
 pub use crate::gateway::Child;
-pub use crate::turn::{reasons, ControlOutcome, TurnUpdate};
+pub use crate::turn::{ControlOutcome, TurnUpdate};
 pub use hosts::{HostsUnderTest, ToSession};
 pub use writer::{AppendOutcome, WriterLoad};
 

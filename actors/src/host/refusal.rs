@@ -3,7 +3,7 @@
 //! never held, and a line nested deeper than a client frame may be is
 //! never parsed (PROTOCOL Part 4, "The host edge").
 
-use crate::turn::reasons;
+use tether_protocol::FailureReason;
 
 /// Why a host line was refused whole, ending what it named.
 #[derive(Debug, Clone, PartialEq)]
@@ -17,10 +17,10 @@ pub enum Refusal {
 
 impl Refusal {
     /// The `failure_reason` of a turn the line named.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> FailureReason {
         match self {
-            Refusal::TooLong { .. } => reasons::HOST_LINE_TOO_LONG,
-            Refusal::TooDeep { .. } => reasons::HOST_PROTOCOL_ERROR,
+            Refusal::TooLong { .. } => FailureReason::HostLineTooLong,
+            Refusal::TooDeep { .. } => FailureReason::HostProtocolError,
         }
     }
 

@@ -133,7 +133,7 @@ impl HostSupervisorState {
                         &route.session,
                         turn_id,
                         TurnUpdate::Error {
-                            reason: why.reason().into(),
+                            reason: why.reason().as_str().into(),
                             message: message.clone(),
                         },
                     );

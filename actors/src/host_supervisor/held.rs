@@ -12,6 +12,7 @@
 
 use std::collections::VecDeque;
 use std::time::Instant;
+use tether_protocol::FailureReason;
 
 use ractor::{ActorRef, RpcReplyPort};
 use tether_protocol::{ControlRequest, TurnId, TurnStart};
@@ -19,7 +20,7 @@ use tracing::{debug, info};
 
 use super::{now, send_update, HostSupervisorMsg, HostSupervisorState, Slot};
 use crate::session::SessionMsg;
-use crate::turn::{reasons, ControlOutcome, TurnUpdate};
+use crate::turn::{ControlOutcome, TurnUpdate};
 
 /// Work held at most while slots start; beyond, new work fails at once.
 const MAX_HELD: usize = 4096;
@@ -113,7 +114,7 @@ impl HostSupervisorState {
                         &t.session,
                         t.start.turn_id,
                         TurnUpdate::Error {
-                            reason: reasons::HOST_UNAVAILABLE.into(),
+                            reason: FailureReason::HostUnavailable.as_str().into(),
                             message: message.into(),
                         },
                     );

@@ -2,6 +2,7 @@
 //! the restart intensity), the drain.
 
 use std::sync::atomic::Ordering;
+use tether_protocol::FailureReason;
 
 use ractor::{Actor, ActorRef, RpcReplyPort};
 use tether_protocol::{HostStat, ToHost, TurnId};
@@ -11,7 +12,7 @@ use super::{now, send_update, ControlError, HostSupervisorMsg, HostSupervisorSta
 use crate::host::{Host, HostArgs, HostMsg};
 use crate::session::SessionMsg;
 use crate::supervisor::Decision;
-use crate::turn::{reasons, ControlOutcome, TurnUpdate};
+use crate::turn::{ControlOutcome, TurnUpdate};
 
 impl HostSupervisorState {
     /// Starts the host of `slot` (a new incarnation).
@@ -124,7 +125,7 @@ impl HostSupervisorState {
     ) {
         self.registry.remove(slot);
         let message = format!("compute host {slot} died: {reason}");
-        self.fail_slot(slot, reasons::HOST_CRASH, &message);
+        self.fail_slot(slot, FailureReason::HostCrash, &message);
         let stopping = self.stopping;
         let Some(s) = self.slots.get_mut(slot as usize) else {
             return;
@@ -178,7 +179,7 @@ impl HostSupervisorState {
 
     /// Ends every turn routed to `slot` with `reason` and fails its control
     /// requests (waiting and late), each exactly once.
-    pub(super) fn fail_slot(&mut self, slot: u32, reason: &str, message: &str) {
+    pub(super) fn fail_slot(&mut self, slot: u32, reason: FailureReason, message: &str) {
         let ended: Vec<TurnId> = self
             .turns
             .iter()
@@ -188,12 +189,12 @@ impl HostSupervisorState {
         for turn_id in ended {
             if let Some(route) = self.remove_route(&turn_id) {
                 info!(host_id = slot, turn_id = %turn_id, session_id = %route.session_id,
-                      trace_id = %route.trace_id, reason, "turn ended by the host's death");
+                      trace_id = %route.trace_id, %reason, "turn ended by the host's death");
                 send_update(
                     &route.session,
                     turn_id,
                     TurnUpdate::Error {
-                        reason: reason.into(),
+                        reason: reason.as_str().into(),
                         message: message.into(),
                     },
                 );
@@ -332,7 +333,11 @@ impl HostSupervisorState {
             s.pid = None;
         }
         for slot in 0..self.slots.len() as u32 {
-            self.fail_slot(slot, reasons::HOST_CRASH, "the host supervisor stopped");
+            self.fail_slot(
+                slot,
+                FailureReason::HostCrash,
+                "the host supervisor stopped",
+            );
         }
         let failed = self.acks.fail_all();
         for (_, w) in failed.waiters {

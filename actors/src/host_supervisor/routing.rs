@@ -2,6 +2,7 @@
 //! frame to whoever waits for it.
 
 use std::collections::HashMap;
+use tether_protocol::FailureReason;
 
 use serde_json::Value;
 use tether_protocol::{FromHost, HostEvent, ToHost, TurnEndStatus, TurnId};
@@ -10,7 +11,7 @@ use tracing::{debug, info, trace, warn};
 use super::held::HeldTurn;
 use super::{send_update, HostSupervisorState, Route, Slot};
 use crate::host::{HostMsg, Incoming};
-use crate::turn::{reasons, TurnUpdate};
+use crate::turn::TurnUpdate;
 
 impl HostSupervisorState {
     /// `preferred` if it can take a turn now, else the least loaded slot
@@ -89,7 +90,7 @@ impl HostSupervisorState {
             &session,
             turn_id,
             TurnUpdate::Error {
-                reason: reasons::HOST_UNAVAILABLE.into(),
+                reason: FailureReason::HostUnavailable.as_str().into(),
                 message: "no compute host is up".into(),
             },
         );

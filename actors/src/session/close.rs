@@ -10,6 +10,7 @@
 //! answers 4002.
 
 use ractor::ActorRef;
+use tether_protocol::FailureReason;
 use tether_protocol::{
     CloseParams, CloseResult, EventType, RpcError, SessionClosedPayload, SessionStatus,
 };
@@ -17,7 +18,6 @@ use tracing::info;
 
 use super::write::{FirstWrite, Reply, Write};
 use super::{SessionMsg, SessionState, Waiter};
-use crate::turn::reasons;
 
 impl Write for CloseParams {
     type Answer = CloseResult;
@@ -91,7 +91,7 @@ impl SessionState {
             }
             return;
         }
-        self.end_all_turns(myself, reasons::SESSION_CLOSED);
+        self.end_all_turns(myself, FailureReason::SessionClosed);
         self.abandon_compression(RpcError::session_closed);
         let payload = SessionClosedPayload {
             reason: reason.to_string(),

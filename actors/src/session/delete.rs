@@ -22,6 +22,7 @@
 //! client takes 4001 on a delete as done).
 
 use ractor::ActorRef;
+use tether_protocol::FailureReason;
 use tether_protocol::{
     now_ms, DeleteParams, DeleteResult, EventType, RpcError, SessionDeletedPayload, SessionStatus,
 };
@@ -32,7 +33,6 @@ use super::write::{FirstWrite, Reply, Write};
 use super::{SessionMsg, SessionState};
 use crate::event::{frame_of, EventRecord};
 use crate::outbox::FrameClass;
-use crate::turn::reasons;
 
 /// Events per erase transaction: small enough that the writer, which takes
 /// turns with the erase on the store's write lock, waits only milliseconds.
@@ -74,7 +74,7 @@ impl SessionState {
         }
         info!(session_id = %self.id, "deleting the session");
         if self.status != SessionStatus::Closed {
-            self.end_all_turns(myself, reasons::SESSION_CLOSED);
+            self.end_all_turns(myself, FailureReason::SessionClosed);
             self.abandon_compression(RpcError::session_closed);
         }
         // Nothing durable follows: what is emitted now would only be erased.

@@ -4,6 +4,7 @@
 //! end `node_lost`) or follows it.
 
 use std::collections::HashMap;
+use tether_protocol::FailureReason;
 
 use super::cluster::ClusterState;
 use super::history::Transcript;
@@ -24,8 +25,8 @@ impl SessionState {
             claimed,
         } = args;
         let marker_reason = match claimed {
-            Some(Claimed::Owner { lost_from: Some(_) }) => crate::turn::reasons::NODE_LOST,
-            _ => crate::turn::reasons::GATEWAY_RESTART,
+            Some(Claimed::Owner { lost_from: Some(_) }) => FailureReason::NodeLost.as_str(),
+            _ => FailureReason::GatewayRestart.as_str(),
         };
         let cluster = ClusterState::new(&ctx, &row.id, claimed.as_ref());
         let mut ring = Ring::new(ctx.config.ring_events, ctx.config.ring_bytes);

@@ -25,6 +25,7 @@ mod multitask;
 
 use std::collections::VecDeque;
 use std::time::Duration;
+use tether_protocol::FailureReason;
 
 use ractor::ActorRef;
 use serde_json::{Map, Value};
@@ -39,7 +40,6 @@ use super::write::{FirstWrite, Reply, Write};
 use super::{SessionMsg, SessionState, Waiter};
 use crate::event::TurnTag;
 use crate::host_supervisor::HostSupervisorMsg;
-use crate::turn::reasons;
 
 /// The turn being run.
 #[derive(Debug)]
@@ -273,7 +273,10 @@ impl SessionState {
                 &turn_id,
                 CompleteStatus::Error,
                 None,
-                Some((reasons::HOST_UNAVAILABLE, "no compute host is running")),
+                Some((
+                    FailureReason::HostUnavailable.as_str(),
+                    "no compute host is running",
+                )),
             );
             return;
         }

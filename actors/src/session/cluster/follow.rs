@@ -12,6 +12,7 @@
 //! had not seen, then the dead node's turns end `node_lost`.
 
 use ractor::ActorRef;
+use tether_protocol::FailureReason;
 use tether_protocol::{
     EventType, RpcError, SessionCompactedPayload, SessionInfoPayload, SessionStatus,
 };
@@ -373,8 +374,8 @@ impl SessionState {
         self.history_version = p.row.history_version;
         self.retained_from_seq = p.row.retained_from_seq;
         self.marker_reason = match &p.lost_from {
-            Some(_) => crate::turn::reasons::NODE_LOST,
-            None => crate::turn::reasons::GATEWAY_RESTART,
+            Some(_) => FailureReason::NodeLost.as_str(),
+            None => FailureReason::GatewayRestart.as_str(),
         };
         info!(session_id = %self.id, latest_seq = self.commit.committed_seq(), dead = ?p.lost_from.as_ref().map(|n| n.to_string()), "follower became the owner");
         self.end_orphaned_turns(myself, p.row.turn_marker);

@@ -5,6 +5,7 @@
 //! never written was never accepted and is only forgotten.
 
 use std::time::Duration;
+use tether_protocol::FailureReason;
 
 use ractor::{ActorRef, RpcReplyPort};
 use tether_protocol::{
@@ -19,7 +20,6 @@ use super::super::{SessionMsg, SessionState, Waiter};
 use super::{QueuedTurn, RunningTurn};
 use crate::event::TurnTag;
 use crate::host_supervisor::HostSupervisorMsg;
-use crate::turn::reasons;
 
 impl Write for InterruptParams {
     type Answer = InterruptResult;
@@ -153,11 +153,11 @@ impl SessionState {
     pub(in crate::session) fn end_all_turns(
         &mut self,
         myself: &ActorRef<SessionMsg>,
-        reason: &str,
+        reason: FailureReason,
     ) {
         self.pay_owed_now();
         if self.turns.running.is_some() {
-            info!(session_id = %self.id, reason, "ending the running turn");
+            info!(session_id = %self.id, %reason, "ending the running turn");
             self.stop_turns(myself, Some(reason));
         }
         self.dequeue_all();
@@ -169,7 +169,7 @@ impl SessionState {
     pub(in crate::session) fn stop_turns(
         &mut self,
         myself: &ActorRef<SessionMsg>,
-        reason: Option<&str>,
+        reason: Option<FailureReason>,
     ) -> bool {
         let Some(turn_id) = self.turns.running.as_ref().map(|t| t.tag.turn_id.clone()) else {
             return false;
@@ -183,6 +183,7 @@ impl SessionState {
         // turn does not start one of them.
         let dropped: Vec<QueuedTurn> = self.turns.queue.drain(..).collect();
         let status = CompleteStatus::Interrupted;
+        let reason = reason.map(|r| r.as_str());
         self.end_turn(myself, &turn_id, status, None, reason, None);
         self.turns.queue = dropped.into();
         self.dequeue_all();
@@ -199,7 +200,7 @@ impl SessionState {
         drop_queued: bool,
     ) {
         if drop_queued {
-            self.stop_turns(myself, Some(reasons::SUPERSEDED));
+            self.stop_turns(myself, Some(FailureReason::Superseded));
             return;
         }
         let Some(turn_id) = self.turns.running.as_ref().map(|t| t.tag.turn_id.clone()) else {
@@ -211,7 +212,7 @@ impl SessionState {
             });
         }
         let status = CompleteStatus::Interrupted;
-        let reason = Some(reasons::SUPERSEDED);
+        let reason = Some(FailureReason::Superseded.as_str());
         self.end_turn(myself, &turn_id, status, None, reason, None);
     }
 
@@ -230,7 +231,7 @@ impl SessionState {
     /// The one `message.complete` of a queued prompt that never ran
     /// (an interrupt, a drain, or a restart that found it in the marker).
     pub(in crate::session) fn complete_dequeued(&mut self, tag: TurnTag) {
-        let dequeued = Some(reasons::DEQUEUED);
+        let dequeued = Some(FailureReason::Dequeued.as_str());
         self.ctx
             .metrics
             .turn_ended(CompleteStatus::Interrupted, dequeued, None);
@@ -239,7 +240,7 @@ impl SessionState {
             &MessageCompletePayload {
                 text: String::new(),
                 status: CompleteStatus::Interrupted,
-                failure_reason: Some(reasons::DEQUEUED.into()),
+                failure_reason: Some(FailureReason::Dequeued.as_str().into()),
                 recoverable: None,
                 usage: None,
             },
@@ -257,7 +258,7 @@ impl SessionState {
         myself: &ActorRef<SessionMsg>,
         reply: RpcReplyPort<()>,
     ) {
-        self.end_all_turns(myself, reasons::GATEWAY_SHUTDOWN);
+        self.end_all_turns(myself, FailureReason::GatewayShutdown);
         self.when_settled(myself, reply);
     }
 
@@ -289,7 +290,7 @@ impl SessionState {
             &turn_id,
             CompleteStatus::Error,
             None,
-            Some((reasons::HOST_TIMEOUT, &msg)),
+            Some((FailureReason::HostTimeout.as_str(), &msg)),
         );
     }
 
@@ -321,15 +322,8 @@ impl SessionState {
     }
 }
 
-/// Failures the client may simply retry.
+/// Failures the client may simply retry: the protocol's rule for the
+/// gateway's own reasons; an engine's own reason never is.
 fn is_recoverable(reason: &str) -> bool {
-    matches!(
-        reason,
-        reasons::HOST_CRASH
-            | reasons::HOST_TIMEOUT
-            | reasons::HOST_UNAVAILABLE
-            | reasons::GATEWAY_RESTART
-            | reasons::GATEWAY_SHUTDOWN
-            | reasons::NODE_LOST
-    )
+    FailureReason::parse(reason).is_some_and(FailureReason::recoverable)
 }

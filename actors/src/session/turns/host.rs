@@ -4,6 +4,7 @@
 
 use ractor::ActorRef;
 use serde_json::Value;
+use tether_protocol::FailureReason;
 use tether_protocol::{
     now_ms, CompleteStatus, DeltaPayload, EventType, HostEvent, TodoItem, Todos, TurnEndStatus,
     TurnId,
@@ -13,7 +14,7 @@ use tracing::{debug, warn};
 use super::super::{SessionMsg, SessionState};
 use crate::event::EventRecord;
 use crate::host_supervisor::ControlError;
-use crate::turn::{reasons, TurnUpdate};
+use crate::turn::TurnUpdate;
 
 impl SessionState {
     /// A frame of a turn, as the host supervisor reports it.
@@ -56,7 +57,7 @@ impl SessionState {
                     CompleteStatus::Error,
                     None,
                     Some((
-                        reasons::HOST_PROTOCOL_ERROR,
+                        FailureReason::HostProtocolError.as_str(),
                         "the compute host ended the turn as interrupted, but nothing interrupted it",
                     )),
                 );
@@ -181,7 +182,7 @@ impl SessionState {
                 myself,
                 turn_id,
                 TurnUpdate::Error {
-                    reason: reasons::HOST_CRASH.into(),
+                    reason: FailureReason::HostCrash.as_str().into(),
                     message: "the host supervisor was restarted".into(),
                 },
             );
