@@ -67,7 +67,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 .context("cannot set up token checks")?,
         )
     };
-    reload_on_sighup(&args, config.profile_engines.clone(), auth.clone());
+    let engines = config.profile_engines.clone();
     // Checked even with `--hosts 0`: a bad `--host-command` is an error.
     let hosts = host_config(&args)?;
     let store_at = StoreAt {
@@ -87,6 +87,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     })
     .await
     .context("cannot start the gateway")?;
+    let profiles = gateway.ctx().profiles.clone();
+    reload_on_sighup(&args, engines, profiles, auth.clone());
     let hosts_failed = hosts_cannot_start(
         gateway.ctx().host_start.clone(),
         args.hosts,
@@ -403,7 +405,8 @@ async fn serve_http(
 
 /// SIGHUP re-reads the config file's `[profiles.NAME.engine]` tables
 /// (sessions that follow their profile use the new config from their next
-/// turn) and the token configuration: static tokens, the JWT secret and
+/// turn), its `[limits.PROFILE]` tables (new work is checked against them;
+/// nothing already held is taken away) and the token configuration: static tokens, the JWT secret and
 /// key files, the JWKS (fetched anew). Connections whose tokens are still
 /// accepted stay; the others are closed with 4403. Other settings need a
 /// restart. A file that no longer parses, or token settings that cannot be
@@ -411,6 +414,7 @@ async fn serve_http(
 fn reload_on_sighup(
     args: &ServeArgs,
     engines: tether_actors::ProfileEngines,
+    profiles: Arc<tether_actors::ProfileLedger>,
     auth: Option<Arc<tether_gateway::Auth>>,
 ) {
     use tokio::signal::unix::{signal, SignalKind};
@@ -433,6 +437,16 @@ fn reload_on_sighup(
                     Err(e) => {
                         tracing::warn!(error = %e, "config reload failed; keeping the current profiles")
                     }
+                }
+                match args.reload_limits() {
+                    Ok(table) => {
+                        info!(profiles = table.profiles.len(), "profile limits reloaded");
+                        profiles.set_table(table);
+                    }
+                    Err(e) => tracing::warn!(
+                        error = %format!("{e:#}"),
+                        "limits reload failed; keeping the current limits"
+                    ),
                 }
             }
             let Some(auth) = &auth else { continue };

@@ -384,3 +384,90 @@ async fn the_config_file_gives_a_default_and_per_profile_tables() {
     let err = b.err("session.create", json!({})).await;
     assert_limit(&err, "live_sessions", 2);
 }
+
+/// SIGHUP re-reads the config file's `[limits.PROFILE]` tables: a raised
+/// limit lets new work in, a lowered one refuses new work and takes
+/// nothing away, and a `--profile-limit` flag still wins over the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_applies_the_files_new_limits_to_new_work() {
+    let dir = tempdir();
+    let file = dir.path().join("tether.toml");
+    let write = |live: u32| {
+        std::fs::write(
+            &file,
+            format!("[limits.a]\nlive_sessions = {live}\n\n[limits.b]\nlive_sessions = 1\n"),
+        )
+        .expect("write the config file")
+    };
+    write(1);
+    let config = file.to_str().expect("utf-8 path").to_string();
+    let gw = Gateway::start(
+        dir.path(),
+        &[
+            "--token",
+            &format!("a:{A}"),
+            "--token",
+            &format!("b:{B}"),
+            "--config",
+            &config,
+            "--profile-limit",
+            "b:live_sessions=2",
+        ],
+    );
+    let mut a = as_profile(&gw, A).await;
+    let s1 = session(&mut a).await;
+    let err = a.err("session.create", json!({"title": "second"})).await;
+    assert_limit(&err, "live_sessions", 1);
+
+    // Raised in the file: the next create gets in, after the reload.
+    write(3);
+    gw.signal("HUP");
+    let deadline = std::time::Instant::now() + DEADLINE;
+    loop {
+        let r = a.call("session.create", json!({"title": "second"})).await;
+        if r.get("result").is_some() {
+            break;
+        }
+        assert_limit(&r["error"], "live_sessions", 1);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the reload never applied"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(session_ids(&mut a).await.len(), 2);
+
+    // Lowered: both sessions stay and work; a third is refused at the new max.
+    write(1);
+    gw.signal("HUP");
+    let deadline = std::time::Instant::now() + DEADLINE;
+    loop {
+        // Until the reload lands a create may still get in (max 3).
+        let r = a.call("session.create", json!({"title": "third"})).await;
+        if let Some(error) = r.get("error") {
+            if error["data"]["max"] == 1 {
+                break;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the lowered limit never applied: {r}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let ids = session_ids(&mut a).await;
+    assert!(ids.contains(&s1), "{ids:?}");
+    let (status, turn) = submit(&mut a, &s1, "still here").await;
+    assert_eq!(status, "started");
+    assert_eq!(
+        complete(&turn_events(&mut a, &turn).await)["status"],
+        "complete"
+    );
+
+    // The flag (2) still wins over the file's 1 for profile b.
+    let mut b = as_profile(&gw, B).await;
+    session(&mut b).await;
+    session(&mut b).await;
+    let err = b.err("session.create", json!({"title": "third"})).await;
+    assert_limit(&err, "live_sessions", 2);
+}

@@ -214,6 +214,16 @@ impl ServeArgs {
         }
         fresh.auth_config()
     }
+
+    /// The profile limits as the config file now says (SIGHUP): the
+    /// `--profile-limit` flags still win over it.
+    pub fn reload_limits(&self) -> anyhow::Result<tether_actors::profile_limits::LimitTable> {
+        let file = match &self.config {
+            Some(path) => read_file(path)?.limits.unwrap_or_default(),
+            None => Default::default(),
+        };
+        super::limits::table(&self.profile_limit, file)
+    }
 }
 
 /// Re-reads only the profiles' engine configs (the SIGHUP reload).

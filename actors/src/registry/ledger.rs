@@ -153,6 +153,20 @@ impl ProfileLedger {
         }
     }
 
+    /// The configured limits change (a reload): what each profile holds is
+    /// kept, and only new work is checked against the new limits, so a
+    /// lowered limit takes nothing away that was granted. Request buckets
+    /// start over at the new rate, full.
+    pub fn set_table(&self, table: LimitTable) {
+        let rated = rate_in(&table.default) || table.profiles.values().any(rate_in);
+        *self.table.write().unwrap_or_else(|p| p.into_inner()) = table;
+        // A token may have brought a rate too: once rated, always checked.
+        self.rated.fetch_or(rated, Ordering::Relaxed);
+        for entry in self.lock().by_profile.values_mut() {
+            entry.rate = None;
+        }
+    }
+
     /// What `profile` may hold now.
     pub fn limits_of(&self, profile: &str) -> ProfileLimits {
         let token = self
@@ -454,6 +468,35 @@ mod tests {
         assert_eq!(data["limit"], "connections");
         assert_eq!(data["max"], 2);
         assert!(data.get("retry_after_ms").is_none());
+    }
+
+    #[test]
+    fn new_limits_keep_what_is_held_and_check_only_new_work() {
+        let l = ledger(ProfileLimits {
+            connections: Some(3),
+            ..Default::default()
+        });
+        let held: Vec<_> = (0..3)
+            .map(|_| l.open_connection("a", None).expect("under 3"))
+            .collect();
+        l.set_table(LimitTable {
+            default: ProfileLimits {
+                connections: Some(1),
+                requests_per_s: Some(1),
+                ..Default::default()
+            },
+            ..Default::default()
+        });
+        // Nothing granted is taken away; nothing new until under the new limit.
+        assert_eq!(l.open_connection("a", None).expect_err("over 1").max, 1);
+        drop(held);
+        let _one = l.open_connection("a", None).expect("under 1 again");
+        // A rate set only by the new table is checked from now on.
+        let now = Instant::now();
+        l.take_request("a", None, now)
+            .expect("the bucket starts full");
+        let refused = l.take_request("a", None, now).expect_err("1/s");
+        assert_eq!(refused.limit, Limit::RequestsPerS);
     }
 
     #[test]
