@@ -6,7 +6,9 @@
 //! delete it. On SQLite the marker written into it is gone from the
 //! database file once the gateway is stopped and the store vacuumed. On a
 //! cluster a delete sent through a node that only follows the session runs
-//! on its owner, and both nodes then answer 4001 for it.
+//! on its owner, and both nodes then answer 4001 for it; a third node whose
+//! peers follow the session tells them `session.deleted` too, and answers
+//! 4001 for it on every route from then on.
 
 mod common;
 #[path = "cluster/mod.rs"]
@@ -242,5 +244,93 @@ async fn a_delete_through_a_follower_runs_on_the_owner() {
             )
             .await;
         assert_eq!(e["code"], 4001, "{e}");
+    }
+}
+
+/// Events of `c` until `session.deleted` (returned), skipping the rest.
+async fn until_deleted(c: &mut common::Client) -> Value {
+    loop {
+        let e = c.next_event().await;
+        if e["type"] == "session.deleted" {
+            return e;
+        }
+    }
+}
+
+/// SSE events of `s` until `session.deleted` (its data).
+async fn sse_until_deleted(s: &mut Sse) -> Value {
+    loop {
+        let e = s.event().await;
+        if e.event.as_deref() == Some("session.deleted") {
+            return e.params();
+        }
+    }
+}
+
+/// Three nodes: the owner (node 0) with a peer, a delete sent through node
+/// 1 (which has never seen the session), and node 2 with a peer attached
+/// and an SSE stream open, both served by a follower there. Every node's
+/// peers get `session.deleted`, and every node then answers 4001 / 404
+/// for the session on every route.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_third_nodes_follower_learns_of_a_delete() {
+    let Some(cluster) = harness::TestCluster::start(3, 2000) else {
+        return;
+    };
+    let mut owner = cluster.nodes[0].client().await;
+    let id = session_with(&mut owner, json!({"title": "three nodes"})).await;
+    let t = submit(&mut owner, &id, "before the delete").await;
+    turn_events(&mut owner, &t).await;
+    let mut third = cluster.nodes[2].client().await;
+    third
+        .ok(
+            "session.resume",
+            json!({"session_id": id, "attach": true, "omit_messages": true}),
+        )
+        .await;
+    let mut stream = Sse::open(
+        &cluster.nodes[2].addr,
+        &format!("/v1/sessions/{id}/events"),
+        &[],
+    )
+    .await
+    .unwrap_or_else(|r| panic!("SSE through the third node: {}", r.status));
+
+    let mut sender = cluster.nodes[1].client().await;
+    let r = sender.ok("session.delete", json!({"session_id": id})).await;
+    assert_eq!(r, json!({"deleted": true}));
+    let told = until_deleted(&mut owner).await;
+    assert_eq!(told["session_id"], id.as_str(), "{told}");
+    let told = until_deleted(&mut third).await;
+    assert_eq!(told["session_id"], id.as_str(), "{told}");
+    assert!(told.get("seq").is_none(), "not a stored event: {told}");
+    let told = sse_until_deleted(&mut stream).await;
+    assert_eq!(told["session_id"], id.as_str(), "{told}");
+
+    for node in &cluster.nodes {
+        let mut c = node.client().await;
+        for (method, params) in [
+            ("session.resume", json!({"session_id": id})),
+            (
+                "session.events.since",
+                json!({"session_id": id, "last_seen": 0}),
+            ),
+            ("prompt.submit", json!({"session_id": id, "text": "again"})),
+            ("session.close", json!({"session_id": id})),
+            ("session.delete", json!({"session_id": id})),
+        ] {
+            let e = c.err(method, params.clone()).await;
+            assert_eq!(e["code"], 4001, "node {}: {method}: {e}", node.addr);
+            let v = rpc(&node.addr, method, params).await;
+            assert_eq!(
+                v["error"]["code"], 4001,
+                "node {}: POST /rpc {method}: {v}",
+                node.addr
+            );
+        }
+        match Sse::open(&node.addr, &format!("/v1/sessions/{id}/events"), &[]).await {
+            Err(resp) => assert_eq!(resp.status, 404, "SSE of a deleted session"),
+            Ok(_) => panic!("SSE of a deleted session opened on {}", node.addr),
+        }
     }
 }

@@ -10,6 +10,7 @@
 //! for its messages, and `route.rs`, which decides on a follower where
 //! every other message goes.
 
+mod erased;
 mod follow;
 mod follow_deltas;
 mod follow_resume;
@@ -88,6 +89,12 @@ pub enum ClusterMsg {
     },
     /// Internal: a forward's answer is written.
     ForwardDone { id: ForwardId },
+    /// From the registry: some node erased this session (a notification,
+    /// or a resync on a follower): its row is read.
+    ErasedWake,
+    /// Internal: the row is gone (that read, or the owner's answer to a
+    /// delete this follower forwarded): erased by another node.
+    ErasedElsewhere,
     /// Internal: a park's patch was answered (on a cluster the store
     /// refuses it while another node has peers on the session).
     ParkWritten {
@@ -214,6 +221,8 @@ impl SessionState {
             ClusterMsg::ForwardsRead { rows } => self.forwards_read(myself, rows),
             ClusterMsg::RunAccepted { write, reply } => self.run_accepted(myself, write, reply),
             ClusterMsg::ForwardDone { id } => self.forward_done(&id),
+            ClusterMsg::ErasedWake => self.erased_wake(myself),
+            ClusterMsg::ErasedElsewhere => self.erased_seen(myself),
             ClusterMsg::ParkWritten {
                 result,
                 reason,

@@ -92,6 +92,8 @@ impl PgErase {
         .fetch_all(&mut *tx)
         .await
         .map_err(write_err)?;
+        // Nodes holding it live learn of it when this commits.
+        super::cluster::erased::notify(&mut tx, id).await?;
         // Not `forwards` nor `session_owners`: the delete may itself be a
         // forwarded request, whose answer its owner writes there once the erase
         // is done, under its ownership row. Forward rows go with the nodes'
