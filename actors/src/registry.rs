@@ -185,8 +185,9 @@ pub enum RegistryMsg {
     PresenceWake {
         session_id: Option<SessionId>,
     },
-    /// From the node's event listener: some node erased `session_id`
-    /// (`None`: reconnected; every follower reads its row).
+    /// From the node's event listener: some node erased `session_id` or
+    /// trimmed its events (`None`: reconnected; every follower reads its
+    /// row).
     ErasedWake {
         session_id: Option<SessionId>,
     },

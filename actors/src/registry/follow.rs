@@ -4,7 +4,8 @@
 //! every second finds followed sessions whose owner died (a dead node
 //! cannot notify anyone), whose follower then takes them over. A forward
 //! notification wakes the owner of its session (`session/forwarded.rs`);
-//! an erased session's notification, whichever node holds it live.
+//! an erased (or trimmed) session's notification, whichever node holds it
+//! live.
 
 use std::time::Duration;
 
@@ -154,10 +155,11 @@ impl RegistryState {
         }
     }
 
-    /// Some node erased `session_id` (or, `None`, a resync: maybe any
-    /// followed session): the live session here, if any, reads its row and
-    /// stops if it is gone (`session/cluster/erased.rs`). On a resync only
-    /// followers look, one read each: an owner erases its own sessions.
+    /// Some node erased `session_id` or trimmed its events (or, `None`, a
+    /// resync: maybe any followed session): the live session here, if any,
+    /// reads its row and acts on it (`session/cluster/erased.rs`). On a
+    /// resync only followers look, one read each: an owner deletes its own
+    /// sessions.
     pub(super) fn erased_wake(&self, session_id: Option<SessionId>) {
         let wake = |live: &super::Live| {
             let _ = live.actor.cast(SessionMsg::Cluster(ClusterMsg::ErasedWake));

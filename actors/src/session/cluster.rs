@@ -89,8 +89,8 @@ pub enum ClusterMsg {
     },
     /// Internal: a forward's answer is written.
     ForwardDone { id: ForwardId },
-    /// From the registry: some node erased this session (a notification,
-    /// or a resync on a follower): its row is read.
+    /// From the registry: some node erased this session or trimmed its
+    /// events (a notification, or a resync on a follower): its row is read.
     ErasedWake,
     /// Internal: the row is gone (that read, or the owner's answer to a
     /// delete this follower forwarded): erased by another node.

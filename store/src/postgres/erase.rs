@@ -335,6 +335,7 @@ impl StoreErase for PgErase {
                 .execute(&mut *tx)
                 .await
                 .map_err(write_err)?;
+            super::cluster::erased::notify(&mut tx, id.as_str()).await?;
             tx.commit().await.map_err(write_err)?;
             removed += n;
         }

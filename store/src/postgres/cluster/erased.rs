@@ -1,11 +1,13 @@
-//! Telling every node that a session was erased: `pg_notify('tether_erased', '<session>')`,
-//! sent inside the transaction that removes the session's row (`postgres/erase.rs`), so it is
-//! delivered exactly when that removal is committed, never for one that rolled back.
+//! Telling every node that some or all of a session was erased:
+//! `pg_notify('tether_erased', '<session>')`, sent inside the transaction that removes the
+//! session's row (a delete) or moves its `retained_from_seq` (each batch of a trim, in
+//! `postgres/erase.rs`), so it is delivered exactly when that is committed, never for one
+//! that rolled back.
 //!
-//! Like every notification it is a hint: a node that holds the session live (a follower of its
-//! owner, or the owner of a closed session another node erased directly) reads the row and
-//! acts only on its absence. One lost while a listener reconnected is made up by the
-//! [`super::Wake::Resync`] that follows, on which every follower reads its row again.
+//! Like every notification it is a hint: a node that holds the session live reads the row
+//! and acts on what it finds (no row: deleted; a later `retained_from_seq`: trimmed). One
+//! lost while a listener reconnected is made up by the [`super::Wake::Resync`] that follows,
+//! on which every follower reads its row again.
 
 use sqlx::PgConnection;
 

@@ -54,7 +54,8 @@ pub enum Wake {
         /// The node that wrote.
         from_node: NodeId,
     },
-    /// Session `session_id` was erased (`erased.rs`). A hint: read its row.
+    /// Some or all of session `session_id` was erased: deleted, or events trimmed
+    /// (`erased.rs`). A hint: read its row.
     Erased {
         /// The session.
         session_id: SessionId,
