@@ -135,8 +135,6 @@ pub(crate) struct ClusterState {
     peer_count: Option<peer_count::PeerCount>,
     /// A read of the other nodes' peers is in flight (`left.rs`).
     checking_left: bool,
-    /// A forwarded write is running in this handler (`forwarded.rs`).
-    running_forward: bool,
 }
 
 impl ClusterState {
@@ -177,11 +175,6 @@ impl SessionState {
     /// Whether this node only follows the session.
     pub(super) fn following(&self) -> bool {
         self.cluster.following.is_some()
-    }
-
-    /// Whether the write being run was forwarded from another node.
-    pub(super) fn running_forward(&self) -> bool {
-        self.cluster.running_forward
     }
 
     /// The owner followed, once known.
