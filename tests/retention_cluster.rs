@@ -215,6 +215,15 @@ async fn one_node_sweeps_at_a_time_and_both_see_its_effects() {
         .await
         .expect("take the lease");
     assert!(held);
+    // Where an operator sees it (docs/CLUSTER.md).
+    let shown: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' \
+         AND classid = 1952805992 AND objid = 1701969922 AND pid = pg_backend_pid()",
+    )
+    .fetch_one(&mut holder)
+    .await
+    .expect("read pg_locks");
+    assert_eq!(shown, 1);
 
     let dir = tempdir();
     let config = dir.path().join("tether.toml");
