@@ -215,7 +215,7 @@ impl SessionState {
             ClusterMsg::RunAccepted { write, reply } => self.run_accepted(myself, write, reply),
             ClusterMsg::ForwardDone { id } => self.forward_done(&id),
             ClusterMsg::ErasedWake => self.erased_wake(myself),
-            ClusterMsg::ErasedElsewhere => self.erased_seen(myself),
+            ClusterMsg::ErasedElsewhere => self.erased_elsewhere(myself),
             ClusterMsg::ParkWritten {
                 result,
                 reason,

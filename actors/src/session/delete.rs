@@ -111,11 +111,13 @@ impl SessionState {
     }
 
     /// Another node erased the session (`cluster/erased.rs`): its peers
-    /// here are told, and it stops, as that node's copy did.
+    /// here are told, and it stops, as that node's copy did. One deleting
+    /// itself meanwhile is answered by its own erase.
     pub(super) fn erased_elsewhere(&mut self, myself: &ActorRef<SessionMsg>) {
         if self.deleting.is_some() {
             return;
         }
+        info!(session_id = %self.id, following = self.following(), "session erased by another node");
         self.deleting = Some(Deleting {
             replies: Vec::new(),
             erased: false,

@@ -94,13 +94,10 @@ impl SessionState {
     /// they came; a forwarded one accepted with its first event.
     pub(super) fn resume_pending_submits(&mut self, myself: &ActorRef<SessionMsg>) {
         for p in std::mem::take(&mut self.pending_submits) {
-            let forward = p.reply.forward().cloned();
-            match self.ctx.cluster.clone() {
-                Some(cluster) if forward.is_some() => {
-                    self.accepting(&cluster, forward, |state| {
-                        state.submit(myself, p.params, p.reply)
-                    });
-                }
+            match (self.ctx.cluster.clone(), p.reply.forward().cloned()) {
+                (Some(cluster), Some(id)) => self.accepting(&cluster, id, |state| {
+                    state.submit(myself, p.params, p.reply)
+                }),
                 _ => self.submit(myself, p.params, p.reply),
             }
         }

@@ -20,7 +20,7 @@
 //! one learns of a trim at the next, or when it is next brought live).
 
 use ractor::ActorRef;
-use tracing::{debug, info};
+use tracing::debug;
 
 use super::ClusterMsg;
 use crate::session::{SessionMsg, SessionState};
@@ -51,16 +51,5 @@ impl SessionState {
             };
             let _ = me.cast(msg);
         });
-    }
-
-    /// The row is gone: erased elsewhere. Unless this session started its
-    /// own delete meanwhile (which answers for itself), its peers are told
-    /// and it stops.
-    pub(in crate::session) fn erased_seen(&mut self, myself: &ActorRef<SessionMsg>) {
-        if self.deleting.is_some() {
-            return;
-        }
-        info!(session_id = %self.id, following = self.following(), "session erased by another node");
-        self.erased_elsewhere(myself);
     }
 }

@@ -6,13 +6,14 @@
 //! Never twice: a request that writes registers its forward with the seq of
 //! its first event (`accept_with`), so the writer moves the forward to
 //! `accepted` in that event's transaction or refuses the write; a forward
-//! read again while it runs is skipped. A request deferred past its handler
-//! (a prompt waiting for the session's history, `replace.rs`) carries its
-//! forward id in its reply and registers it the same way when it runs: it
-//! waits as a local one does, and a forwarder that withdrew meanwhile has
-//! its write refused, so it still never runs twice nor after a withdrawal. The answer is written once what the
-//! request emitted is committed, so the forwarder never hears "done" for a
-//! write that was then refused.
+//! read again while it runs is skipped. A request deferred past its
+//! handler (a prompt waiting for the session's history, `replace.rs`)
+//! carries its forward id in its reply and registers it the same way when
+//! it runs: it waits as a local one does, and a forwarder that withdrew
+//! meanwhile has its write refused, so it still never runs twice nor after
+//! a withdrawal. The answer is written once what the request emitted is
+//! committed, so the forwarder never hears "done" for a write that was
+//! then refused.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -157,7 +158,7 @@ impl<P: Write> HandleWrite<P> for RunForward<'_> {
                 // history) carries the id in its reply, and is accepted
                 // when it runs (`accepting`).
                 let reply = Reply::forwarded(reply, id.clone());
-                state.accepting(&cluster, Some(id), |state| params.run(state, myself, reply));
+                state.accepting(&cluster, id, |state| params.run(state, myself, reply));
             }
             FirstWrite::Elsewhere => accept_then(cluster, id, myself, params.into(), reply),
         }
@@ -165,24 +166,21 @@ impl<P: Write> HandleWrite<P> for RunForward<'_> {
 }
 
 impl SessionState {
-    /// Runs `run`, a write of forward `forward` if `Some`, so that the
-    /// forward is accepted with the first event it writes: its events go
-    /// to the writer after this handler, and the writer accepts the
-    /// forward in that event's transaction or refuses the write. One that
-    /// wrote nothing (refused, nothing to do, or deferred again) is
-    /// answered as it is.
+    /// Runs `run`, a write of forward `id`, so that the forward is
+    /// accepted with the first event it writes: its events go to the
+    /// writer after this handler, and the writer accepts the forward in
+    /// that event's transaction or refuses the write. One that wrote
+    /// nothing (refused, nothing to do, or deferred) is answered as it is.
     pub(in crate::session) fn accepting(
         &mut self,
         cluster: &Cluster,
-        forward: Option<ForwardId>,
+        id: ForwardId,
         run: impl FnOnce(&mut SessionState),
     ) {
         let first = self.commit.next_seq();
         run(self);
-        if let Some(id) = forward {
-            if self.commit.next_seq() > first {
-                cluster.accept_with(&self.id, first, &id);
-            }
+        if self.commit.next_seq() > first {
+            cluster.accept_with(&self.id, first, &id);
         }
     }
 
