@@ -6,7 +6,10 @@
 //! delete it. On SQLite the marker written into it is gone from the
 //! database file once the gateway is stopped and the store vacuumed. On a
 //! cluster a delete sent through a node that only follows the session runs
-//! on its owner, and both nodes then answer 4001 for it.
+//! on its owner, and both nodes then answer 4001 for it; a third node whose
+//! peers follow the session tells them `session.deleted` too, and answers
+//! 4001 for it on every route from then on, even when that node missed the
+//! store's notification (it learns of the delete on its listener's resync).
 
 mod common;
 #[path = "cluster/mod.rs"]
@@ -243,4 +246,167 @@ async fn a_delete_through_a_follower_runs_on_the_owner() {
             .await;
         assert_eq!(e["code"], 4001, "{e}");
     }
+}
+
+/// Events of `c` until `session.deleted` (returned), skipping the rest.
+async fn until_deleted(c: &mut common::Client) -> Value {
+    loop {
+        let e = c.next_event().await;
+        if e["type"] == "session.deleted" {
+            return e;
+        }
+    }
+}
+
+/// SSE events of `s` until `session.deleted` (its data).
+async fn sse_until_deleted(s: &mut Sse) -> Value {
+    loop {
+        let e = s.event().await;
+        if e.event.as_deref() == Some("session.deleted") {
+            return e.params();
+        }
+    }
+}
+
+/// Three nodes: the owner (node 0) with a peer, a delete sent through node
+/// 1 (which has never seen the session), and node 2 with a peer attached
+/// and an SSE stream open, both served by a follower there. Every node's
+/// peers get `session.deleted`, and every node then answers 4001 / 404
+/// for the session on every route.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_third_nodes_follower_learns_of_a_delete() {
+    let Some(cluster) = harness::TestCluster::start(3, 2000) else {
+        return;
+    };
+    let mut owner = cluster.nodes[0].client().await;
+    let id = session_with(&mut owner, json!({"title": "three nodes"})).await;
+    let t = submit(&mut owner, &id, "before the delete").await;
+    turn_events(&mut owner, &t).await;
+    let mut third = cluster.nodes[2].client().await;
+    third
+        .ok(
+            "session.resume",
+            json!({"session_id": id, "attach": true, "omit_messages": true}),
+        )
+        .await;
+    let mut stream = Sse::open(
+        &cluster.nodes[2].addr,
+        &format!("/v1/sessions/{id}/events"),
+        &[],
+    )
+    .await
+    .unwrap_or_else(|r| panic!("SSE through the third node: {}", r.status));
+
+    let mut sender = cluster.nodes[1].client().await;
+    let r = sender.ok("session.delete", json!({"session_id": id})).await;
+    assert_eq!(r, json!({"deleted": true}));
+    let told = until_deleted(&mut owner).await;
+    assert_eq!(told["session_id"], id.as_str(), "{told}");
+    let told = until_deleted(&mut third).await;
+    assert_eq!(told["session_id"], id.as_str(), "{told}");
+    assert!(told.get("seq").is_none(), "not a stored event: {told}");
+    let told = sse_until_deleted(&mut stream).await;
+    assert_eq!(told["session_id"], id.as_str(), "{told}");
+
+    for node in &cluster.nodes {
+        let mut c = node.client().await;
+        for (method, params) in [
+            ("session.resume", json!({"session_id": id})),
+            (
+                "session.events.since",
+                json!({"session_id": id, "last_seen": 0}),
+            ),
+            ("prompt.submit", json!({"session_id": id, "text": "again"})),
+            ("session.close", json!({"session_id": id})),
+            ("session.delete", json!({"session_id": id})),
+        ] {
+            let e = c.err(method, params.clone()).await;
+            assert_eq!(e["code"], 4001, "node {}: {method}: {e}", node.addr);
+            let v = rpc(&node.addr, method, params).await;
+            assert_eq!(
+                v["error"]["code"], 4001,
+                "node {}: POST /rpc {method}: {v}",
+                node.addr
+            );
+        }
+        match Sse::open(&node.addr, &format!("/v1/sessions/{id}/events"), &[]).await {
+            Err(resp) => assert_eq!(resp.status, 404, "SSE of a deleted session"),
+            Ok(_) => panic!("SSE of a deleted session opened on {}", node.addr),
+        }
+    }
+}
+
+/// The local ports of `pid`'s TCP connections to port `remote_port`
+/// (`/proc/PID/fd` and `/proc/net/tcp`): how the database names them.
+fn ports_to(pid: u32, remote_port: u16) -> Vec<i32> {
+    let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("the node's descriptors")
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter_map(|l| {
+            let l = l.to_string_lossy().into_owned();
+            Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_string())
+        })
+        .collect();
+    let mut ports = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let text = std::fs::read_to_string(table).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            let port = |addr: &str| {
+                addr.rsplit_once(':')
+                    .and_then(|(_, p)| u16::from_str_radix(p, 16).ok())
+            };
+            if cols.len() > 9
+                && port(cols[2]) == Some(remote_port)
+                && inodes.iter().any(|i| i == cols[9])
+            {
+                ports.extend(port(cols[1]).map(i32::from));
+            }
+        }
+    }
+    ports
+}
+
+/// A follower whose node missed the delete's notification (its listening
+/// connection was cut while the node was paused, and the delete committed
+/// before it came back) learns of it from the resync that follows its
+/// reconnect: its peer gets `session.deleted`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_that_missed_the_notification_learns_of_the_delete_on_resync() {
+    use sqlx::Connection;
+    let Some(cluster) = harness::TestCluster::start(2, 2000) else {
+        return;
+    };
+    let (mut owner, mut follower, id) = harness::clients::owner_and_follower(&cluster).await;
+    let url = cluster.database_url().to_string();
+    let db_port: u16 = url
+        .rsplit_once('@')
+        .and_then(|(_, host)| host.split(['/', '?']).next())
+        .and_then(|hp| hp.rsplit_once(':'))
+        .and_then(|(_, p)| p.parse().ok())
+        .expect("the database's port");
+    let node = &cluster.nodes[1];
+    let ports = ports_to(node.pid().expect("running"), db_port);
+    node.signal("STOP");
+    let mut db = sqlx::PgConnection::connect(&url).await.expect("connect");
+    let cut: Vec<bool> = sqlx::query_scalar(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE client_port = ANY($1) AND query LIKE 'LISTEN%'",
+    )
+    .bind(&ports)
+    .fetch_all(&mut db)
+    .await
+    .expect("cut the listener");
+    let r = owner
+        .call("session.delete", json!({"session_id": id}))
+        .await;
+    node.signal("CONT");
+    assert_eq!(cut, [true], "the paused node's listening connection");
+    assert_eq!(r["result"], json!({"deleted": true}), "{r}");
+    let told = until_deleted(&mut follower).await;
+    assert_eq!(told["session_id"], id.as_str(), "{told}");
+    let mut c = node.client().await;
+    let e = c.err("session.resume", json!({"session_id": id})).await;
+    assert_eq!(e["code"], 4001, "{e}");
+    let _ = db.close().await;
 }

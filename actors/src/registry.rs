@@ -185,6 +185,12 @@ pub enum RegistryMsg {
     PresenceWake {
         session_id: Option<SessionId>,
     },
+    /// From the node's event listener: some node erased `session_id` or
+    /// trimmed its events (`None`: reconnected; every follower reads its
+    /// row).
+    ErasedWake {
+        session_id: Option<SessionId>,
+    },
     /// Internal: time to read the owners of the followed sessions.
     PollOwners,
     /// Internal: peers other nodes have on these live sessions.
@@ -347,6 +353,7 @@ impl Actor for Registry {
                 state.follow_deltas(&session_id, body)
             }
             RegistryMsg::PresenceWake { session_id } => state.presence_wake(session_id),
+            RegistryMsg::ErasedWake { session_id } => state.erased_wake(session_id),
             RegistryMsg::PollOwners => state.poll_owners(&myself),
             RegistryMsg::Owners { owners } => state.owners(owners),
             RegistryMsg::Demoted { key } => state.demoted(key),

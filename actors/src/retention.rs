@@ -165,13 +165,19 @@ impl Swept {
 }
 
 /// One sweep under the retention lease; `None` if another node holds it.
+/// Taking and giving back the lease are logged (debug, with the node's id
+/// on a cluster), so an operator can see which node swept when, and that
+/// two never overlap.
 async fn sweep_led(ctx: &Ctx, config: &RetentionConfig) -> Result<Option<Swept>, StoreError> {
     if !ctx.eraser.try_lead().await? {
         return Ok(None);
     }
+    let node_id = ctx.cluster.as_ref().map(|c| c.node_id().to_string());
+    debug!(node_id, "retention lease taken");
     let swept = sweep(ctx, config).await;
-    if let Err(e) = ctx.eraser.release_lead().await {
-        warn!(error = %e, "releasing the retention lease");
+    match ctx.eraser.release_lead().await {
+        Ok(()) => debug!(node_id, "retention lease released"),
+        Err(e) => warn!(node_id, error = %e, "releasing the retention lease"),
     }
     swept.map(Some)
 }

@@ -3,7 +3,9 @@
 //! notification names (a resync wakes them all), and a poll of the owners
 //! every second finds followed sessions whose owner died (a dead node
 //! cannot notify anyone), whose follower then takes them over. A forward
-//! notification wakes the owner of its session (`session/forwarded.rs`).
+//! notification wakes the owner of its session (`session/forwarded.rs`);
+//! an erased (or trimmed) session's notification, whichever node holds it
+//! live.
 
 use std::time::Duration;
 
@@ -69,12 +71,19 @@ pub(super) fn start(ctx: &Ctx, myself: &ActorRef<RegistryMsg>) -> Option<Tasks> 
                 },
                 // Its own write: this node knows its peers.
                 Ok(Wake::Presence { .. }) => continue,
+                // Its own erase too: the owner's delete ignores it.
+                Ok(Wake::Erased { session_id }) => RegistryMsg::ErasedWake {
+                    session_id: Some(session_id),
+                },
                 Ok(Wake::Resync) => {
                     if registry
                         .cast(RegistryMsg::ForwardWake { session_id: None })
                         .is_err()
                         || registry
                             .cast(RegistryMsg::PresenceWake { session_id: None })
+                            .is_err()
+                        || registry
+                            .cast(RegistryMsg::ErasedWake { session_id: None })
                             .is_err()
                     {
                         return;
@@ -143,6 +152,29 @@ impl RegistryState {
                 }
             }
             None => self.live.values().for_each(wake),
+        }
+    }
+
+    /// Some node erased `session_id` or trimmed its events (or, `None`, a
+    /// resync: maybe any followed session): the live session here, if any,
+    /// reads its row and acts on it (`session/cluster/erased.rs`). On a
+    /// resync only followers look, one read each: an owner deletes its own
+    /// sessions.
+    pub(super) fn erased_wake(&self, session_id: Option<SessionId>) {
+        let wake = |live: &super::Live| {
+            let _ = live.actor.cast(SessionMsg::Cluster(ClusterMsg::ErasedWake));
+        };
+        match session_id {
+            Some(id) => {
+                if let Some(live) = self.by_id.get(&id).and_then(|key| self.live.get(key)) {
+                    wake(live);
+                }
+            }
+            None => self
+                .followers
+                .values()
+                .filter_map(|key| self.live.get(key))
+                .for_each(wake),
         }
     }
 

@@ -10,6 +10,7 @@
 //! for its messages, and `route.rs`, which decides on a follower where
 //! every other message goes.
 
+mod erased;
 mod follow;
 mod follow_deltas;
 mod follow_resume;
@@ -88,6 +89,12 @@ pub enum ClusterMsg {
     },
     /// Internal: a forward's answer is written.
     ForwardDone { id: ForwardId },
+    /// From the registry: some node erased this session or trimmed its
+    /// events (a notification, or a resync on a follower): its row is read.
+    ErasedWake,
+    /// Internal: the row is gone (that read, or the owner's answer to a
+    /// delete this follower forwarded): erased by another node.
+    ErasedElsewhere,
     /// Internal: a park's patch was answered (on a cluster the store
     /// refuses it while another node has peers on the session).
     ParkWritten {
@@ -128,8 +135,6 @@ pub(crate) struct ClusterState {
     peer_count: Option<peer_count::PeerCount>,
     /// A read of the other nodes' peers is in flight (`left.rs`).
     checking_left: bool,
-    /// A forwarded write is running in this handler (`forwarded.rs`).
-    running_forward: bool,
 }
 
 impl ClusterState {
@@ -172,11 +177,6 @@ impl SessionState {
         self.cluster.following.is_some()
     }
 
-    /// Whether the write being run was forwarded from another node.
-    pub(super) fn running_forward(&self) -> bool {
-        self.cluster.running_forward
-    }
-
     /// The owner followed, once known.
     pub(super) fn followed_owner(&self) -> Option<&tether_store::cluster::NodeId> {
         self.cluster.following.as_ref().and_then(|f| f.owner())
@@ -214,6 +214,8 @@ impl SessionState {
             ClusterMsg::ForwardsRead { rows } => self.forwards_read(myself, rows),
             ClusterMsg::RunAccepted { write, reply } => self.run_accepted(myself, write, reply),
             ClusterMsg::ForwardDone { id } => self.forward_done(&id),
+            ClusterMsg::ErasedWake => self.erased_wake(myself),
+            ClusterMsg::ErasedElsewhere => self.erased_elsewhere(myself),
             ClusterMsg::ParkWritten {
                 result,
                 reason,

@@ -13,8 +13,10 @@
 //! message still in the mailbox is answered 4001, as is every later
 //! request (the registry finds no row to load).
 //!
-//! On a cluster the owner runs it (a follower forwards it there); the
-//! follower that forwarded it then tells its own peers and stops too.
+//! On a cluster the owner runs it (a follower forwards it there); every
+//! other node that holds the session live (the follower that forwarded it,
+//! as soon as it hears the answer; any other, on the store's notification)
+//! then tells its own peers and stops too (`cluster/erased.rs`).
 //!
 //! Idempotence: a second `session.delete` while the first runs is answered
 //! with the first; one that comes after finds no session and is answered
@@ -108,16 +110,23 @@ impl SessionState {
         });
     }
 
+    /// Another node erased the session (`cluster/erased.rs`): its peers
+    /// here are told, and it stops, as that node's copy did. One deleting
+    /// itself meanwhile is answered by its own erase.
+    pub(super) fn erased_elsewhere(&mut self, myself: &ActorRef<SessionMsg>) {
+        if self.deleting.is_some() {
+            return;
+        }
+        info!(session_id = %self.id, following = self.following(), "session erased by another node");
+        self.deleting = Some(Deleting {
+            replies: Vec::new(),
+            erased: false,
+        });
+        self.erased(myself, Ok(true));
+    }
+
     /// The store's answer to the erase.
     pub(super) fn erased(&mut self, myself: &ActorRef<SessionMsg>, result: Result<bool, RpcError>) {
-        if self.deleting.is_none() && self.following() && result.is_ok() {
-            // The owner erased it for a delete this follower forwarded: its
-            // peers here are told, and it stops, as the owner's copy did.
-            self.deleting = Some(Deleting {
-                replies: Vec::new(),
-                erased: false,
-            });
-        }
         let Some(deleting) = &mut self.deleting else {
             return;
         };

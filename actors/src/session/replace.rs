@@ -11,9 +11,9 @@
 //! It is refused while a turn runs or waits (4009: what it would replace
 //! may still grow), for a turn the current segment holds no message of
 //! (-32602), and it needs the segment in memory to know what stays: a
-//! session that has not loaded it yet loads it first and answers then (a
-//! request forwarded from another node is answered 4009 instead, and
-//! retried by its client).
+//! session that has not loaded it yet loads it first and answers then, a
+//! request forwarded from another node too (it carries its forward id,
+//! `cluster/forwarded.rs`).
 //!
 //! A `multitask: rollback` prompt is the same mechanism applied to the
 //! running turn: that turn ends `superseded` and the new `message.user`
@@ -58,10 +58,9 @@ impl SessionState {
         }
     }
 
-    /// Holds a prompt until the segment is in memory. A forward is
-    /// accepted with its first event, written in this handler or never (a
-    /// deferred one could run twice): it is answered 4009 instead, and its
-    /// client retries once the segment is loaded.
+    /// Holds a prompt until the segment is in memory. A forwarded one
+    /// keeps its forward id in `reply`, and is accepted with its first
+    /// event when it runs.
     pub(super) fn submit_after_load(
         &mut self,
         myself: &ActorRef<SessionMsg>,
@@ -69,12 +68,6 @@ impl SessionState {
         reply: Reply<SubmitResult>,
     ) {
         self.load_transcript(myself);
-        if self.running_forward() {
-            let _ = reply.send(Err(RpcError::session_busy(
-                "the session is loading its history: retry",
-            )));
-            return;
-        }
         if self.pending_submits.len() >= self.ctx.config.max_queued.max(1) {
             let _ = reply.send(Err(RpcError::session_busy(format!(
                 "{} prompts are already waiting for the session's history",
@@ -98,10 +91,15 @@ impl SessionState {
     }
 
     /// The prompts deferred until the segment was loaded, in the order
-    /// they came.
+    /// they came; a forwarded one accepted with its first event.
     pub(super) fn resume_pending_submits(&mut self, myself: &ActorRef<SessionMsg>) {
         for p in std::mem::take(&mut self.pending_submits) {
-            self.submit(myself, p.params, p.reply);
+            match (self.ctx.cluster.clone(), p.reply.forward().cloned()) {
+                (Some(cluster), Some(id)) => self.accepting(&cluster, id, |state| {
+                    state.submit(myself, p.params, p.reply)
+                }),
+                _ => self.submit(myself, p.params, p.reply),
+            }
         }
     }
 }

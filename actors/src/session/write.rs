@@ -17,6 +17,7 @@ use ractor::{ActorRef, MessagingErr, RpcReplyPort};
 use serde::Serialize;
 use serde_json::value::RawValue;
 use tether_protocol::{to_raw, HandleWrite, RpcError, SessionWrite};
+use tether_store::cluster::ForwardId;
 
 use super::{SessionMsg, SessionState};
 use crate::config::GatewayConfig;
@@ -28,6 +29,11 @@ pub(crate) type WriteReply = RpcReplyPort<Result<Box<RawValue>, RpcError>>;
 /// A write's answer port, typed for its handler.
 pub(crate) struct Reply<T> {
     port: WriteReply,
+    /// The forward it answers, for a write another node forwarded: one
+    /// deferred past its handler carries it, so that the forward is
+    /// accepted with its first event whenever that is written
+    /// (`cluster/forwarded.rs`).
+    forward: Option<ForwardId>,
     answer: PhantomData<fn(T)>,
 }
 
@@ -35,8 +41,23 @@ impl<T: Serialize> Reply<T> {
     pub(crate) fn new(port: WriteReply) -> Self {
         Reply {
             port,
+            forward: None,
             answer: PhantomData,
         }
+    }
+
+    /// The reply of a write run for forward `id`.
+    pub(crate) fn forwarded(port: WriteReply, id: ForwardId) -> Self {
+        Reply {
+            port,
+            forward: Some(id),
+            answer: PhantomData,
+        }
+    }
+
+    /// The forward this write answers, if it was forwarded.
+    pub(crate) fn forward(&self) -> Option<&ForwardId> {
+        self.forward.as_ref()
     }
 
     /// Sends the answer (encoded here, once).

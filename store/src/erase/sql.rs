@@ -19,6 +19,10 @@ pub(crate) struct Dialect {
     /// A statement run after the cut erases are finished (`$1` a batch size), if the store needs
     /// one.
     pub after_finish: Option<&'static str>,
+    /// A statement run inside the transaction that removes a session's row and in each trim
+    /// batch's (`$1` the session), if other processes must hear of it when it commits (the
+    /// nodes of a cluster).
+    pub erased: Option<&'static str>,
 }
 
 /// The statements, built once per store.

@@ -60,6 +60,8 @@ pub(crate) struct Eraser<H: Housekeeping> {
     write_err: MapErr,
     /// The statement run after cut erases are finished, if any.
     after_finish: Option<&'static str>,
+    /// The statement that tells others of an erase, inside its transaction, if any.
+    erased: Option<&'static str>,
 }
 
 fn to_u64(v: i64, what: &str) -> Result<u64, StoreError> {
@@ -107,6 +109,7 @@ where
             read_err,
             write_err,
             after_finish: dialect.after_finish,
+            erased: dialect.erased,
         }
     }
 
@@ -143,6 +146,13 @@ where
             .map_err(w)?;
         for hanging in &self.sql.delete_hanging {
             sqlx::query(hanging)
+                .bind(id)
+                .execute(&mut *tx)
+                .await
+                .map_err(w)?;
+        }
+        if let Some(erased) = self.erased {
+            sqlx::query(erased)
                 .bind(id)
                 .execute(&mut *tx)
                 .await
@@ -353,6 +363,13 @@ where
                 .execute(&mut *tx)
                 .await
                 .map_err(w)?;
+            if let Some(erased) = self.erased {
+                sqlx::query(erased)
+                    .bind(id.as_str())
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(w)?;
+            }
             tx.commit().await.map_err(w)?;
             removed += n;
         }

@@ -37,6 +37,8 @@ const DIALECT: Dialect = Dialect {
     profile_in: "profile IN (SELECT json_array_elements_text(CAST($1 AS JSON)))",
     profile_not_in: "profile NOT IN (SELECT json_array_elements_text(CAST($1 AS JSON)))",
     hanging: &["session_peers"],
+    // Nodes holding the session live learn of it when the erase commits.
+    erased: Some(super::cluster::erased::NOTIFY_ERASED),
     after_finish: Some(
         "DELETE FROM session_owners WHERE session_id IN (SELECT o.session_id \
          FROM session_owners o WHERE NOT EXISTS (SELECT 1 FROM sessions s \

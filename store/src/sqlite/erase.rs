@@ -94,6 +94,7 @@ const DIALECT: Dialect = Dialect {
     profile_not_in: "profile NOT IN (SELECT value FROM json_each($1))",
     hanging: &[],
     after_finish: None,
+    erased: None,
 };
 
 /// Opens the erase connection on an existing, migrated store.

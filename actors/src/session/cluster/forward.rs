@@ -51,12 +51,12 @@ impl SessionState {
     ) {
         let config = &self.ctx.config;
         let timeout = config.forward_timeout.max(host_wait(&write, config));
-        // A delete the owner did: this follower's copy is gone too
-        // (`delete.rs`).
+        // A delete the owner did: this follower's copy is gone too, told
+        // before the client hears the answer (`erased.rs`).
         let deleted = matches!(write, SessionWrite::SessionDelete(_)).then(|| myself.clone());
         self.forward(myself, Forwardable::Write(write), timeout, move |answer| {
             if let (Some(me), Ok(_)) = (deleted, &answer) {
-                let _ = me.cast(SessionMsg::Erased { result: Ok(true) });
+                let _ = me.cast(SessionMsg::Cluster(ClusterMsg::ErasedElsewhere));
             }
             let _ = reply.send(answer);
         });

@@ -6,9 +6,14 @@
 //! Never twice: a request that writes registers its forward with the seq of
 //! its first event (`accept_with`), so the writer moves the forward to
 //! `accepted` in that event's transaction or refuses the write; a forward
-//! read again while it runs is skipped. The answer is written once what the
-//! request emitted is committed, so the forwarder never hears "done" for a
-//! write that was then refused.
+//! read again while it runs is skipped. A request deferred past its
+//! handler (a prompt waiting for the session's history, `replace.rs`)
+//! carries its forward id in its reply and registers it the same way when
+//! it runs: it waits as a local one does, and a forwarder that withdrew
+//! meanwhile has its write refused, so it still never runs twice nor after
+//! a withdrawal. The answer is written once what the request emitted is
+//! committed, so the forwarder never hears "done" for a write that was
+//! then refused.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -149,17 +154,11 @@ impl<P: Write> HandleWrite<P> for RunForward<'_> {
         } = self;
         match P::FIRST_WRITE {
             FirstWrite::Event => {
-                // Its events go to the writer after this handler: the
-                // forward is accepted with the first of them, if any (one
-                // that wrote nothing, refused or with nothing to do, is
-                // answered as it is).
-                let first = state.commit.next_seq();
-                state.cluster.running_forward = true;
-                params.run(state, myself, Reply::new(reply));
-                state.cluster.running_forward = false;
-                if state.commit.next_seq() > first {
-                    cluster.accept_with(&state.id, first, &id);
-                }
+                // One deferred past this handler (a prompt waiting for the
+                // history) carries the id in its reply, and is accepted
+                // when it runs (`accepting`).
+                let reply = Reply::forwarded(reply, id.clone());
+                state.accepting(&cluster, id, |state| params.run(state, myself, reply));
             }
             FirstWrite::Elsewhere => accept_then(cluster, id, myself, params.into(), reply),
         }
@@ -167,6 +166,24 @@ impl<P: Write> HandleWrite<P> for RunForward<'_> {
 }
 
 impl SessionState {
+    /// Runs `run`, a write of forward `id`, so that the forward is
+    /// accepted with the first event it writes: its events go to the
+    /// writer after this handler, and the writer accepts the forward in
+    /// that event's transaction or refuses the write. One that wrote
+    /// nothing (refused, nothing to do, or deferred) is answered as it is.
+    pub(in crate::session) fn accepting(
+        &mut self,
+        cluster: &Cluster,
+        id: ForwardId,
+        run: impl FnOnce(&mut SessionState),
+    ) {
+        let first = self.commit.next_seq();
+        run(self);
+        if self.commit.next_seq() > first {
+            cluster.accept_with(&self.id, first, &id);
+        }
+    }
+
     /// There may be forwards for this session: read them (once more after
     /// the read in flight).
     pub(in crate::session) fn forwards_wake(&mut self, myself: &ActorRef<SessionMsg>) {

@@ -79,7 +79,9 @@ impl SessionState {
                 | ClusterMsg::RecheckLeft
                 | ClusterMsg::RunAccepted { .. }
                 | ClusterMsg::ForwardDone { .. }
-                | ClusterMsg::ParkWritten { .. },
+                | ClusterMsg::ParkWritten { .. }
+                | ClusterMsg::ErasedWake
+                | ClusterMsg::ErasedElsewhere,
             )) => return Some(msg),
         }
         None

@@ -15,6 +15,7 @@ use tether_protocol::SessionId;
 use crate::postgres::errors::map_sqlx;
 
 use super::deltas::{self, Deltas, DELTA_CHANNEL};
+use super::erased::ERASED_CHANNEL;
 use super::forwards::FORWARD_CHANNEL;
 use super::peers::PRESENCE_CHANNEL;
 use super::ClusterError;
@@ -52,6 +53,12 @@ pub enum Wake {
         session_id: SessionId,
         /// The node that wrote.
         from_node: NodeId,
+    },
+    /// Some or all of session `session_id` was erased: deleted, or events trimmed
+    /// (`erased.rs`). A hint: read its row.
+    Erased {
+        /// The session.
+        session_id: SessionId,
     },
     /// Listening (again) after a connect or a reconnect, or a notification that could not be
     /// read: something may have been missed, so read every followed session once.
@@ -94,7 +101,13 @@ impl EventListener {
                 .connect_lazy_with(self.options.clone());
             let mut listener = PgListener::connect_with(&pool).await.map_err(map_sqlx)?;
             listener
-                .listen_all([CHANNEL, FORWARD_CHANNEL, DELTA_CHANNEL, PRESENCE_CHANNEL])
+                .listen_all([
+                    CHANNEL,
+                    FORWARD_CHANNEL,
+                    DELTA_CHANNEL,
+                    PRESENCE_CHANNEL,
+                    ERASED_CHANNEL,
+                ])
                 .await
                 .map_err(map_sqlx)?;
             self.inner = Some(listener);
@@ -128,6 +141,14 @@ impl EventListener {
                     }
                 })
             }
+            Ok(Some(n)) if n.channel() == ERASED_CHANNEL => Ok(if n.payload().is_empty() {
+                tracing::warn!("unreadable erased-session notification");
+                Wake::Resync
+            } else {
+                Wake::Erased {
+                    session_id: SessionId::from(n.payload()),
+                }
+            }),
             Ok(Some(n)) if n.channel() == DELTA_CHANNEL => Ok(match deltas::parse(n.payload()) {
                 Some(d) => Wake::Deltas(d),
                 None => {

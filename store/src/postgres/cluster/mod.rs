@@ -10,6 +10,7 @@
 //! - `forwards.rs`: requests forwarded to a session's owner, accepted at most once;
 //! - `listener.rs`: `LISTEN` for committed events, with a resync after every reconnect;
 //! - `peers.rs`: each node's peer count per session, and who those peers are;
+//! - `erased.rs`: the notification that a session was erased;
 //! - `error.rs`: [`ClusterError`].
 //!
 //! What the writer and the handoff store need to fence their writes (the fences this node
@@ -22,6 +23,7 @@
 mod claim;
 mod config;
 mod deltas;
+pub(crate) mod erased;
 mod error;
 mod forwards;
 mod listener;
