@@ -281,27 +281,11 @@ async fn close(
     id: &SessionId,
     wait: Duration,
 ) -> Result<(), tether_protocol::RpcError> {
-    let registry = ctx.registry()?;
-    let (tx, answered) = tokio::sync::oneshot::channel();
     let write = SessionWrite::SessionClose(CloseParams {
         session_id: id.clone(),
         profile: Some(profile.to_string()),
     });
-    let msg = SessionMsg::Write {
-        write,
-        reply: tx.into(),
-    };
-    ask(
-        &registry,
-        |reply| RegistryMsg::Forward {
-            key: (profile.to_string(), id.clone()),
-            load: true,
-            msg,
-            reply,
-        },
-        wait,
-    )
-    .await??;
+    let (_, answered) = delete::send_write(ctx, profile, id, write, wait).await?;
     match tokio::time::timeout(wait, answered).await {
         Ok(Ok(answer)) => answer.map(drop),
         _ => Err(tether_protocol::RpcError::internal(

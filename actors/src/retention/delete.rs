@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use serde_json::value::RawValue;
 use tether_protocol::{DeleteParams, DeleteResult, RpcError, SessionId, SessionWrite};
 
 use crate::ctx::Ctx;
@@ -25,27 +26,11 @@ pub(crate) async fn delete_session(
     id: &SessionId,
     timeout: Duration,
 ) -> Result<DeleteResult, RpcError> {
-    let registry = ctx.registry()?;
-    let (tx, answered) = tokio::sync::oneshot::channel();
     let write = SessionWrite::SessionDelete(DeleteParams {
         session_id: id.clone(),
         profile: Some(profile.to_string()),
     });
-    let msg = SessionMsg::Write {
-        write,
-        reply: tx.into(),
-    };
-    let routed = ask(
-        &registry,
-        |reply| RegistryMsg::Forward {
-            key: (profile.to_string(), id.clone()),
-            load: true,
-            msg,
-            reply,
-        },
-        timeout,
-    )
-    .await??;
+    let (routed, answered) = send_write(ctx, profile, id, write, timeout).await?;
     match routed {
         Resolved::Live(_) => match tokio::time::timeout(timeout, answered).await {
             Ok(Ok(answer)) => serde_json::from_str(answer?.get())
@@ -69,6 +54,39 @@ pub(crate) async fn delete_session(
         }
         Resolved::NotFound => Err(RpcError::session_not_found()),
     }
+}
+
+/// The answer of a write sent from outside a session ([`send_write`]).
+pub(crate) type Answer = tokio::sync::oneshot::Receiver<Result<Box<RawValue>, RpcError>>;
+
+/// Sends `write` to session `id` of `profile` as a peer's request would
+/// reach it, bringing a stored one live for it: where the registry found
+/// the session, and where the session answers (only a live one does).
+pub(crate) async fn send_write(
+    ctx: &Ctx,
+    profile: &str,
+    id: &SessionId,
+    write: SessionWrite,
+    wait: Duration,
+) -> Result<(Resolved, Answer), RpcError> {
+    let registry = ctx.registry()?;
+    let (tx, answered) = tokio::sync::oneshot::channel();
+    let msg = SessionMsg::Write {
+        write,
+        reply: tx.into(),
+    };
+    let routed = ask(
+        &registry,
+        |reply| RegistryMsg::Forward {
+            key: (profile.to_string(), id.clone()),
+            load: true,
+            msg,
+            reply,
+        },
+        wait,
+    )
+    .await??;
+    Ok((routed, answered))
 }
 
 /// Branches of an erased session that are live learn that their parent is
