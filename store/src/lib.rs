@@ -33,6 +33,7 @@ mod open;
 mod open_error;
 mod paging;
 mod postgres;
+mod reader;
 mod reads;
 mod rows;
 mod rules;

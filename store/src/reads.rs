@@ -1,7 +1,7 @@
-//! The reads both stores run (`sqlite/reader.rs`, `postgres/reader.rs`), as one SQL text for
-//! both dialects: `$n` placeholders, which SQLite takes as well as PostgreSQL, and the same
-//! column lists and decoders (`rows.rs`). What differs is only where SQLite's planner needs an
-//! index named ([`IndexHints`]); the binds stay beside each pool.
+//! The reads both stores run (`reader.rs`), as one SQL text for both dialects: `$n`
+//! placeholders, which SQLite takes as well as PostgreSQL, and the same column lists and
+//! decoders (`rows.rs`). What differs is only where SQLite's planner needs an index named
+//! ([`IndexHints`]).
 
 use tether_protocol::{EventType, SessionStatus};
 

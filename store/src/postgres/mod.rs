@@ -21,7 +21,6 @@ pub(crate) mod errors;
 pub(crate) mod fencing;
 mod handoffs;
 mod reader;
-mod rows;
 mod writer;
 
 use std::path::Path;
@@ -35,7 +34,6 @@ use crate::{OpenError, Opened, PostgresConfig, StoreError, StoreWrite};
 use connect::{ConnectError, Settings};
 use errors::{map_migrate, map_sqlx};
 use handoffs::PgHandoffs;
-use reader::PgReader;
 
 /// The embedded migrations (`store/migrations/postgres/*.sql`).
 static MIGRATOR: Migrator = sqlx::migrate!("./migrations/postgres");
@@ -84,7 +82,7 @@ pub async fn open_postgres(cfg: &PostgresConfig) -> Result<Opened, OpenError> {
     let writer = writer::start(settings, writer_id, Some(conn), None);
     Ok(Opened {
         writer: Box::new(writer),
-        reader: Arc::new(PgReader::new(reader, epoch.clone())),
+        reader: Arc::new(reader::new(reader, epoch.clone())),
         handoffs: Arc::new(PgHandoffs::new(handoffs)),
         eraser: Arc::new(erase::new(eraser)),
         epoch,

@@ -11,7 +11,6 @@ mod errors;
 mod handoffs;
 mod ops;
 mod reader;
-mod rows;
 mod writer;
 
 use std::path::Path;
@@ -27,7 +26,6 @@ use sqlx::{ConnectOptions, Connection, Row};
 use crate::{Opened, StoreConfig, StoreError, StoreWrite, Synchronous};
 use errors::{map_migrate, map_sqlx, Doing};
 use handoffs::SqliteHandoffs;
-use reader::SqliteReader;
 
 /// The embedded migrations (`store/migrations/sqlite/*.sql`).
 static MIGRATOR: Migrator = sqlx::migrate!("./migrations/sqlite");
@@ -73,7 +71,7 @@ pub async fn open_sqlite(cfg: &StoreConfig) -> Result<Opened, StoreError> {
     tracing::info!(db_path = %cfg.db_path.display(), epoch = %epoch, "store opened");
     Ok(Opened {
         writer: Box::new(writer),
-        reader: Arc::new(SqliteReader::new(pool, epoch.clone(), stop_checkpoints)),
+        reader: Arc::new(reader::new(pool, epoch.clone(), stop_checkpoints)),
         handoffs: Arc::new(handoffs),
         eraser: Arc::new(eraser),
         epoch,

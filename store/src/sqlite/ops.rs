@@ -15,7 +15,7 @@ use crate::rules;
 use crate::{EventRow, NewSession, SessionPatch, StoreError, WriteOp};
 
 use super::errors::{map_rusqlite, Doing};
-use super::rows::{json_text, to_i64};
+use crate::columns::{json_text, to_i64};
 
 /// Patches a row, optionally moving and checking `latest_seq` at the same time. Fixed SQL for
 /// every combination of fields: `NULL` means "leave as is" (hence COALESCE), except for the
