@@ -31,6 +31,7 @@ mod load;
 mod store;
 mod storm;
 mod turns;
+mod write_bytes;
 mod writer;
 
 use std::path::PathBuf;
@@ -88,6 +89,9 @@ enum Scenario {
     /// Two nodes on one PostgreSQL: failover after kill -9, cross-node
     /// delivery latency and its CPU cost.
     Cluster(cluster::ClusterBench),
+    /// Bytes written to disk per stored event (WAL and checkpoints),
+    /// beside the events' own size.
+    WriteBytes(write_bytes::WriteBytesBench),
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
@@ -101,5 +105,6 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         Scenario::Idle(b) => idle::run(b),
         Scenario::Load(b) => load::run(b),
         Scenario::Cluster(b) => cluster::run(b),
+        Scenario::WriteBytes(b) => write_bytes::run(b),
     }
 }

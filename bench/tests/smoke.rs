@@ -70,6 +70,36 @@ fn idle_generator_reports_memory_per_item() {
     assert_eq!(r["newest_session_status"], "parked", "{r}");
 }
 
+/// `tether bench write-bytes`, tiny: a few sessions' flood turns on a real
+/// gateway; every event is counted from the store, and the bytes the
+/// gateway wrote for them are at least the events' own size. The data
+/// directory is under the target directory, on the disk being measured.
+#[test]
+fn write_bytes_reports_bytes_per_stored_event() {
+    let dir = env!("CARGO_TARGET_TMPDIR");
+    let r = bench(&[
+        "write-bytes",
+        "--sessions",
+        "5",
+        "--rate",
+        "40",
+        "--secs",
+        "1",
+        "--hosts",
+        "1",
+        "--dir",
+        dir,
+    ]);
+    assert_eq!(r["scenario"], "write-bytes");
+    // 40 flood events per session and the turn's own events around them.
+    assert!(r["events"].as_i64().unwrap() > 5 * 40, "{r}");
+    let row = r["row_bytes_per_event"].as_f64().unwrap();
+    let payload = r["payload_bytes_per_event"].as_f64().unwrap();
+    assert!(payload > 50.0 && row > payload, "{r}");
+    assert!(r["write_bytes_per_event"].as_f64().unwrap() > row, "{r}");
+    assert!(r["ratio_to_row"].as_f64().unwrap() > 1.0, "{r}");
+}
+
 /// `tether bench cluster`, tiny: two nodes on a database of its own on
 /// the test server, a few turns through the owner with a client on each
 /// node, and two kill -9 rounds with a short lease. Skipped (loudly)

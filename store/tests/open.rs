@@ -138,6 +138,66 @@ async fn sqlite_writer_alone_needs_an_existing_store() {
     assert!(!cfg.db_path.exists(), "must not create an empty store");
 }
 
+/// `PRAGMA page_size` of the store file at `path`, read on a connection of its own.
+async fn page_size(path: &std::path::Path) -> i64 {
+    use sqlx::{ConnectOptions, Connection};
+    let mut conn = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(path)
+        .connect()
+        .await
+        .expect("connect");
+    let size = sqlx::query_scalar("PRAGMA page_size")
+        .fetch_one(&mut conn)
+        .await
+        .expect("page_size");
+    conn.close().await.expect("close");
+    size
+}
+
+/// A new store gets small pages (a group commit writes a page per session it touches, so the
+/// page size is what an event costs on disk); a store made with SQLite's default 4096 keeps
+/// its pages, and its data, and takes appends as before.
+#[tokio::test]
+async fn sqlite_a_new_store_has_2048_byte_pages_and_an_older_one_keeps_its_own() {
+    use sqlx::{ConnectOptions, Connection};
+
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = common::config(dir.path());
+    let mut opened = open_sqlite(&cfg).await.unwrap();
+    common::commit_ok(&mut opened, &[common::create("s_1", "default", 10, 3)]).await;
+    assert_eq!(page_size(&cfg.db_path).await, 2048);
+    drop(opened);
+
+    let older = tempfile::tempdir().unwrap();
+    let cfg = common::config(older.path());
+    std::fs::create_dir_all(cfg.db_path.parent().unwrap()).unwrap();
+    let mut conn = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(&cfg.db_path)
+        .create_if_missing(true)
+        .page_size(4096)
+        .connect()
+        .await
+        .expect("create");
+    sqlx::query("CREATE TABLE older (a)")
+        .execute(&mut conn)
+        .await
+        .expect("table");
+    conn.close().await.expect("close");
+    let mut opened = open_sqlite(&cfg).await.unwrap();
+    common::commit_ok(&mut opened, &[common::create("s_1", "default", 10, 3)]).await;
+    common::commit_ok(&mut opened, &[common::append("s_1", 5, 40, 43)]).await;
+    drop(opened);
+    assert_eq!(page_size(&cfg.db_path).await, 4096);
+    let opened = open_sqlite(&cfg).await.unwrap();
+    let events = opened
+        .reader
+        .events_since(&common::sid("s_1"), 0, 100)
+        .await
+        .unwrap();
+    let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (1..=44).collect::<Vec<_>>());
+}
+
 /// The PostgreSQL tests below need a server; `None` when there is none (skipped loudly).
 async fn server() -> Option<(String, TestDatabase)> {
     let Some(Backend::Postgres(server)) = Backend::postgres() else {
