@@ -11,6 +11,7 @@
 
 mod dialect;
 mod sql;
+mod statements;
 
 use async_trait::async_trait;
 
@@ -20,6 +21,7 @@ use crate::StoreError;
 
 pub(crate) use dialect::{HandoffDialect, Handoffs};
 pub(crate) use sql::{HandoffSql, Ordering};
+pub(crate) use statements::{Insert, Plain, Statements};
 
 /// The longest `error` a failed handoff keeps, in bytes (UTF-8). Longer texts are cut at the last
 /// character boundary within it, so one client's stack trace cannot bloat every `handoff.state`.

@@ -26,6 +26,7 @@ mod config;
 mod cursor;
 mod erase;
 mod error;
+mod generic;
 mod handoff;
 mod lock;
 mod model;

@@ -12,13 +12,11 @@ use sqlx::{Database, Encode, Executor, IntoArguments, Pool, Type};
 
 use tether_protocol::{SessionId, SessionStatus};
 
+use crate::generic::MapErr;
 use crate::paging::{events_since_binds, ListPage};
 use crate::reads::{IndexHints, ReadSql};
 use crate::rows::{event_from_row, session_from_row, StoreRow};
 use crate::{EventRow, SessionRow, StoreError, StoreRead};
-
-/// Maps a driver error to the store's.
-pub(crate) type MapErr = fn(sqlx::Error) -> StoreError;
 
 /// A store's read pool and statements; `K` is kept for as long as the reader lives.
 pub(crate) struct Reader<DB: Database, K: Send + Sync + 'static = ()> {

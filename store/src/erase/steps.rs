@@ -10,27 +10,8 @@ use tether_protocol::{now_ms, SessionId, SessionStatus};
 
 use super::sql::{Dialect, EraseSql};
 use super::{Scope, StoreErase, Trimmed};
+use crate::generic::{Affected, MapErr};
 use crate::StoreError;
-
-/// The rows a statement changed: each driver's result says it, under no common trait.
-pub(crate) trait Affected {
-    fn rows(&self) -> u64;
-}
-
-impl Affected for sqlx::sqlite::SqliteQueryResult {
-    fn rows(&self) -> u64 {
-        self.rows_affected()
-    }
-}
-
-impl Affected for sqlx::postgres::PgQueryResult {
-    fn rows(&self) -> u64 {
-        self.rows_affected()
-    }
-}
-
-/// Maps a driver error to the store's, for a read or a write.
-pub(crate) type MapErr = fn(sqlx::Error) -> StoreError;
 
 /// What a store does about space and the retention lease: the part of [`StoreErase`] that is
 /// not statements in common.

@@ -33,7 +33,6 @@ use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
 use crate::{OpenError, Opened, PostgresConfig, StoreError, StoreWrite};
 use connect::{ConnectError, Settings};
 use errors::{map_migrate, map_sqlx};
-use handoffs::PgHandoffs;
 
 /// The embedded migrations (`store/migrations/postgres/*.sql`).
 static MIGRATOR: Migrator = sqlx::migrate!("./migrations/postgres");
@@ -83,7 +82,7 @@ pub async fn open_postgres(cfg: &PostgresConfig) -> Result<Opened, OpenError> {
     Ok(Opened {
         writer: Box::new(writer),
         reader: Arc::new(reader::new(reader, epoch.clone())),
-        handoffs: Arc::new(PgHandoffs::new(handoffs)),
+        handoffs: Arc::new(handoffs::new(handoffs)),
         eraser: Arc::new(erase::new(eraser)),
         epoch,
         held,
@@ -121,7 +120,7 @@ pub async fn open_postgres_handoffs(
     let pool = PgPoolOptions::new()
         .max_connections(HANDOFF_CONNECTIONS)
         .connect_lazy_with(settings.pool_options("handoffs"));
-    Ok(Arc::new(PgHandoffs::new(pool)))
+    Ok(Arc::new(handoffs::new(pool)))
 }
 
 /// Test support: an erase pool of its own on an opened store, as another node has.

@@ -25,7 +25,6 @@ use sqlx::{ConnectOptions, Connection, Row};
 
 use crate::{Opened, StoreConfig, StoreError, StoreWrite, Synchronous};
 use errors::{map_migrate, map_sqlx, Doing};
-use handoffs::SqliteHandoffs;
 
 /// The embedded migrations (`store/migrations/sqlite/*.sql`).
 static MIGRATOR: Migrator = sqlx::migrate!("./migrations/sqlite");
@@ -81,7 +80,7 @@ pub async fn open_sqlite(cfg: &StoreConfig) -> Result<Opened, StoreError> {
         .map_err(|e| map_sqlx(e, Doing::Open))?;
     let (stop_checkpoints, stop) = tokio::sync::oneshot::channel();
     checkpoint::spawn(checkpointer, stop);
-    let handoffs = SqliteHandoffs::open(cfg).await?;
+    let handoffs = handoffs::open(cfg).await?;
     let eraser = erase::open(cfg).await?;
 
     tracing::info!(db_path = %cfg.db_path.display(), epoch = %epoch, "store opened");

@@ -41,7 +41,6 @@ use crate::{Opened, PostgresConfig, StoreWrite};
 use super::connect::{close, node_lock_key, Settings, WriterLock};
 use super::fencing::{Accepts, Fencing};
 pub use super::fencing::{Fences, ForwardId, NodeId};
-use super::handoffs::PgHandoffs;
 use super::{check_pool, connect_retrying, ensure_epoch, migrate, writer, HANDOFF_CONNECTIONS};
 use crate::served::Served;
 
@@ -324,7 +323,7 @@ impl Cluster {
         Ok(Opened {
             writer: self.open_writer().await,
             reader: Arc::new(super::reader::new(reader, self.inner.epoch.clone())),
-            handoffs: Arc::new(PgHandoffs::fenced(handoffs, self.fencing())),
+            handoffs: Arc::new(super::handoffs::fenced(handoffs, self.fencing())),
             eraser: Arc::new(crate::postgres::erase::new(eraser)),
             epoch: self.inner.epoch.clone(),
             held: self.inner.held,
