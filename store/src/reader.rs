@@ -7,12 +7,11 @@
 //! event: that is what lets the Session actor fan out only what the writer confirmed.
 
 use async_trait::async_trait;
-use sqlx::query::Query;
 use sqlx::{Database, Encode, Executor, IntoArguments, Pool, Type};
 
 use tether_protocol::{SessionId, SessionStatus};
 
-use crate::generic::MapErr;
+use crate::generic::{self, MapErr};
 use crate::paging::{events_since_binds, ListPage};
 use crate::reads::{IndexHints, ReadSql};
 use crate::rows::{event_from_row, session_from_row, StoreRow};
@@ -45,43 +44,6 @@ impl<DB: Database, K: Send + Sync + 'static> Reader<DB, K> {
     }
 }
 
-impl<DB, K> Reader<DB, K>
-where
-    DB: Database,
-    K: Send + Sync + 'static,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    DB::Row: StoreRow,
-{
-    /// Runs a read that answers with at most one row.
-    async fn optional<'q, T: Send>(
-        &self,
-        query: Query<'q, DB, DB::Arguments<'q>>,
-        decode: fn(&DB::Row) -> Result<T, StoreError>,
-    ) -> Result<Option<T>, StoreError>
-    where
-        DB::Arguments<'q>: IntoArguments<'q, DB>,
-    {
-        let row = query
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(self.read_err)?;
-        row.as_ref().map(decode).transpose()
-    }
-
-    /// Runs a read and decodes every row it answers.
-    async fn all<'q, T: Send>(
-        &self,
-        query: Query<'q, DB, DB::Arguments<'q>>,
-        decode: fn(&DB::Row) -> Result<T, StoreError>,
-    ) -> Result<Vec<T>, StoreError>
-    where
-        DB::Arguments<'q>: IntoArguments<'q, DB>,
-    {
-        let rows = query.fetch_all(&self.pool).await.map_err(self.read_err)?;
-        rows.iter().map(decode).collect()
-    }
-}
-
 #[async_trait]
 impl<DB, K> StoreRead for Reader<DB, K>
 where
@@ -106,7 +68,7 @@ where
         let query = sqlx::query(&self.sql.get_session)
             .bind(id.as_str())
             .bind(profile);
-        self.optional(query, session_from_row).await
+        generic::optional(&self.pool, query, self.read_err, session_from_row).await
     }
 
     async fn list_sessions_within(
@@ -149,12 +111,12 @@ where
             .bind(session_id.as_str())
             .bind(after)
             .bind(limit);
-        self.all(query, event_from_row).await
+        generic::all(&self.pool, query, self.read_err, event_from_row).await
     }
 
     async fn latest_todos(&self, session_id: &SessionId) -> Result<Option<EventRow>, StoreError> {
         let query = sqlx::query(&self.sql.latest_todos).bind(session_id.as_str());
-        self.optional(query, event_from_row).await
+        generic::optional(&self.pool, query, self.read_err, event_from_row).await
     }
 
     async fn branch_titles(
@@ -165,18 +127,22 @@ where
         let query = sqlx::query(&self.sql.branch_titles)
             .bind(profile)
             .bind(parent.as_str());
-        self.all(query, |r| r.text(0)).await
+        generic::all(&self.pool, query, self.read_err, |r| r.text(0)).await
     }
 
     async fn sessions_with_turn_marker(&self) -> Result<Vec<(String, SessionId)>, StoreError> {
         let query = sqlx::query(&self.sql.with_turn_marker);
-        self.all(query, |r| Ok((r.text(0)?, SessionId::from(r.text(1)?))))
-            .await
+        generic::all(&self.pool, query, self.read_err, |r| {
+            Ok((r.text(0)?, SessionId::from(r.text(1)?)))
+        })
+        .await
     }
 
     async fn count_open_sessions(&self) -> Result<u64, StoreError> {
         let query = sqlx::query(&self.sql.count_not_closed).bind(SessionStatus::Closed.as_str());
-        let count = self.optional(query, |r| r.int(0)).await?.unwrap_or(0);
+        let count = generic::optional(&self.pool, query, self.read_err, |r| r.int(0))
+            .await?
+            .unwrap_or(0);
         Ok(u64::try_from(count).unwrap_or(0))
     }
 
@@ -188,6 +154,6 @@ where
         let query = sqlx::query(&self.sql.segment)
             .bind(session_id.as_str())
             .bind(i64::try_from(upto).unwrap_or(i64::MAX));
-        self.all(query, event_from_row).await
+        generic::all(&self.pool, query, self.read_err, event_from_row).await
     }
 }

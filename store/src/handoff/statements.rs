@@ -10,7 +10,7 @@ use sqlx::{Database, Encode, Executor, IntoArguments, Pool, Type};
 use tether_protocol::{HandoffId, HandoffState, SessionId};
 
 use super::{HandoffDialect, HandoffRow, HandoffSql};
-use crate::generic::{Affected, MapErr};
+use crate::generic::{self, Affected, MapErr};
 use crate::rows::{handoff_from_row, parse_handoff_state, StoreRow};
 use crate::StoreError;
 
@@ -60,12 +60,7 @@ pub(crate) struct Statements<DB: Database, I> {
     insert: I,
 }
 
-impl<DB, I> Statements<DB, I>
-where
-    DB: Database,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    DB::Row: StoreRow,
-{
+impl<DB: Database, I> Statements<DB, I> {
     pub(crate) fn new(
         pool: Pool<DB>,
         sql: HandoffSql,
@@ -80,34 +75,6 @@ where
             write_err,
             insert,
         }
-    }
-
-    /// Runs a statement that answers with at most one handoff.
-    async fn one<'q>(
-        &self,
-        query: Query<'q, DB, DB::Arguments<'q>>,
-        map_err: MapErr,
-    ) -> Result<Option<HandoffRow>, StoreError>
-    where
-        DB::Arguments<'q>: IntoArguments<'q, DB>,
-    {
-        let row = query.fetch_optional(&self.pool).await.map_err(map_err)?;
-        row.as_ref().map(handoff_from_row).transpose()
-    }
-
-    /// Runs a statement that answers with at most one TEXT value.
-    async fn text<'q>(
-        &self,
-        query: Query<'q, DB, DB::Arguments<'q>>,
-    ) -> Result<Option<String>, StoreError>
-    where
-        DB::Arguments<'q>: IntoArguments<'q, DB>,
-    {
-        let row = query
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(self.read_err)?;
-        row.map(|r| r.text(0)).transpose()
     }
 }
 
@@ -148,7 +115,7 @@ where
             .bind(profile)
             .bind(target)
             .bind(now);
-        self.one(query, self.write_err).await
+        generic::optional(&self.pool, query, self.write_err, handoff_from_row).await
     }
 
     async fn complete_if_running(
@@ -161,7 +128,7 @@ where
             .bind(id.as_str())
             .bind(profile)
             .bind(now);
-        self.one(query, self.write_err).await
+        generic::optional(&self.pool, query, self.write_err, handoff_from_row).await
     }
 
     async fn fail_if_allowed(
@@ -178,7 +145,7 @@ where
             .bind(error)
             .bind(now)
             .bind(only_if_pending);
-        self.one(query, self.write_err).await
+        generic::optional(&self.pool, query, self.write_err, handoff_from_row).await
     }
 
     async fn state_of(
@@ -189,7 +156,7 @@ where
         let query = sqlx::query(&self.sql.state_of)
             .bind(id.as_str())
             .bind(profile);
-        let state = self.text(query).await?;
+        let state = generic::optional(&self.pool, query, self.read_err, |r| r.text(0)).await?;
         state.map(|s| parse_handoff_state(&s)).transpose()
     }
 
@@ -201,7 +168,7 @@ where
         let query = sqlx::query(&self.sql.session_status)
             .bind(session_id.as_str())
             .bind(profile);
-        self.text(query).await
+        generic::optional(&self.pool, query, self.read_err, |r| r.text(0)).await
     }
 
     async fn in_flight(
@@ -212,7 +179,7 @@ where
         let query = sqlx::query(&self.sql.in_flight)
             .bind(session_id.as_str())
             .bind(profile);
-        self.one(query, self.read_err).await
+        generic::optional(&self.pool, query, self.read_err, handoff_from_row).await
     }
 
     async fn latest(
@@ -223,6 +190,6 @@ where
         let query = sqlx::query(&self.sql.latest)
             .bind(session_id.as_str())
             .bind(profile);
-        self.one(query, self.read_err).await
+        generic::optional(&self.pool, query, self.read_err, handoff_from_row).await
     }
 }
