@@ -25,6 +25,8 @@
 
 mod cluster;
 mod fanout;
+mod fill;
+mod flat;
 mod harness;
 mod idle;
 mod load;
@@ -88,6 +90,12 @@ enum Scenario {
     /// Two nodes on one PostgreSQL: failover after kill -9, cross-node
     /// delivery latency and its CPU cost.
     Cluster(cluster::ClusterBench),
+    /// Fills a store with many sessions and events through the store's
+    /// write API, as a gateway would have written them over a long time.
+    Fill(fill::FillBench),
+    /// Start-up, memory, list, resume, paging and turn figures on an
+    /// empty store and on a filled one, side by side.
+    Flat(flat::FlatBench),
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
@@ -101,5 +109,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         Scenario::Idle(b) => idle::run(b),
         Scenario::Load(b) => load::run(b),
         Scenario::Cluster(b) => cluster::run(b),
+        Scenario::Fill(b) => fill::run(b),
+        Scenario::Flat(b) => flat::run(b),
     }
 }
