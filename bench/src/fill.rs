@@ -210,6 +210,11 @@ pub async fn fill(b: &FillBench) -> anyhow::Result<Value> {
     let known = known_rx.recv().unwrap_or_default();
     drop(writer);
     drop(store);
+    if let Backend::Sqlite(cfg) = &backend {
+        // As a gateway's clean stop leaves it: the WAL folded into the
+        // file, so the next open has no WAL to recover.
+        tether_store::vacuum_sqlite(cfg).await?;
+    }
     let bytes = store_bytes(&backend).await?;
     let report = json!({
         "scenario": "fill",

@@ -35,6 +35,7 @@ use serde_json::{json, Value};
 use super::fill::{self, FillBench};
 use super::harness::on_pinned_thread;
 use gateway::Gateway;
+use probe::percentiles;
 
 #[derive(Debug, Args)]
 pub struct FlatBench {
@@ -61,8 +62,9 @@ pub struct FlatBench {
     /// Events of each probe session.
     #[arg(long, default_value_t = 10_000)]
     probe_events: u64,
-    /// Gateway starts timed per store.
-    #[arg(long, default_value_t = 3)]
+    /// Gateway starts timed per store (all but the last also resume each
+    /// probe once, from the store).
+    #[arg(long, default_value_t = 4)]
     starts: usize,
     /// Requests timed per latency figure.
     #[arg(long, default_value_t = 300)]
@@ -136,8 +138,8 @@ pub fn run(b: FlatBench) -> anyhow::Result<()> {
             "startup_max": ratio(&["startup_ms", "max"]),
             "idle_rss": ratio(&["idle_rss_kib"]),
             "list_p99": ratio(&["list", "p99_ms"]),
-            "resume_p99": ratio(&["resume", "p99_ms"]),
-            "resume_from_store_p99": ratio(&["resume", "from_store", "p99_ms"]),
+            "resume_live_p99": ratio(&["resume_live", "p99_ms"]),
+            "resume_from_store_p99": ratio(&["resume_from_store", "p99_ms"]),
             "page_rss_growth": ratio(&["paging", "rss_growth_kib"]),
             "turns_clean_rate": ratio(&["turns", "clean_durable_deliveries_per_s"]),
         },
@@ -272,40 +274,44 @@ async fn recreate_database(server: &str, name: &str) -> anyhow::Result<()> {
 /// Every figure of one store.
 fn measure(b: &FlatBench, store: &Prepared) -> anyhow::Result<Value> {
     eprintln!("flat: measuring the {} store", store.name);
-    let mut startups = Vec::new();
-    for _ in 1..b.starts.max(1) {
-        let gw = Gateway::start(&store.url, b.hosts, b.server_cpu)?;
-        startups.push(gw.startup);
-        gw.stop()?;
-    }
-    let gw = Gateway::start(&store.url, b.hosts, b.server_cpu)?;
-    startups.push(gw.startup);
-    std::thread::sleep(Duration::from_secs_f64(b.settle_secs));
-    let (idle_rss, idle_anon) = gw.rss();
     let probes: Vec<String> = store.fill["probe_sessions"]
         .as_array()
         .into_iter()
         .flatten()
         .filter_map(|v| v.as_str().map(str::to_owned))
         .collect();
+    // Each start but the last: its start-up, and every probe resumed
+    // once, from the store.
+    let (mut startups, mut from_store, mut first_round) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 1..b.starts.max(1) {
+        let gw = Gateway::start(&store.url, b.hosts, b.server_cpu)?;
+        startups.push(gw.startup);
+        let round = clients(b, &gw, &probes, |url, probes| async move {
+            probe::resume_each(&url, &probes).await
+        })?;
+        if i == 1 {
+            first_round.clone_from(&round);
+        }
+        from_store.extend(round);
+        gw.stop()?;
+    }
+    let gw = Gateway::start(&store.url, b.hosts, b.server_cpu)?;
+    startups.push(gw.startup);
+    std::thread::sleep(Duration::from_secs_f64(b.settle_secs));
+    let (idle_rss, idle_anon) = gw.rss();
     let paged = store.fill["largest_session"]
         .as_str()
         .map(str::to_owned)
         .or_else(|| probes.first().cloned())
         .context("the fill recorded no session to page through")?;
-    let (url, pid, n, page) = (gw.ws_url(), gw.pid, b.requests, b.page);
-    let clients = on_pinned_thread(b.client_cpu, move || -> anyhow::Result<Value> {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        rt.block_on(async move {
-            // Paging first: its memory is measured from the idle
-            // gateway's, before the resumes bring transcripts live.
-            let paging = probe::page_through(&url, pid, &paged, page).await?;
-            let list = probe::list(&url, n).await?;
-            let resume = probe::resume(&url, &probes, n).await?;
-            Ok(json!({ "list": list, "resume": resume, "paging": paging }))
-        })
+    let (pid, n, page) = (gw.pid, b.requests, b.page);
+    let reads = clients(b, &gw, &probes, move |url, probes| async move {
+        // Paging first: its memory is measured from the idle gateway's,
+        // before the resumes bring transcripts live.
+        let paging = probe::page_through(&url, pid, &paged, page).await?;
+        let list = probe::list(&url, n).await?;
+        let live = probe::resume_live(&url, &probes, n).await?;
+        Ok(json!({ "list": list, "resume_live": live, "paging": paging }))
     })?;
     let (after_rss, _) = gw.rss();
     let turns = if b.turn_steps.is_empty() {
@@ -330,12 +336,31 @@ fn measure(b: &FlatBench, store: &Prepared) -> anyhow::Result<Value> {
         "idle_rss_kib": idle_rss,
         "idle_rss_anon_kib": idle_anon,
         "rss_after_reads_kib": after_rss,
+        "resume_from_store": percentiles(&mut from_store),
+        "resume_from_store_first_start": percentiles(&mut first_round),
         "turns": turns,
     });
-    if let (Some(o), Value::Object(c)) = (v.as_object_mut(), clients) {
+    if let (Some(o), Value::Object(c)) = (v.as_object_mut(), reads) {
         o.extend(c);
     }
     Ok(v)
+}
+
+/// Runs `body` (the gateway's WebSocket URL, the probes) on a runtime of
+/// its own on the client CPU.
+fn clients<T, F, Fut>(b: &FlatBench, gw: &Gateway, probes: &[String], body: F) -> anyhow::Result<T>
+where
+    T: Send + 'static,
+    F: FnOnce(String, Vec<String>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = anyhow::Result<T>>,
+{
+    let (url, probes) = (gw.ws_url(), probes.to_vec());
+    on_pinned_thread(b.client_cpu, move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        rt.block_on(body(url, probes))
+    })
 }
 
 /// `tether bench load --scenario turns` against the running gateway (this

@@ -41,35 +41,49 @@ pub async fn list(url: &str, n: usize) -> anyhow::Result<Value> {
     Ok(v)
 }
 
-/// `session.resume` (attaching, with its messages, as a client opening a
-/// chat) of the probe sessions in turn, `n` times; each is detached again.
-/// The first resume of each brings it live from the store; later ones
-/// find it live (parking takes longer than the run).
-pub async fn resume(url: &str, sessions: &[String], n: usize) -> anyhow::Result<Value> {
+/// One `session.resume` (attaching, with its messages, as a client
+/// opening a chat) and its detach; how long the resume took and how many
+/// messages it returned.
+async fn resume_one(ws: &mut Ws, id: &str) -> anyhow::Result<(Duration, usize)> {
+    let t0 = Instant::now();
+    let r = request(
+        ws,
+        "session.resume",
+        json!({"session_id": id, "attach": true}),
+    )
+    .await?;
+    let took = t0.elapsed();
+    request(ws, "session.detach", json!({"session_id": id})).await?;
+    Ok((took, r["messages"].as_array().map_or(0, Vec::len)))
+}
+
+/// Each of `sessions` resumed once: on a gateway that just started, each
+/// is brought live from the store.
+pub async fn resume_each(url: &str, sessions: &[String]) -> anyhow::Result<Vec<Duration>> {
+    let mut ws = connect(url).await?;
+    let mut samples = Vec::with_capacity(sessions.len());
+    for id in sessions {
+        samples.push(resume_one(&mut ws, id).await?.0);
+    }
+    Ok(samples)
+}
+
+/// `n` resumes of `sessions` in turn, once they are live (parking takes
+/// longer than the run).
+pub async fn resume_live(url: &str, sessions: &[String], n: usize) -> anyhow::Result<Value> {
     anyhow::ensure!(!sessions.is_empty(), "no probe session to resume");
     let mut ws = connect(url).await?;
+    for id in sessions {
+        resume_one(&mut ws, id).await?;
+    }
     let mut samples = Vec::with_capacity(n);
-    let mut first = Vec::new();
     let mut messages = 0;
     for i in 0..n {
-        let id = &sessions[i % sessions.len()];
-        let t0 = Instant::now();
-        let r = request(
-            &mut ws,
-            "session.resume",
-            json!({"session_id": id, "attach": true}),
-        )
-        .await?;
-        let took = t0.elapsed();
-        if i < sessions.len() {
-            first.push(took);
-        }
+        let (took, m) = resume_one(&mut ws, &sessions[i % sessions.len()]).await?;
         samples.push(took);
-        messages = r["messages"].as_array().map_or(0, Vec::len);
-        request(&mut ws, "session.detach", json!({"session_id": id})).await?;
+        messages = m;
     }
     let mut v = percentiles(&mut samples);
-    v["from_store"] = percentiles(&mut first);
     v["messages_returned"] = json!(messages);
     Ok(v)
 }
