@@ -25,6 +25,8 @@
 
 mod cluster;
 mod fanout;
+mod fill;
+mod flat;
 mod harness;
 mod idle;
 mod load;
@@ -92,6 +94,12 @@ enum Scenario {
     /// Bytes written to disk per stored event (WAL and checkpoints),
     /// beside the events' own size.
     WriteBytes(write_bytes::WriteBytesBench),
+    /// Fills a store with many sessions and events through the store's
+    /// write API, as a gateway would have written them over a long time.
+    Fill(fill::FillBench),
+    /// Start-up, memory, list, resume, paging and turn figures on an
+    /// empty store and on a filled one, side by side.
+    Flat(flat::FlatBench),
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
@@ -106,5 +114,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         Scenario::Load(b) => load::run(b),
         Scenario::Cluster(b) => cluster::run(b),
         Scenario::WriteBytes(b) => write_bytes::run(b),
+        Scenario::Fill(b) => fill::run(b),
+        Scenario::Flat(b) => flat::run(b),
     }
 }
