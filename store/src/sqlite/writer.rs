@@ -47,7 +47,9 @@ type OpResult = Result<(), StoreError>;
 const QUEUE: usize = 4;
 /// Prepared statements kept per connection (the writer has about ten).
 const STATEMENT_CACHE: usize = 32;
-/// WAL frames (64 MiB of 4 KiB pages) after which the writer checkpoints, right after a commit.
+/// Bytes of WAL (64 MiB) after which the writer checkpoints, right after a commit; SQLite counts
+/// it in frames of the store's page size, so a store with smaller pages gets more of them (a
+/// 2 KiB store checkpointing at half the bytes syncs twice as often).
 ///
 /// The background checkpointer (`checkpoint.rs`) does most of the copying, but it cannot let
 /// the WAL start over: SQLite rewinds the WAL only when a write transaction begins with every
@@ -58,7 +60,7 @@ const STATEMENT_CACHE: usize = 32;
 /// frames since the last background one left to copy, and the next commit rewinds the WAL.
 /// It copies only what the background checkpointer has not, and it stalls the writer while it
 /// runs, hence a threshold well above what the background one leaves behind (500 ms of writes).
-const WAL_AUTOCHECKPOINT_PAGES: u32 = 16384;
+const WAL_AUTOCHECKPOINT_BYTES: i64 = 64 << 20;
 /// Writer page cache: negative means KiB (8 MiB, 2048 pages). What appends touch is the last
 /// leaf of each writing session's events, the interior pages above them and the sessions' rows,
 /// but the cache keeps every page it touched until it is full, so at 64 MiB it grew with the
@@ -109,13 +111,17 @@ fn connect(
         Synchronous::Normal => "NORMAL",
         Synchronous::Full => "FULL",
     };
+    let page_size: i64 = conn
+        .query_row("PRAGMA page_size", [], |row| row.get(0))
+        .map_err(open_err)?;
+    let autocheckpoint = WAL_AUTOCHECKPOINT_BYTES / page_size.max(512);
     // PRAGMA arguments cannot be bound; every value here is ours.
     conn.execute_batch(&format!(
         "PRAGMA journal_mode = WAL; \
          PRAGMA synchronous = {synchronous}; \
          PRAGMA foreign_keys = ON; \
          PRAGMA temp_store = MEMORY; \
-         PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT_PAGES}; \
+         PRAGMA wal_autocheckpoint = {autocheckpoint}; \
          PRAGMA cache_size = {WRITER_CACHE_KIB};"
     ))
     .map_err(open_err)?;
