@@ -11,9 +11,8 @@
 //! step one whose grace is long; the grace is fixed for a process, so the
 //! parked step runs on a second gateway.
 
-use std::io::{BufRead, BufReader};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::process::{Child, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -85,28 +84,9 @@ impl ServerProcess {
             .args(["--orphan-grace-s", &orphan_grace_s.to_string()])
             .args(["--session-ttl-s", "86400"])
             .args(["--max-live-sessions", &live_cap.to_string()])
-            .args(["--max-connections", &connection_cap.to_string()])
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        let mut child = cmd.spawn().context("start tether serve")?;
-        let stdout = child.stdout.take().context("child stdout")?;
-        // Skip what a wrapper (a profiler) may print before the start-up line.
-        let mut lines = BufReader::new(stdout).lines();
-        let addr = loop {
-            match lines.next() {
-                Some(Ok(line)) => {
-                    if let Some(a) = line.trim().strip_prefix("tether listening on http://") {
-                        break a.parse().context("listen address")?;
-                    }
-                }
-                _ => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    bail!("tether serve exited before listening");
-                }
-            }
-        };
+            .args(["--max-connections", &connection_cap.to_string()]);
+        let (child, addr) = crate::load::server::spawn_listening(&mut cmd)?;
+        let addr = addr.parse().context("listen address")?;
         Ok(Self { child, addr, dir })
     }
 

@@ -25,7 +25,7 @@
 //! integers at 8 bytes each), which is what the data needs.
 
 use std::path::PathBuf;
-use std::process::{Child, Stdio};
+use std::process::Child;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
@@ -149,25 +149,12 @@ fn start(b: &WriteBytesBench, data: &std::path::Path) -> anyhow::Result<Gateway>
         // prompt.
         .args(["--rate-limit-rps", "0"])
         .args(["--synchronous", &b.synchronous])
-        .args(&b.serve_arg)
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
-    let mut child = cmd
-        .spawn()
-        .with_context(|| format!("start {}", program.display()))?;
-    match crate::load::server::read_address(&mut child) {
-        Ok(addr) => Ok(Gateway {
-            child,
-            url: format!("ws://{addr}/ws"),
-        }),
-        Err(e) => {
-            let _ = child.kill();
-            let _ = child.wait();
-            Err(e)
-        }
-    }
+        .args(&b.serve_arg);
+    let (child, addr) = crate::load::server::spawn_listening(&mut cmd)?;
+    Ok(Gateway {
+        child,
+        url: format!("ws://{addr}/ws"),
+    })
 }
 
 /// What the store holds, summed over its events.

@@ -8,8 +8,6 @@ use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
-
 use crate::harness::pinned_command;
 use crate::load::proc;
 
@@ -57,22 +55,7 @@ impl Node {
             Some(cpu) => pinned_command(cpu, &spec.tether),
             None => std::process::Command::new(&spec.tether),
         };
-        cmd.args(args(spec, dir.path()))
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        let mut child = cmd
-            .spawn()
-            .with_context(|| format!("start {}", spec.tether.display()))?;
-        let addr = match crate::load::server::read_address(&mut child) {
-            Ok(a) => a,
-            Err(e) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(e);
-            }
-        };
+        let (child, addr) = crate::load::server::spawn_listening(cmd.args(args(spec, dir.path())))?;
         Ok(Node {
             pid: child.id(),
             child,

@@ -1,12 +1,10 @@
 //! A `tether serve` process on a given store, pinned to the server CPU:
 //! how long it took to print its listening line, and its memory.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-use anyhow::Context;
 
 use crate::harness::{pinned_command, rss_kib, status_kib};
 
@@ -43,21 +41,9 @@ impl Gateway {
             .arg("--rate-limit-rps")
             .arg("0")
             .arg("--max-connections")
-            .arg("65536")
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+            .arg("65536");
         let t0 = Instant::now();
-        let mut child = cmd.spawn().context("start tether serve")?;
-        let addr = match crate::load::server::read_address(&mut child) {
-            Ok(addr) => addr,
-            Err(e) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(e);
-            }
-        };
+        let (child, addr) = crate::load::server::spawn_listening(&mut cmd)?;
         let startup = t0.elapsed();
         Ok(Gateway {
             pid: child.id(),

@@ -8,7 +8,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Stdio};
+use std::process::{Child, Command, Stdio};
 
 use anyhow::{bail, Context};
 
@@ -33,23 +33,7 @@ impl Server {
         }
         let (program, args, dir) = command_of(b)?;
         let mut cmd = crate::harness::pinned_command(b.server_cpu, &program);
-        cmd.args(&args)
-            .env("RUST_LOG", "warn")
-            .env("PORT", "0")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        let mut child = cmd
-            .spawn()
-            .with_context(|| format!("start {}", program.display()))?;
-        let addr = match read_address(&mut child) {
-            Ok(addr) => addr,
-            Err(e) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(e);
-            }
-        };
+        let (child, addr) = spawn_listening(cmd.args(&args).env("PORT", "0"))?;
         let url = match b.target {
             TargetKind::Tether => format!("ws://{addr}/ws"),
             TargetKind::Limit => format!("ws://{addr}/"),
@@ -130,9 +114,31 @@ impl Drop for Server {
     }
 }
 
+/// Starts `cmd` (a server whose stdout says where it listens, its stderr
+/// shown) and waits for its address; a server that exits first, or never
+/// says it, is killed and reaped.
+pub(crate) fn spawn_listening(cmd: &mut Command) -> anyhow::Result<(Child, String)> {
+    let program = cmd.get_program().to_owned();
+    let mut child = cmd
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .with_context(|| format!("start {}", program.to_string_lossy()))?;
+    match read_address(&mut child) {
+        Ok(addr) => Ok((child, addr)),
+        Err(e) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(e)
+        }
+    }
+}
+
 /// Reads stdout up to the `listening on http://ADDR` line; the rest of
 /// stdout is drained on a thread so the server never blocks on it.
-pub(crate) fn read_address(child: &mut Child) -> anyhow::Result<String> {
+fn read_address(child: &mut Child) -> anyhow::Result<String> {
     let stdout = child.stdout.take().context("child stdout")?;
     let mut lines = BufReader::new(stdout).lines();
     let addr = loop {
