@@ -13,9 +13,10 @@
 //! the idle gateway's RSS, `session.list` and `session.resume` (of a probe)
 //! latencies, a session read whole through `session.events.since` pages
 //! (the largest on the big store, a probe on the empty one) with its time
-//! and the gateway's peak RSS meanwhile, and the turn benchmark's clean
-//! rate (`tether bench load --scenario turns` against the same gateway).
-//! The report puts big ÷ empty beside each figure.
+//! and the gateway's peak RSS meanwhile. Then the turn benchmark (`tether
+//! bench load --scenario turns`) in `--turn-rounds` rounds alternating the
+//! stores (`flat/turns.rs`). The report puts big ÷ empty beside each
+//! figure (for the turns, of the medians).
 //!
 //! The stores are kept (SQLite files in `--dir`, PostgreSQL databases
 //! `flat_empty` and `flat_big`) with the fill's report beside them, and
@@ -23,12 +24,12 @@
 
 mod gateway;
 mod probe;
+mod turns;
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use clap::Args;
 use serde_json::{json, Value};
 
@@ -79,12 +80,18 @@ pub struct FlatBench {
     #[arg(long, default_value_t = 2)]
     hosts: usize,
     /// The turn benchmark's steps, durable deliveries/s (empty: skip it).
+    /// Close together (5,000 apart below 80,000): the clean rate is the
+    /// highest clean step, so the spacing is its resolution.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "20000,30000,40000,50000,60000,70000,80000,90000,100000,110000,120000"
+        default_value = "30000,35000,40000,45000,50000,55000,60000,65000,70000,75000,80000,90000,100000"
     )]
     turn_steps: Vec<u64>,
+    /// Rounds of the turn benchmark, each on both stores in turn (empty
+    /// first), each on a fresh gateway; medians are compared.
+    #[arg(long, default_value_t = 3)]
+    turn_rounds: usize,
     /// The turn benchmark's sessions.
     #[arg(long, default_value_t = 100)]
     turn_sessions: usize,
@@ -124,6 +131,15 @@ pub fn run(b: FlatBench) -> anyhow::Result<()> {
     std::thread::sleep(Duration::from_secs(5));
     let e = measure(&b, &empty)?;
     let g = measure(&b, &big)?;
+    let turns = if b.turn_steps.is_empty() {
+        Value::Null
+    } else {
+        turns::rounds(&b, &[&empty, &big])?
+    };
+    let of_turns = |key: &str| match (turns["big"][key].as_f64(), turns["empty"][key].as_f64()) {
+        (Some(x), Some(y)) if y > 0.0 => json!((x / y * 1000.0).round() / 1000.0),
+        _ => Value::Null,
+    };
     let ratio = |path: &[&str]| {
         let pick = |v: &Value| path.iter().fold(v.clone(), |v, k| v[*k].clone()).as_f64();
         match (pick(&g), pick(&e)) {
@@ -141,10 +157,12 @@ pub fn run(b: FlatBench) -> anyhow::Result<()> {
             "resume_live_p99": ratio(&["resume_live", "p99_ms"]),
             "resume_from_store_p99": ratio(&["resume_from_store", "p99_ms"]),
             "page_rss_growth": ratio(&["paging", "rss_growth_kib"]),
-            "turns_clean_rate": ratio(&["turns", "clean_durable_deliveries_per_s"]),
+            "turns_clean_rate_median": of_turns("clean_durable_deliveries_per_s"),
+            "turns_saturation_median": of_turns("saturation_durable_deliveries_per_s"),
         },
         "empty": e,
         "big": g,
+        "turns": turns,
         "server_cpu": format!("cpu{}", b.server_cpu),
         "client_cpu": format!("cpu{}", b.client_cpu),
     });
@@ -314,11 +332,6 @@ fn measure(b: &FlatBench, store: &Prepared) -> anyhow::Result<Value> {
         Ok(json!({ "list": list, "resume_live": live, "paging": paging }))
     })?;
     let (after_rss, _) = gw.rss();
-    let turns = if b.turn_steps.is_empty() {
-        Value::Null
-    } else {
-        turns(b, &gw)?
-    };
     gw.stop()?;
     let ms: Vec<f64> = startups
         .iter()
@@ -338,7 +351,6 @@ fn measure(b: &FlatBench, store: &Prepared) -> anyhow::Result<Value> {
         "rss_after_reads_kib": after_rss,
         "resume_from_store": percentiles(&mut from_store),
         "resume_from_store_first_start": percentiles(&mut first_round),
-        "turns": turns,
     });
     if let (Some(o), Value::Object(c)) = (v.as_object_mut(), reads) {
         o.extend(c);
@@ -361,60 +373,4 @@ where
             .build()?;
         rt.block_on(body(url, probes))
     })
-}
-
-/// `tether bench load --scenario turns` against the running gateway (this
-/// binary, so the same generator as `bench/compare.sh`); its clean rate
-/// and the steps it ran.
-fn turns(b: &FlatBench, gw: &Gateway) -> anyhow::Result<Value> {
-    let steps: Vec<String> = b.turn_steps.iter().map(u64::to_string).collect();
-    let out = std::process::Command::new(std::env::current_exe()?)
-        .args(["load", "--target", "tether", "--scenario", "turns"])
-        .arg("--url")
-        .arg(gw.ws_url())
-        .arg("--server-pid")
-        .arg(gw.pid.to_string())
-        .arg("--server-cpu")
-        .arg(b.server_cpu.to_string())
-        .arg("--client-cpu")
-        .arg(b.client_cpu.to_string())
-        .arg("--sessions")
-        .arg(b.turn_sessions.to_string())
-        .arg("--peers")
-        .arg(b.turn_peers.to_string())
-        .arg("--step-secs")
-        .arg(b.turn_step_secs.to_string())
-        .arg("--steps")
-        .arg(steps.join(","))
-        .stderr(Stdio::inherit())
-        .output()
-        .context("run the turn benchmark")?;
-    if !out.status.success() {
-        bail!("the turn benchmark failed: {}", out.status);
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
-    let line = text
-        .lines()
-        .rev()
-        .find(|l| l.starts_with('{'))
-        .context("the turn benchmark printed no report")?;
-    let v: Value = serde_json::from_str(line)?;
-    let steps: Vec<Value> = v["steps"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|s| {
-            json!({
-                "aim": s["target_durable_deliveries_per_s"],
-                "clean": s["clean"],
-                "durable_deliveries_per_s": s["durable_deliveries_per_s"],
-                "p99_ms": s["latency_ms"]["p99"],
-            })
-        })
-        .collect();
-    Ok(json!({
-        "clean_durable_deliveries_per_s": v["clean_durable_deliveries_per_s"],
-        "server_peak_rss_kib": v["server_peak_rss_kib"],
-        "steps": steps,
-    }))
 }
