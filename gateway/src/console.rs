@@ -49,7 +49,10 @@ macro_rules! client_module {
 const CLIENT_LIBRARY: &[(&str, &str)] = &[
     client_module!("index.js"),
     client_module!("gateway.js"),
+    client_module!("connection.js"),
     client_module!("session.js"),
+    client_module!("attach.js"),
+    client_module!("delivery.js"),
     client_module!("stream.js"),
     client_module!("turn.js"),
     client_module!("text.js"),

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ._errors import Code, ConnectionLost, RpcError
 
 if TYPE_CHECKING:
-    from ._gateway import Gateway
+    from ._connection import Connection
 
 # Methods that change nothing, so they may be sent again on a new connection
 # when the old one dropped before their answer.
@@ -56,7 +56,7 @@ class Requests:
     """`gw`: the gateway object, for its connection (`state`, `_outbox`,
     `ready`, `generation`) and what an Unreachable says."""
 
-    def __init__(self, gw: Gateway) -> None:
+    def __init__(self, gw: Connection) -> None:
         self._gw = gw
         self._next_id = 1
         # Sent on the current connection, by id.
