@@ -22,7 +22,7 @@ use clap::{ArgMatches, Args};
 /// flag and this crate imports that one.
 pub use tether_host::LogFormat;
 /// `--synchronous`: the store's own type (its `cli` feature).
-use tether_store::Synchronous;
+use tether_store::{PageSize, Synchronous};
 
 /// `--listen`: a socket address, or `:PORT` for loopback. Listening on
 /// every interface must be asked for by name (`0.0.0.0:PORT`), and then
@@ -111,6 +111,12 @@ pub struct ServeArgs {
     /// only: survives a crash of the process, not of the machine).
     #[arg(long, env = "TETHER_SYNCHRONOUS", value_enum, default_value = "full")]
     pub synchronous: Synchronous,
+    /// Page size, in bytes, of a new SQLite store (an existing one keeps
+    /// its own): 2048 writes a fifth to a third fewer bytes per event,
+    /// 4096 makes a store of longer events (0.5 to 1 KB) smaller
+    /// (docs/BENCHMARKS.md, "Bytes written per event").
+    #[arg(long, env = "TETHER_SQLITE_PAGE_SIZE", default_value_t = PageSize::DEFAULT)]
+    pub sqlite_page_size: PageSize,
     /// Group commit: a commit starts at least this many microseconds after
     /// the one before it, gathering what arrives meanwhile (0: at once).
     /// Only a gateway committing more often than that waits at all.
@@ -349,6 +355,7 @@ impl ServeArgs {
         };
         Ok(backend
             .with_synchronous(self.synchronous)
+            .with_page_size(self.sqlite_page_size)
             .with_connect_timeout(Duration::from_secs(self.database_connect_timeout_s))
             .with_served_in(&self.data_dir))
     }

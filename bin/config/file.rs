@@ -9,7 +9,7 @@ use anyhow::{bail, Context};
 use clap::parser::ValueSource;
 use clap::ArgMatches;
 use serde::Deserialize;
-use tether_store::Synchronous;
+use tether_store::{PageSize, Synchronous};
 
 use super::{parse_listen, LogFormat, ProfileEngineMap, ServeArgs};
 
@@ -48,6 +48,7 @@ pub(super) struct FileConfig {
     max_title_bytes: Option<usize>,
     max_list_bytes: Option<usize>,
     synchronous: Option<Synchronous>,
+    sqlite_page_size: Option<PageSize>,
     commit_window_us: Option<u64>,
     log_format: Option<LogFormat>,
     hosts: Option<usize>,
@@ -132,6 +133,7 @@ impl ServeArgs {
             max_title_bytes,
             max_list_bytes,
             synchronous,
+            sqlite_page_size,
             commit_window_us,
             log_format,
             hosts,

@@ -43,7 +43,7 @@ mod sqlite;
 mod writer_command;
 
 pub use api::{Opened, StoreRead, StoreWrite};
-pub use config::{PostgresConfig, StoreConfig, Synchronous};
+pub use config::{PageSize, PostgresConfig, StoreConfig, Synchronous};
 pub use cursor::list_cursor_after;
 pub use erase::{Scope, StoreErase, Trimmed};
 pub use error::StoreError;

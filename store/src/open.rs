@@ -15,8 +15,8 @@ use crate::postgres::{open_postgres, open_postgres_writer};
 use crate::served::Served;
 use crate::sqlite::{open_sqlite, open_sqlite_writer};
 use crate::{
-    mask_url, HandoffStore, LockError, OpenError, Opened, PostgresConfig, StoreConfig, StoreErase,
-    StoreError, StoreLock, StoreRead, StoreWrite, Synchronous,
+    mask_url, HandoffStore, LockError, OpenError, Opened, PageSize, PostgresConfig, StoreConfig,
+    StoreErase, StoreError, StoreLock, StoreRead, StoreWrite, Synchronous,
 };
 
 /// Which store a gateway opens: the SQLite file (the default, in the data directory) or a
@@ -64,6 +64,15 @@ impl Backend {
     pub fn with_synchronous(mut self, synchronous: Synchronous) -> Backend {
         if let Backend::Sqlite(cfg) = &mut self {
             cfg.synchronous = synchronous;
+        }
+        self
+    }
+
+    /// Sets the page size a new SQLite file is made with (an existing file keeps its own; no
+    /// effect on PostgreSQL).
+    pub fn with_page_size(mut self, page_size: PageSize) -> Backend {
+        if let Backend::Sqlite(cfg) = &mut self {
+            cfg.page_size = page_size;
         }
         self
     }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use common::Backend;
 use tether_store::testing::TestDatabase;
 use tether_store::{
-    open_postgres, open_postgres_writer, open_sqlite, open_sqlite_writer, OpenError,
+    open_postgres, open_postgres_writer, open_sqlite, open_sqlite_writer, OpenError, PageSize,
     PostgresConfig, StoreError, Synchronous,
 };
 
@@ -154,11 +154,11 @@ async fn page_size(path: &std::path::Path) -> i64 {
     size
 }
 
-/// A new store gets small pages (a group commit writes a page per session it touches, so the
-/// page size is what an event costs on disk); a store made with SQLite's default 4096 keeps
-/// its pages, and its data, and takes appends as before.
+/// A new store gets the configured page size (2048 unless told), which only a new file
+/// takes: a store made with another size keeps its pages, and its data, and takes appends as
+/// before.
 #[tokio::test]
-async fn sqlite_a_new_store_has_2048_byte_pages_and_an_older_one_keeps_its_own() {
+async fn sqlite_a_new_store_takes_the_configured_page_size_and_an_older_one_keeps_its_own() {
     use sqlx::{ConnectOptions, Connection};
 
     let dir = tempfile::tempdir().unwrap();
@@ -168,13 +168,22 @@ async fn sqlite_a_new_store_has_2048_byte_pages_and_an_older_one_keeps_its_own()
     assert_eq!(page_size(&cfg.db_path).await, 2048);
     drop(opened);
 
+    let large = tempfile::tempdir().unwrap();
+    let mut cfg = common::config(large.path());
+    cfg.page_size = "4096".parse::<PageSize>().unwrap();
+    let mut opened = open_sqlite(&cfg).await.unwrap();
+    common::commit_ok(&mut opened, &[common::create("s_1", "default", 10, 3)]).await;
+    drop(opened);
+    assert_eq!(page_size(&cfg.db_path).await, 4096);
+
+    // Made elsewhere with 8192-byte pages, opened with the default.
     let older = tempfile::tempdir().unwrap();
     let cfg = common::config(older.path());
     std::fs::create_dir_all(cfg.db_path.parent().unwrap()).unwrap();
     let mut conn = sqlx::sqlite::SqliteConnectOptions::new()
         .filename(&cfg.db_path)
         .create_if_missing(true)
-        .page_size(4096)
+        .page_size(8192)
         .connect()
         .await
         .expect("create");
@@ -187,7 +196,7 @@ async fn sqlite_a_new_store_has_2048_byte_pages_and_an_older_one_keeps_its_own()
     common::commit_ok(&mut opened, &[common::create("s_1", "default", 10, 3)]).await;
     common::commit_ok(&mut opened, &[common::append("s_1", 5, 40, 43)]).await;
     drop(opened);
-    assert_eq!(page_size(&cfg.db_path).await, 4096);
+    assert_eq!(page_size(&cfg.db_path).await, 8192);
     let opened = open_sqlite(&cfg).await.unwrap();
     let events = opened
         .reader

@@ -29,31 +29,17 @@ use errors::{map_migrate, map_sqlx, Doing};
 /// The embedded migrations (`store/migrations/sqlite/*.sql`).
 static MIGRATOR: Migrator = sqlx::migrate!("./migrations/sqlite");
 
-/// Page size of a new store's file, in bytes (SQLite's default is 4096).
-///
-/// Events are clustered by (session, seq), so a group commit writes one leaf page per session
-/// it touches, to the WAL and again at the checkpoint, however little each session appended:
-/// the bytes written per event are about pages touched × page size. Half the page halves each
-/// of those writes, though splits come twice as often; `tether bench write-bytes` measured 25
-/// to 37 % fewer bytes per event at 100 sessions × 100 events/s, and at 10,000 × 1 a difference
-/// within its run-to-run noise (docs/BENCHMARKS.md, "Bytes written per event"). Reading a
-/// session's events costs the same. Not smaller: an event row over
-/// about 480 bytes already spills into overflow pages at this size, and at 1024 a 100-byte
-/// payload's row does. Only a new file takes it; an existing store keeps its page size (it
-/// can change only outside WAL mode, with a VACUUM).
-const NEW_STORE_PAGE_SIZE: u32 = 2048;
-
 /// Opens (creating the directory and file if needed) the SQLite store, runs the migrations,
 /// creates the epoch on first open (16 lowercase hex digits, random), and returns the writer,
 /// the reader and the epoch.
 pub async fn open_sqlite(cfg: &StoreConfig) -> Result<Opened, StoreError> {
     ensure_parent_dir(&cfg.db_path).await?;
     // Incremental vacuum is what gives erased pages back to the file system; a new file gets it
-    // here, before its first table, and an older one is converted below. So does the page size,
-    // which SQLite ignores on a file that has tables.
+    // here, before its first table, and an older one is converted below. So does the page size
+    // (`PageSize`), which SQLite ignores on a file that has tables.
     let mut conn = base_options(cfg)
         .create_if_missing(true)
-        .page_size(NEW_STORE_PAGE_SIZE)
+        .page_size(cfg.page_size.bytes())
         .auto_vacuum(SqliteAutoVacuum::Incremental)
         .connect()
         .await

@@ -61,7 +61,7 @@ const STATEMENT_CACHE: usize = 32;
 /// It copies only what the background checkpointer has not, and it stalls the writer while it
 /// runs, hence a threshold well above what the background one leaves behind (500 ms of writes).
 const WAL_AUTOCHECKPOINT_BYTES: i64 = 64 << 20;
-/// Writer page cache: negative means KiB (8 MiB, 2048 pages). What appends touch is the last
+/// Writer page cache: negative means KiB (8 MiB, whatever the page size). What appends touch is the last
 /// leaf of each writing session's events, the interior pages above them and the sessions' rows,
 /// but the cache keeps every page it touched until it is full, so at 64 MiB it grew with the
 /// database itself (13 MiB more of the gateway's RSS by the end of the turn benchmark's ramp,
