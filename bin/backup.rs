@@ -18,6 +18,11 @@ pub struct BackupArgs {
     /// The store, if not DATA_DIR/tether.db: `sqlite://PATH`.
     #[arg(long, env = "TETHER_DATABASE_URL")]
     pub database_url: Option<String>,
+    /// At most this many MiB written a second (0: as fast as the disk
+    /// goes). The copy shares the disk with the gateway's syncs: unpaced,
+    /// a large store's copy can hold its commits for a second.
+    #[arg(long, default_value_t = tether_store::DEFAULT_PACE_MIB_S)]
+    pub pace_mib_s: u32,
 }
 
 pub fn run(args: BackupArgs) -> ExitCode {
@@ -39,7 +44,7 @@ pub fn run(args: BackupArgs) -> ExitCode {
             }
         },
     };
-    match tether_store::backup_sqlite(&db, &args.path) {
+    match tether_store::backup_sqlite(&db, &args.path, args.pace_mib_s) {
         Ok(r) => {
             println!(
                 "backed up {} sessions and {} events (epoch {}) from {} to {}: {} bytes in {} ms",
