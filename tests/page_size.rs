@@ -5,28 +5,11 @@
 
 mod common;
 
-use std::path::Path;
 use std::process::Command;
 
 use common::{session, tempdir, Gateway};
 use serde_json::json;
-
-/// `PRAGMA page_size` of the store file, read on a connection of its own.
-async fn page_size(db: &Path) -> i64 {
-    use sqlx::{ConnectOptions, Connection};
-    let mut conn = sqlx::sqlite::SqliteConnectOptions::new()
-        .filename(db)
-        .read_only(true)
-        .connect()
-        .await
-        .expect("open the store file");
-    let size = sqlx::query_scalar("PRAGMA page_size")
-        .fetch_one(&mut conn)
-        .await
-        .expect("page_size");
-    conn.close().await.expect("close");
-    size
-}
+use tether_store::testing::sqlite_page_size as page_size;
 
 #[tokio::test]
 async fn a_new_store_takes_the_page_size_and_keeps_it() {

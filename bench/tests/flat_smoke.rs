@@ -45,6 +45,8 @@ fn flat_fills_both_stores_and_measures_each() {
             "2",
             "--turn-step-secs",
             "1",
+            "--turn-rounds",
+            "2",
         ],
         Duration::from_secs(240),
     );
@@ -82,11 +84,27 @@ fn flat_fills_both_stores_and_measures_each() {
             .unwrap_or(0);
         assert!((150..=300).contains(&messages), "{r}");
         assert_eq!(store["resume_from_store"]["n"], 2, "{r}");
+    }
+    // The turn benchmark: two rounds on each store, alternated, and the
+    // medians compared.
+    for name in ["empty", "big"] {
+        let turns = &r["turns"][name];
+        let runs = turns["runs"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+        assert_eq!(runs.len(), 2, "{r}");
+        for run in runs {
+            assert!(
+                run["steps"].as_array().is_some_and(|s| !s.is_empty()),
+                "{r}"
+            );
+        }
+        assert!(turns["clean_durable_deliveries_per_s"].is_number(), "{r}");
         assert!(
-            store["turns"]["steps"]
-                .as_array()
-                .is_some_and(|s| !s.is_empty()),
+            turns["saturation_durable_deliveries_per_s"].as_f64() > Some(0.0),
             "{r}"
         );
     }
+    assert!(
+        r["big_over_empty"]["turns_saturation_median"].is_number(),
+        "{r}"
+    );
 }

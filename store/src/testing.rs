@@ -409,3 +409,25 @@ fn is_root() -> bool {
         })
         .unwrap_or(false)
 }
+
+/// `PRAGMA page_size` of the SQLite store file at `path`, read on a read-only connection of its
+/// own (a running gateway's file may be read meanwhile).
+///
+/// # Panics
+///
+/// When the file cannot be opened or read.
+pub async fn sqlite_page_size(path: &std::path::Path) -> i64 {
+    use sqlx::ConnectOptions;
+    let mut conn = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(path)
+        .read_only(true)
+        .connect()
+        .await
+        .expect("open the store file");
+    let size = sqlx::query_scalar("PRAGMA page_size")
+        .fetch_one(&mut conn)
+        .await
+        .expect("page_size");
+    conn.close().await.expect("close");
+    size
+}

@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::Backend;
-use tether_store::testing::TestDatabase;
+use tether_store::testing::{sqlite_page_size as page_size, TestDatabase};
 use tether_store::{
     open_postgres, open_postgres_writer, open_sqlite, open_sqlite_writer, OpenError, PageSize,
     PostgresConfig, StoreError, Synchronous,
@@ -136,22 +136,6 @@ async fn sqlite_writer_alone_needs_an_existing_store() {
     assert!(matches!(err, StoreError::Unavailable(_)), "{err:?}");
     assert_eq!(err.code(), 5072);
     assert!(!cfg.db_path.exists(), "must not create an empty store");
-}
-
-/// `PRAGMA page_size` of the store file at `path`, read on a connection of its own.
-async fn page_size(path: &std::path::Path) -> i64 {
-    use sqlx::{ConnectOptions, Connection};
-    let mut conn = sqlx::sqlite::SqliteConnectOptions::new()
-        .filename(path)
-        .connect()
-        .await
-        .expect("connect");
-    let size = sqlx::query_scalar("PRAGMA page_size")
-        .fetch_one(&mut conn)
-        .await
-        .expect("page_size");
-    conn.close().await.expect("close");
-    size
 }
 
 /// A new store gets the configured page size (2048 unless told), which only a new file
