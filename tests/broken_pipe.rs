@@ -94,14 +94,41 @@ async fn a_reader_that_dies_first_does_not_make_the_drain_panic() {
     }
 }
 
+/// A free loopback address whose port the kernel never hands to a `:0`
+/// bind. The gateway below cannot say where it listens (its stdout is
+/// closed first), so its port is chosen beforehand; one taken from the
+/// ephemeral range could go, between the choice and the gateway's bind, to
+/// a gateway the other test starts on `:0`, and this test would then talk
+/// to that one (seen once in a full run: the probe connected, and the
+/// WebSocket was refused when that gateway stopped).
+fn free_port_outside_ephemeral_range() -> String {
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|t| {
+            let mut it = t.split_whitespace().map(|n| n.parse::<u16>().ok());
+            Some((it.next()??, it.next()??))
+        })
+        .unwrap_or((32768, 60999));
+    // Start somewhere that depends on the process, so two runs at once
+    // rarely try the same ports.
+    let start = 20_000 + (std::process::id() % 10_000) as u16;
+    (start..u16::MAX)
+        .chain(10_000..start)
+        .filter(|p| !(range.0..=range.1).contains(p))
+        .find_map(|port| {
+            std::net::TcpListener::bind(("127.0.0.1", port))
+                .ok()
+                .map(|l| l.local_addr().expect("local addr").to_string())
+        })
+        .expect("a free port outside the ephemeral range")
+}
+
 /// Both pipes closed before the gateway writes anything, its listening
 /// line included: it serves all the same, and drains cleanly.
 #[tokio::test]
 async fn pipes_closed_from_the_start_do_not_stop_the_gateway() {
     let dir = tempdir();
-    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = free.local_addr().unwrap().to_string();
-    drop(free);
+    let addr = free_port_outside_ephemeral_range();
     let mut gw = serve(dir.path(), &addr);
     drop(gw.0.stdout.take());
     drop(gw.0.stderr.take());
