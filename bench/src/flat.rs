@@ -136,17 +136,8 @@ pub fn run(b: FlatBench) -> anyhow::Result<()> {
     } else {
         turns::rounds(&b, &[&empty, &big])?
     };
-    let of_turns = |key: &str| match (turns["big"][key].as_f64(), turns["empty"][key].as_f64()) {
-        (Some(x), Some(y)) if y > 0.0 => json!((x / y * 1000.0).round() / 1000.0),
-        _ => Value::Null,
-    };
-    let ratio = |path: &[&str]| {
-        let pick = |v: &Value| path.iter().fold(v.clone(), |v, k| v[*k].clone()).as_f64();
-        match (pick(&g), pick(&e)) {
-            (Some(x), Some(y)) if y > 0.0 => json!((x / y * 1000.0).round() / 1000.0),
-            _ => Value::Null,
-        }
-    };
+    let ratio = |path: &[&str]| big_over_empty(&g, &e, path);
+    let of_turns = |key: &str| big_over_empty(&turns["big"], &turns["empty"], &[key]);
     let report = json!({
         "scenario": "flat",
         "backend": backend(&b),
@@ -168,6 +159,16 @@ pub fn run(b: FlatBench) -> anyhow::Result<()> {
     });
     println!("{report}");
     Ok(())
+}
+
+/// The figure at `path` of the big store's report over the empty one's,
+/// to three decimals (`null` if either lacks it or the empty one's is 0).
+fn big_over_empty(big: &Value, empty: &Value, path: &[&str]) -> Value {
+    let pick = |v: &Value| path.iter().fold(v, |v, k| &v[*k]).as_f64();
+    match (pick(big), pick(empty)) {
+        (Some(x), Some(y)) if y > 0.0 => json!((x / y * 1000.0).round() / 1000.0),
+        _ => Value::Null,
+    }
 }
 
 fn backend(b: &FlatBench) -> &'static str {
