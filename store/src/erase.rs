@@ -53,6 +53,18 @@ impl Scope<'_> {
     }
 }
 
+/// A session a retention rule found idle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Idle {
+    /// Its profile.
+    pub profile: String,
+    /// The session.
+    pub id: SessionId,
+    /// Which life of the id it is (its row's `created_at_ms`): what an erase decided on
+    /// this finding names ([`StoreErase::delete_session`]).
+    pub life: i64,
+}
+
 /// What a trim did to one session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Trimmed {
@@ -65,14 +77,21 @@ pub struct Trimmed {
 /// Deletion and retention on a connection of their own (module doc).
 #[async_trait]
 pub trait StoreErase: Send + Sync {
-    /// Erases session `id` if it belongs to `profile`: step 1, then its events `batch` at a
-    /// time (module doc), and returns the branches it unlinked from it. `Ok(None)` when there
-    /// is no such session in that profile (unknown, another profile's, or already erased):
-    /// nothing is changed.
+    /// Erases session `id` if it belongs to `profile` and, with `life`, if it is that life of
+    /// the id (its row's `created_at_ms`): step 1, then its events `batch` at a time (module
+    /// doc), and returns the branches it unlinked from it. `Ok(None)` when there is no such
+    /// session in that profile (unknown, another profile's, already erased, or a later life
+    /// under the same id): nothing is changed.
+    ///
+    /// A caller that decided to erase from what it read earlier (retention's listing, a
+    /// delete that found the session closed) names the life it read, so that an id reused
+    /// since, by a new session that has nothing to do with that decision, is never erased
+    /// by it.
     async fn delete_session(
         &self,
         profile: &str,
         id: &SessionId,
+        life: Option<i64>,
         batch: u32,
     ) -> Result<Option<Vec<SessionId>>, StoreError>;
 
@@ -86,14 +105,14 @@ pub trait StoreErase: Send + Sync {
     async fn finish_erasing(&self, batch: u32) -> Result<u64, StoreError>;
 
     /// Up to `limit` sessions in `scope` whose status is `status` (`closed` or `parked`) and
-    /// whose last update is before `before_ms`, oldest first: `(profile, id)`.
+    /// whose last update is before `before_ms`, oldest first.
     async fn idle_since(
         &self,
         scope: Scope<'_>,
         status: tether_protocol::SessionStatus,
         before_ms: i64,
         limit: u32,
-    ) -> Result<Vec<(String, SessionId)>, StoreError>;
+    ) -> Result<Vec<Idle>, StoreError>;
 
     /// Up to `limit` open sessions in `scope` that hold events a trim would remove: with more
     /// than `max_events` stored events, or (with `before_ms`) an event older than it, before

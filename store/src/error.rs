@@ -23,6 +23,11 @@ pub enum StoreError {
     /// The write collides with what is already stored (e.g. a seq or session id already used).
     #[error("storage conflict: {0}")]
     Conflict(String),
+    /// A new session was to take an id whose previous life is still being erased (its events
+    /// go in batches after its row: `erase.rs`). Nothing was written; the same create succeeds
+    /// once the erase is done, which takes a moment, so the caller may wait and retry.
+    #[error("session id {0} is still being erased; retry shortly")]
+    Erasing(SessionId),
     /// The request or the stored data is malformed (e.g. non-contiguous seqs, a bad cursor,
     /// an unknown status string in a row).
     #[error("invalid store data: {0}")]
@@ -73,6 +78,8 @@ impl StoreError {
             | StoreError::Conflict(_)
             | StoreError::Invalid(_)
             | StoreError::InUse { .. } => codes::STORAGE_WRITE_FAILED,
+            // Busy, not failed: the id is free once its old life is erased.
+            StoreError::Erasing(_) => codes::SESSION_BUSY,
             // Retrying on the session's new owner works; the caller forwards there.
             StoreError::Unavailable(_) | StoreError::NotOwner { .. } => codes::STORAGE_UNAVAILABLE,
             // A forward the owner did not take in time did not run, and a retry may (PROTOCOL
@@ -89,9 +96,28 @@ impl StoreError {
 /// same whichever method hit it.
 impl From<StoreError> for RpcError {
     fn from(e: StoreError) -> Self {
-        RpcError::new(e.code(), e.to_string())
+        let retry = e.retry_after_ms();
+        let err = RpcError::new(e.code(), e.to_string());
+        match retry {
+            Some(ms) => err.with_data(serde_json::json!({ "retry_after_ms": ms })),
+            None => err,
+        }
     }
 }
+
+impl StoreError {
+    /// How long a caller should wait before trying again, where waiting alone helps.
+    pub fn retry_after_ms(&self) -> Option<u64> {
+        match self {
+            // An erase removes 2,000 events a transaction, a few ms each.
+            StoreError::Erasing(_) => Some(ERASING_RETRY_MS),
+            _ => None,
+        }
+    }
+}
+
+/// The retry hint of [`StoreError::Erasing`].
+pub const ERASING_RETRY_MS: u64 = 250;
 
 #[cfg(test)]
 mod tests {
@@ -104,6 +130,14 @@ mod tests {
         assert_eq!(StoreError::Conflict("x".into()).code(), 5071);
         assert_eq!(StoreError::Invalid("x".into()).code(), 5071);
         assert_eq!(StoreError::Unavailable("x".into()).code(), 5072);
+        // An id still being erased is busy, and says when to retry.
+        let erasing = StoreError::Erasing(SessionId::from("s_1"));
+        assert_eq!(erasing.code(), 4009);
+        let rpc = RpcError::from(erasing);
+        assert_eq!(
+            rpc.data.as_ref().and_then(|d| d["retry_after_ms"].as_u64()),
+            Some(ERASING_RETRY_MS)
+        );
         let lost = StoreError::NotOwner {
             session_id: SessionId::from("s_1"),
             fence: 3,

@@ -45,7 +45,7 @@ mod writer_command;
 pub use api::{Opened, StoreRead, StoreWrite};
 pub use config::{PageSize, PostgresConfig, StoreConfig, Synchronous};
 pub use cursor::list_cursor_after;
-pub use erase::{Scope, StoreErase, Trimmed};
+pub use erase::{Idle, Scope, StoreErase, Trimmed};
 pub use error::StoreError;
 pub use handoff::{
     truncate_utf8, CompleteOutcome, FailOutcome, HandoffRow, HandoffStore, RequestOutcome,

@@ -102,14 +102,14 @@ async fn an_erase_cut_short_is_finished_later() {
     // Deleting what is already gone changes nothing.
     let again = opened
         .eraser
-        .delete_session("p", &sid("s_gone"), 10)
+        .delete_session("p", &sid("s_gone"), None, 10)
         .await
         .expect("delete");
     assert_eq!(again, None);
     assert_eq!(
         opened
             .eraser
-            .delete_session("other", &sid("s_kept"), 10)
+            .delete_session("other", &sid("s_kept"), None, 10)
             .await
             .expect("delete"),
         None,
@@ -167,7 +167,7 @@ async fn an_older_store_is_converted_and_erasing_shrinks_it() {
     for i in 0..40 {
         let erased = opened
             .eraser
-            .delete_session("p", &sid(&format!("s_{i}")), 500)
+            .delete_session("p", &sid(&format!("s_{i}")), None, 500)
             .await
             .expect("delete");
         assert!(erased.is_some());

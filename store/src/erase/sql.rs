@@ -27,7 +27,8 @@ pub(crate) struct Dialect {
 
 /// The statements, built once per store.
 pub(crate) struct EraseSql {
-    /// `$1` id, `$2` profile; returns the session's `latest_seq`.
+    /// `$1` id, `$2` profile, `$3` its life (`created_at_ms`) or NULL for any; returns the
+    /// session's `latest_seq`.
     pub delete_session: String,
     /// `$1` events now erased: added to the store's count of them (`crate::served`).
     pub count_erased: String,
@@ -48,6 +49,7 @@ pub(crate) struct EraseSql {
     /// `$1` limit.
     pub erasing: String,
     /// `$1` profiles (JSON), `$2` status, `$3` before, `$4` limit; per scope: in, not in.
+    /// Returns profile, id, `created_at_ms`.
     pub idle_since: [String; 2],
     /// `$1` profiles (JSON), `$2` max events, `$3` before, `$4` limit; per scope.
     pub trim_candidates: [String; 2],
@@ -68,6 +70,8 @@ impl EraseSql {
         let scoped = |f: &dyn Fn(&str) -> String| [f(d.profile_in), f(d.profile_not_in)];
         EraseSql {
             delete_session: "DELETE FROM sessions WHERE id = $1 AND profile = $2 \
+                             AND (CAST($3 AS BIGINT) IS NULL \
+                                  OR created_at_ms = CAST($3 AS BIGINT)) \
                              RETURNING latest_seq"
                 .into(),
             // What the store ever held only grows: erased events still count.
@@ -98,7 +102,7 @@ impl EraseSql {
             erasing: "SELECT session_id FROM erasing LIMIT $1".into(),
             idle_since: scoped(&|within| {
                 format!(
-                    "SELECT profile, id FROM sessions WHERE {within} AND status = $2 \
+                    "SELECT profile, id, created_at_ms FROM sessions WHERE {within} AND status = $2 \
                      AND updated_at_ms < $3 ORDER BY updated_at_ms LIMIT $4"
                 )
             }),

@@ -9,7 +9,7 @@ use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool,
 use tether_protocol::{now_ms, SessionId, SessionStatus};
 
 use super::sql::{Dialect, EraseSql};
-use super::{Scope, StoreErase, Trimmed};
+use super::{Idle, Scope, StoreErase, Trimmed};
 use crate::generic::{Affected, MapErr};
 use crate::StoreError;
 
@@ -96,12 +96,18 @@ where
 
     /// Step 1 of an erase (`crate::erase`): the row and what hangs on it, recorded in
     /// `erasing`; the branches it unlinked. `None` if the session is not `profile`'s.
-    async fn unlink(&self, profile: &str, id: &str) -> Result<Option<Vec<SessionId>>, StoreError> {
+    async fn unlink(
+        &self,
+        profile: &str,
+        id: &str,
+        life: Option<i64>,
+    ) -> Result<Option<Vec<SessionId>>, StoreError> {
         let w = self.write_err;
         let mut tx = self.pool.begin_with(self.begin).await.map_err(w)?;
         let gone: Option<i64> = sqlx::query_scalar(&self.sql.delete_session)
             .bind(id)
             .bind(profile)
+            .bind(life)
             .fetch_optional(&mut *tx)
             .await
             .map_err(w)?;
@@ -187,9 +193,10 @@ where
         &self,
         profile: &str,
         id: &SessionId,
+        life: Option<i64>,
         batch: u32,
     ) -> Result<Option<Vec<SessionId>>, StoreError> {
-        let Some(branches) = self.unlink(profile, id.as_str()).await? else {
+        let Some(branches) = self.unlink(profile, id.as_str(), life).await? else {
             return Ok(None);
         };
         self.purge(id.as_str(), batch).await?;
@@ -210,7 +217,7 @@ where
                 break;
             }
             for id in ids {
-                if self.unlink(profile, &id).await?.is_some() {
+                if self.unlink(profile, &id, None).await?.is_some() {
                     self.purge(&id, batch).await?;
                     erased += 1;
                 }
@@ -256,9 +263,9 @@ where
         status: SessionStatus,
         before_ms: i64,
         limit: u32,
-    ) -> Result<Vec<(String, SessionId)>, StoreError> {
+    ) -> Result<Vec<Idle>, StoreError> {
         let (which, profiles) = scope_bind(scope);
-        let rows: Vec<(String, String)> = sqlx::query_as(&self.sql.idle_since[which])
+        let rows: Vec<(String, String, i64)> = sqlx::query_as(&self.sql.idle_since[which])
             .bind(profiles)
             .bind(status.as_str())
             .bind(before_ms)
@@ -266,7 +273,14 @@ where
             .fetch_all(&self.pool)
             .await
             .map_err(self.read_err)?;
-        Ok(with_ids(rows))
+        Ok(rows
+            .into_iter()
+            .map(|(profile, id, life)| Idle {
+                profile,
+                id: SessionId::from(id),
+                life,
+            })
+            .collect())
     }
 
     async fn trim_candidates(

@@ -137,12 +137,17 @@ pub(crate) struct Evidence {
 }
 
 impl<'a> Plan<'a> {
-    /// The sessions `ops` touch that `known` says nothing about: the writer reads them first.
+    /// The sessions `ops` touch that `known` says nothing about, and every session they
+    /// create: the writer reads them first. A create is always read afresh, because what
+    /// `known` remembers of its id may be an earlier life that was erased since (on the
+    /// erase's own connection, which this writer does not see), or one still being erased.
     pub(crate) fn unknown(ops: &[WriteOp], known: &Known) -> Vec<String> {
         let mut ids: Vec<String> = ops
             .iter()
+            .filter(|op| {
+                matches!(op, WriteOp::CreateSession { .. }) || !known.contains_key(session_of(op))
+            })
             .map(session_of)
-            .filter(|id| !known.contains_key(*id))
             .map(|id| id.as_str().to_owned())
             .collect();
         ids.sort_unstable();
@@ -153,7 +158,14 @@ impl<'a> Plan<'a> {
     /// Plans `ops` against `known`, which must cover every session they touch. With a
     /// `guard` (cluster mode) an op is planned only if this node holds a fence for every
     /// session it writes and none of them was refused already; the others fail at once.
-    pub(crate) fn new(ops: &'a [WriteOp], known: &Known, guard: Option<&Guard<'_>>) -> Plan<'a> {
+    /// `erasing` holds the ids, among those just read, whose previous life is still being
+    /// erased: a create of one is refused ([`StoreError::Erasing`]).
+    pub(crate) fn new(
+        ops: &'a [WriteOp],
+        known: &Known,
+        erasing: &HashSet<SessionId>,
+        guard: Option<&Guard<'_>>,
+    ) -> Plan<'a> {
         let mut plan = Plan {
             results: Vec::with_capacity(ops.len()),
             slots: HashMap::new(),
@@ -174,7 +186,9 @@ impl<'a> Plan<'a> {
                 }
             }
             let outcome = match op {
-                WriteOp::CreateSession { session, events } => plan.create(session, events, known),
+                WriteOp::CreateSession { session, events } => {
+                    plan.create(session, events, known, erasing)
+                }
                 WriteOp::Append {
                     session_id,
                     events,
@@ -370,8 +384,12 @@ impl<'a> Plan<'a> {
         session: &'a NewSession,
         events: &'a [EventRow],
         known: &Known,
+        erasing: &HashSet<SessionId>,
     ) -> Result<(), StoreError> {
         rules::check_create(events)?;
+        if erasing.contains(&session.id) {
+            return Err(StoreError::Erasing(session.id.clone()));
+        }
         let id = session.id.as_str();
         if self.slots.contains_key(id) || self.latest(id, known).is_some() {
             return Err(StoreError::Conflict(format!(

@@ -123,6 +123,7 @@ pub(crate) fn start(
         next_conn: 2,
         conn,
         known: Known::new(),
+        erasing: HashSet::new(),
         known_under: HashMap::new(),
         down,
         backoff: Duration::ZERO,
@@ -146,6 +147,9 @@ struct Task {
     next_conn: u64,
     conn: Option<PgConnection>,
     known: Known,
+    /// Of the ids last read, those whose previous life is still being erased (`crate::erase`):
+    /// a create of one is refused until the erase is done.
+    erasing: HashSet<SessionId>,
     /// Cluster mode: the fence under which each session's entry in `known` was learned. Under
     /// another fence it may be stale (another node may have owned the session in between), so
     /// it is read again.
@@ -307,9 +311,12 @@ impl Task {
         let names: Vec<&str> = ids.iter().map(SessionId::as_str).collect();
         let rows = tokio::time::timeout(
             wait,
-            sqlx::query("SELECT id, latest_seq FROM sessions WHERE id = ANY($1)")
-                .bind(&names)
-                .fetch_all(&mut *conn),
+            sqlx::query(
+                "SELECT id, latest_seq, false FROM sessions WHERE id = ANY($1) \
+                 UNION ALL SELECT session_id, 0, true FROM erasing WHERE session_id = ANY($1)",
+            )
+            .bind(&names)
+            .fetch_all(&mut *conn),
         )
         .await
         .map_err(|_| {
@@ -321,12 +328,21 @@ impl Task {
         if self.known.len() > MAX_KNOWN {
             self.known.clear();
         }
+        if self.erasing.len() > MAX_KNOWN {
+            self.erasing.clear();
+        }
         for id in ids {
             self.known.insert(id.clone(), None);
+            self.erasing.remove(id);
         }
         for row in rows {
             let id: String = row.try_get(0).map_err(classify)?;
             let seq: i64 = row.try_get(1).map_err(classify)?;
+            let erasing: bool = row.try_get(2).map_err(classify)?;
+            if erasing {
+                self.erasing.insert(SessionId::from(id));
+                continue;
+            }
             let seq = u64::try_from(seq).map_err(|_| {
                 Failure::Refused(StoreError::Invalid(format!("stored latest_seq is {seq}")))
             })?;

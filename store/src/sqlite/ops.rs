@@ -43,6 +43,10 @@ const INSERT_EVENT: &str = "INSERT INTO events \
     (session_id, seq, type, payload, turn_id, trace_id, ts_ms) \
     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
 
+/// Whether an id's previous life is still being erased (`crate::erase`): its events may still
+/// be in the table, and the erase would take the new life's with them.
+const SELECT_ERASING: &str = "SELECT 1 FROM erasing WHERE session_id = ?1";
+
 const SELECT_LATEST_SEQ: &str = "SELECT latest_seq FROM sessions WHERE id = ?1";
 
 /// Runs one op. The caller wraps it in a savepoint (or a transaction of its own) and rolls that
@@ -113,6 +117,15 @@ fn create_session(
     events: &[EventRow],
 ) -> Result<(), StoreError> {
     rules::check_create(events)?;
+    // Read in the write transaction, so the erase (which takes turns with this writer on the
+    // write lock) cannot free the id between this check and the insert.
+    let erasing = conn
+        .prepare_cached(SELECT_ERASING)
+        .and_then(|mut stmt| stmt.exists([session.id.as_str()]))
+        .map_err(write_err)?;
+    if erasing {
+        return Err(StoreError::Erasing(session.id.clone()));
+    }
     let latest_seq = events.last().map_or(0, |e| e.seq);
     conn.prepare_cached(INSERT_PROFILE)
         .and_then(|mut stmt| stmt.execute(params![session.profile.as_str(), session.created_at_ms]))

@@ -84,7 +84,7 @@ impl Task {
                 held,
                 refused: &refused,
             });
-            let plan = Plan::new(ops, &self.known, guard.as_ref());
+            let plan = Plan::new(ops, &self.known, &self.erasing, guard.as_ref());
             if plan.is_empty() {
                 return plan.committed();
             }
@@ -144,7 +144,7 @@ impl Task {
                     continue;
                 }
             }
-            let plan = Plan::new(op, &self.known, guard.as_ref());
+            let plan = Plan::new(op, &self.known, &self.erasing, guard.as_ref());
             if plan.is_empty() {
                 results.extend(plan.committed());
                 continue;
