@@ -4,7 +4,11 @@
 //! first use. Everything else about such a session is ordinary: it is
 //! reached by that id through the usual methods, by any transport.
 
-use tether_protocol::{CreateParams, RpcError, SessionId};
+use std::time::Duration;
+
+use tether_protocol::{codes, CreateParams, RpcError, SessionId};
+use tokio::time::Instant;
+use tracing::debug;
 
 use crate::ctx::Ctx;
 use crate::peer::ask;
@@ -15,6 +19,11 @@ use crate::registry::RegistryMsg;
 /// nobody attached. Fails like `session.create` does; a session that
 /// already has this id makes it fail too (the store refuses the second
 /// row), which the caller tells apart by resuming it.
+///
+/// A chat deleted a moment ago may still be erasing its old life under
+/// this id: the store refuses the new one until the erase is done (the two
+/// lives never share the id), and this waits for that, within the call's
+/// bound, instead of failing the client's first request of the new chat.
 pub async fn create_with_id(
     ctx: &Ctx,
     profile: &str,
@@ -26,17 +35,36 @@ pub async fn create_with_id(
         attach: false,
         ..params
     };
-    ask(
-        &registry,
-        |reply| RegistryMsg::Create {
-            profile: profile.to_string(),
-            id: Some(id),
-            params,
-            attach: None,
-            reply,
-        },
-        ctx.config.call_timeout,
-    )
-    .await??;
-    Ok(())
+    let deadline = Instant::now() + ctx.config.call_timeout;
+    loop {
+        let created = ask(
+            &registry,
+            |reply| RegistryMsg::Create {
+                profile: profile.to_string(),
+                id: Some(id.clone()),
+                params: params.clone(),
+                attach: None,
+                reply,
+            },
+            ctx.config.call_timeout,
+        )
+        .await?;
+        let wait = match &created {
+            Err(e) if e.code == codes::SESSION_BUSY => retry_after(e),
+            _ => None,
+        };
+        match wait {
+            Some(wait) if Instant::now() + wait < deadline => {
+                debug!(session_id = %id, "id still being erased; creating it again shortly");
+                tokio::time::sleep(wait).await;
+            }
+            _ => return created.map(drop),
+        }
+    }
+}
+
+/// The wait a refusal asks for (`data.retry_after_ms`), if it asks one.
+fn retry_after(e: &RpcError) -> Option<Duration> {
+    let ms = e.data.as_ref()?.get("retry_after_ms")?.as_u64()?;
+    Some(Duration::from_millis(ms))
 }

@@ -157,6 +157,8 @@ pub enum RegistryMsg {
     /// Internal: a new session's first events are committed.
     Created {
         row: Box<SessionRow>,
+        /// The generation its appends start at (the writer's answer).
+        append_gen: u64,
         initial: Vec<EventRecord>,
         attach: Option<PeerLink>,
         reply: RpcReplyPort<Result<CreatedSession, RpcError>>,
@@ -329,12 +331,15 @@ impl Actor for Registry {
             } => state.commit_new(&myself, *new, initial, attach, reply),
             RegistryMsg::Created {
                 row,
+                append_gen,
                 initial,
                 attach,
                 reply,
                 place,
             } => {
-                state.created(&myself, *row, initial, attach, reply).await;
+                state
+                    .created(&myself, *row, append_gen, initial, attach, reply)
+                    .await;
                 drop(place);
             }
             RegistryMsg::Resolve { key, load, reply } => {

@@ -23,13 +23,15 @@
 //! database one sweeps at a time: a sweep first takes the store's retention
 //! lease (an advisory lock on PostgreSQL) and skips its turn without it.
 //! A sweep ends by giving freed space back (SQLite's incremental vacuum).
+//! Every sweep, with or without rules, first finishes the erases a crash
+//! cut short, since their ids stay taken until then.
 
 mod delete;
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use tether_protocol::{now_ms, CloseParams, SessionId, SessionStatus, SessionWrite};
+use tether_protocol::{now_ms, SessionId, SessionStatus};
 use tether_store::{Scope, StoreError};
 use tracing::{debug, info, warn};
 
@@ -115,13 +117,16 @@ impl RetentionConfig {
     }
 }
 
-/// Starts the sweep when some rule is on. It ends when the gateway drains.
+/// Starts the sweep. With no rule on it only finishes the erases a crash
+/// cut short: until their events are gone their ids stay taken (a new
+/// session may not share an id with a life still being erased), so that
+/// runs on every gateway, first right after start-up. It ends when the
+/// gateway drains.
 pub(crate) fn spawn(ctx: Ctx) {
     let config = ctx.config.retention.clone();
-    if !config.enabled() {
-        return;
+    if config.enabled() {
+        info!(interval_s = config.interval.as_secs_f64(), "retention on");
     }
-    info!(interval_s = config.interval.as_secs_f64(), "retention on");
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(config.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -231,13 +236,15 @@ async fn sweep_scope(
 ) -> Result<(), StoreError> {
     let wait = ctx.config.call_timeout;
     if let Some(after) = rules.parked_after {
+        let idle_before = cutoff(after);
         let idle = ctx
             .eraser
-            .idle_since(scope, SessionStatus::Parked, cutoff(after), config.batch)
+            .idle_since(scope, SessionStatus::Parked, idle_before, config.batch)
             .await?;
-        for (profile, id) in idle {
-            match close(ctx, &profile, &id, wait).await {
-                Ok(()) => swept.closed += 1,
+        for tether_store::Idle { profile, id, .. } in idle {
+            match close_if_idle(ctx, &profile, &id, idle_before, wait).await {
+                Ok(true) => swept.closed += 1,
+                Ok(false) => debug!(session_id = %id, "retention: in use again; not closed"),
                 Err(e) => debug!(session_id = %id, error = %e.message, "retention: not closed"),
             }
         }
@@ -247,8 +254,8 @@ async fn sweep_scope(
             .eraser
             .idle_since(scope, SessionStatus::Closed, cutoff(after), config.batch)
             .await?;
-        for (profile, id) in closed {
-            match delete_session(ctx, &profile, &id, wait).await {
+        for tether_store::Idle { profile, id, life } in closed {
+            match delete_session(ctx, &profile, &id, Some(life), wait).await {
                 Ok(_) => swept.erased += 1,
                 Err(e) => debug!(session_id = %id, error = %e.message, "retention: not erased"),
             }
@@ -274,22 +281,38 @@ async fn sweep_scope(
     Ok(())
 }
 
-/// Closes a parked session as `session.close` does (brought live for it).
-async fn close(
+/// Closes a parked session as `session.close` does (brought live for it),
+/// unless a client has used it since `idle_before_ms`: the session decides,
+/// on its state when the request reaches it (`SessionMsg::CloseIfIdle`), so
+/// a client that resumed it while the sweep ran keeps it. Whether it closed.
+async fn close_if_idle(
     ctx: &Ctx,
     profile: &str,
     id: &SessionId,
+    idle_before_ms: i64,
     wait: Duration,
-) -> Result<(), tether_protocol::RpcError> {
-    let write = SessionWrite::SessionClose(CloseParams {
-        session_id: id.clone(),
-        profile: Some(profile.to_string()),
-    });
-    let (_, answered) = delete::send_write(ctx, profile, id, write, wait).await?;
-    match tokio::time::timeout(wait, answered).await {
-        Ok(Ok(answer)) => answer.map(drop),
+) -> Result<bool, tether_protocol::RpcError> {
+    let registry = ctx.registry()?;
+    let (tx, closed) = tokio::sync::oneshot::channel();
+    let msg = SessionMsg::CloseIfIdle {
+        idle_before_ms,
+        reply: tx.into(),
+    };
+    ask(
+        &registry,
+        |reply| RegistryMsg::Forward {
+            key: (profile.to_string(), id.clone()),
+            load: true,
+            msg,
+            reply,
+        },
+        wait,
+    )
+    .await??;
+    match tokio::time::timeout(wait, closed).await {
+        Ok(Ok(closed)) => Ok(closed),
         _ => Err(tether_protocol::RpcError::internal(
-            "the session did not answer its close",
+            "the session did not answer retention's close",
         )),
     }
 }

@@ -153,6 +153,14 @@ pub enum SessionMsg {
     /// Internal: the store's answer to this session's erase (`delete.rs`):
     /// whether its row was still there.
     Erased { result: Result<bool, RpcError> },
+    /// From the retention sweep: close as `session.close` does, but only if
+    /// nobody uses the session and nobody has since `idle_before_ms` (the
+    /// sweep's cutoff), decided here, where a client's resume or prompt is
+    /// ordered against it (`close.rs`). Answers whether it closed.
+    CloseIfIdle {
+        idle_before_ms: i64,
+        reply: RpcReplyPort<bool>,
+    },
     /// What only a session on a cluster is told (`cluster.rs`).
     Cluster(ClusterMsg),
     /// The gateway drains: end the running and queued turns, then answer
@@ -188,6 +196,22 @@ pub enum SessionMsg {
     /// The HostSupervisor was restarted: its hosts, and the turn and
     /// compression this session had on them, are gone.
     HostsLost,
+}
+
+impl SessionMsg {
+    /// Whether a client sent it (through a peer, a front-end view or a
+    /// forward): what makes a session "used" for retention.
+    fn is_a_clients(&self) -> bool {
+        matches!(
+            self,
+            SessionMsg::Resume { .. }
+                | SessionMsg::AttachFromStart { .. }
+                | SessionMsg::Detach { .. }
+                | SessionMsg::Since { .. }
+                | SessionMsg::Presence { .. }
+                | SessionMsg::Write { .. }
+        )
+    }
 }
 
 /// How a session is started: from its stored row (after a barrier told it
@@ -255,6 +279,9 @@ pub struct SessionState {
     closed_at: Option<u64>,
     /// A `session.delete` under way, or done (`delete.rs`).
     deleting: Option<delete::Deleting>,
+    /// When a client's request last reached this actor; `None` since it was
+    /// brought live (retention's close decides on it: `close.rs`).
+    used_at_ms: Option<i64>,
     ctx: Ctx,
     gauges: Arc<SessionGauges>,
     /// Its running and queued turns, as its profile's counts hold them
@@ -316,6 +343,9 @@ impl Actor for Session {
         let Some(msg) = state.unless_following(me, msg) else {
             return Ok(());
         };
+        if msg.is_a_clients() {
+            state.used_at_ms = Some(now_ms());
+        }
         match msg {
             SessionMsg::Resume {
                 params,
@@ -354,6 +384,10 @@ impl Actor for Session {
                 state.retained_from_seq = state.retained_from_seq.max(retained_from_seq);
                 state.ring.forget_before(retained_from_seq);
             }
+            SessionMsg::CloseIfIdle {
+                idle_before_ms,
+                reply,
+            } => state.close_if_idle(me, idle_before_ms, reply),
             SessionMsg::Cluster(msg) => state.cluster_msg(me, msg),
             SessionMsg::Drain { reply } => state.drain(me, reply),
             SessionMsg::Committed {

@@ -49,10 +49,13 @@ pub enum StoreWriterMsg {
         notify: ActorRef<SessionMsg>,
     },
     /// Create a session with its first events, all or nothing.
+    /// Create a session; answered, once committed, with the append
+    /// generation its actor starts at (a barrier of its own: a new life
+    /// under an id never inherits the floor an earlier life's rewind left).
     Create {
         session: Box<NewSession>,
         events: Vec<EventRow>,
-        reply: RpcReplyPort<Result<(), StoreError>>,
+        reply: RpcReplyPort<Result<u64, StoreError>>,
     },
     /// Patch a session row without an event.
     Patch {
@@ -96,7 +99,10 @@ enum Reply {
         upto_seq: u64,
         notify: ActorRef<SessionMsg>,
     },
-    Create(RpcReplyPort<Result<(), StoreError>>),
+    Create {
+        session_id: SessionId,
+        reply: RpcReplyPort<Result<u64, StoreError>>,
+    },
     Patch(Option<RpcReplyPort<Result<(), StoreError>>>),
     Barrier {
         session_id: SessionId,
@@ -196,13 +202,16 @@ impl Actor for StoreWriter {
                 session,
                 events,
                 reply,
-            } => state.queue.push_back(Job::write(
-                WriteOp::CreateSession {
-                    session: *session,
-                    events,
-                },
-                Reply::Create(reply),
-            )),
+            } => {
+                let session_id = session.id.clone();
+                state.queue.push_back(Job::write(
+                    WriteOp::CreateSession {
+                        session: *session,
+                        events,
+                    },
+                    Reply::Create { session_id, reply },
+                ))
+            }
             StoreWriterMsg::Patch {
                 session_id,
                 patch,
@@ -399,8 +408,17 @@ impl StoreWriterState {
                     };
                     let _ = notify.cast(msg);
                 }
-                Reply::Create(reply) => {
-                    let _ = reply.send(next_result(&mut results));
+                Reply::Create { session_id, reply } => {
+                    let answer = next_result(&mut results).map(|()| {
+                        // A fresh generation, as a load's barrier gives: an
+                        // append still queued from an earlier life of the
+                        // id is below it and never lands in this one.
+                        let append_gen = self.next_append_gen;
+                        self.next_append_gen += 1;
+                        self.min_append_gen.insert(session_id, append_gen);
+                        append_gen
+                    });
+                    let _ = reply.send(answer);
                 }
                 Reply::Patch(reply) => {
                     let result = next_result(&mut results);

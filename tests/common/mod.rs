@@ -208,7 +208,12 @@ fn spawn_on(data_dir: &Path, listen: &str, extra: &[String]) -> (Child, String) 
         .arg("--data-dir")
         .arg(data_dir)
         .args(extra)
-        .env("RUST_LOG", "warn")
+        // `TETHER_TEST_GATEWAY_LOG=info` (any RUST_LOG filter) shows why a
+        // gateway under test did what it did.
+        .env(
+            "RUST_LOG",
+            std::env::var("TETHER_TEST_GATEWAY_LOG").unwrap_or_else(|_| "warn".into()),
+        )
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()

@@ -25,10 +25,13 @@ impl PeerState {
                 let Some(profile) = self.scope(p.profile.as_deref()) else {
                     return Err(RpcError::session_not_found());
                 };
+                // Any life of the id: the client's `life`, if it sent one,
+                // is not its to give.
                 let deleted = crate::retention::delete_session(
                     &self.ctx,
                     &profile,
                     &p.session_id,
+                    None,
                     self.timeout(),
                 )
                 .await?;

@@ -151,9 +151,10 @@ impl RegistryState {
                 )
                 .await;
             match committed {
-                Ok(ractor::rpc::CallResult::Success(Ok(()))) => {
+                Ok(ractor::rpc::CallResult::Success(Ok(append_gen))) => {
                     let _ = myself.cast(RegistryMsg::Created {
                         row: Box::new(row),
+                        append_gen,
                         initial,
                         attach,
                         reply,
@@ -174,6 +175,7 @@ impl RegistryState {
         &mut self,
         myself: &ActorRef<RegistryMsg>,
         row: SessionRow,
+        append_gen: u64,
         initial: Vec<EventRecord>,
         attach: Option<PeerLink>,
         reply: RpcReplyPort<Result<CreatedSession, RpcError>>,
@@ -181,7 +183,7 @@ impl RegistryState {
         let key = (row.profile.clone(), row.id.clone());
         let barrier = Barrier {
             latest_seq: row.latest_seq,
-            append_gen: 0,
+            append_gen,
         };
         let info_row = row.clone();
         let attached: Vec<AttachedPeer> = attach

@@ -20,15 +20,20 @@ use crate::session::ERASE_BATCH;
 
 /// Deletes session `id` of `profile`: answered once it is erased, 4001 if
 /// there is no such session (unknown, another profile's, already deleted).
+/// With `life`, only that life of the id (its `created_at_ms`): a decision
+/// made on an earlier read (retention's listing) never erases a session
+/// created under the id since.
 pub(crate) async fn delete_session(
     ctx: &Ctx,
     profile: &str,
     id: &SessionId,
+    life: Option<i64>,
     timeout: Duration,
 ) -> Result<DeleteResult, RpcError> {
     let write = SessionWrite::SessionDelete(DeleteParams {
         session_id: id.clone(),
         profile: Some(profile.to_string()),
+        life,
     });
     let (routed, answered) = send_write(ctx, profile, id, write, timeout).await?;
     match routed {
@@ -40,10 +45,15 @@ pub(crate) async fn delete_session(
             )),
             Err(_) => Err(RpcError::internal("the session did not answer in time")),
         },
-        Resolved::Closed(_) | Resolved::Stored(_) => {
+        Resolved::Closed(row) | Resolved::Stored(row) => {
+            // The life read here is the one erased: the id may be reused
+            // by the time the erase runs.
+            if life.is_some_and(|life| life != row.created_at_ms) {
+                return Err(RpcError::session_not_found());
+            }
             let found = ctx
                 .eraser
-                .delete_session(profile, id, ERASE_BATCH)
+                .delete_session(profile, id, Some(row.created_at_ms), ERASE_BATCH)
                 .await
                 .map_err(|e| RpcError::new(e.code(), e.to_string()))?;
             let Some(branches) = found else {

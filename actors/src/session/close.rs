@@ -9,7 +9,7 @@
 //! after `session.closed` (`pipeline.rs` refuses it), and every request
 //! answers 4002.
 
-use ractor::ActorRef;
+use ractor::{ActorRef, RpcReplyPort};
 use tether_protocol::FailureReason;
 use tether_protocol::{
     CloseParams, CloseResult, EventType, RpcError, SessionClosedPayload, SessionStatus,
@@ -60,6 +60,35 @@ impl SessionState {
             return;
         }
         self.close_on_disconnect_now(myself);
+    }
+
+    /// Retention's close of a session idle past its cutoff: the sweep
+    /// picked it from the store a moment ago, and a client may have come
+    /// back since (resumed it, attached, sent a prompt). Decided here, on the
+    /// session's state at the moment it acts: anyone attached (here or on
+    /// another node), any turn or compaction, or a client's request since
+    /// the cutoff keeps it open. Otherwise it closes as `session.close`
+    /// does; answers whether it did.
+    pub(super) fn close_if_idle(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        idle_before_ms: i64,
+        reply: RpcReplyPort<bool>,
+    ) {
+        let in_use = !self.peers.is_empty()
+            || self.gauges.other_peers() > 0
+            || self.busy()
+            || self.deleting.is_some()
+            || self.updated_at_ms >= idle_before_ms
+            || self.used_at_ms.is_some_and(|t| t >= idle_before_ms);
+        if in_use || self.status == SessionStatus::Closed {
+            info!(session_id = %self.id, in_use, "retention: session in use; not closed");
+            let _ = reply.send(false);
+            return;
+        }
+        info!(session_id = %self.id, "retention: closing an idle session");
+        self.close(myself, "client", None);
+        let _ = reply.send(true);
     }
 
     pub(super) fn close_on_disconnect_now(&mut self, myself: &ActorRef<SessionMsg>) {

@@ -59,6 +59,12 @@ impl Write for DeleteParams {
         myself: &ActorRef<SessionMsg>,
         reply: Reply<DeleteResult>,
     ) {
+        // Decided on another life of this id (retention's listing of one
+        // erased since): not this session's delete.
+        if self.life.is_some_and(|life| life != session.created_at_ms) {
+            let _ = reply.send(Err(RpcError::session_not_found()));
+            return;
+        }
         session.delete(myself, reply);
     }
 }
@@ -94,11 +100,12 @@ impl SessionState {
         let ctx = self.ctx.clone();
         let profile = self.profile.clone();
         let id = self.id.clone();
+        let life = self.created_at_ms;
         let me = myself.clone();
         tokio::spawn(async move {
             let result = ctx
                 .eraser
-                .delete_session(&profile, &id, ERASE_BATCH)
+                .delete_session(&profile, &id, Some(life), ERASE_BATCH)
                 .await
                 .map_err(|e| RpcError::new(e.code(), storage_message(e.code())));
             if let Ok(Some(branches)) = &result {

@@ -74,6 +74,7 @@ impl SessionState {
             closed_at: None,
             turn_count,
             deleting: None,
+            used_at_ms: None,
             ctx,
             gauges,
         }

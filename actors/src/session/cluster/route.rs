@@ -33,6 +33,10 @@ impl SessionState {
             | SessionMsg::RepayCompletions
             | SessionMsg::HostsLost
             | SessionMsg::Cluster(ClusterMsg::ForwardsWake | ClusterMsg::ForwardsRead { .. }) => {}
+            // Live on another node: in use, so not retention's to close.
+            SessionMsg::CloseIfIdle { reply, .. } => {
+                let _ = reply.send(false);
+            }
             SessionMsg::Park { reply, .. } => {
                 // Nothing to write: a follower nobody here follows just stops.
                 let idle = self.peers.is_empty();
