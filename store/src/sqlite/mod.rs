@@ -5,12 +5,13 @@
 //! readers see the last committed state while the writer writes.
 
 pub(crate) mod backup;
-mod checkpoint;
+pub(crate) mod checkpoint;
 pub(crate) mod erase;
 mod errors;
 mod handoffs;
 mod ops;
 mod reader;
+pub(crate) mod restore;
 mod writer;
 
 use std::path::Path;
