@@ -36,8 +36,9 @@
 //!   `message.delta` at offset 0 carrying the turn's text so far follows the
 //!   replay (SSE has no `active_turn`), so the deltas after it apply by
 //!   their offset.
-//! - **End.** The stream ends after `session.closed` (nothing can follow
-//!   it; a reconnecting `EventSource` then gets 404 and stops), when the
+//! - **End.** The stream ends after `session.closed` or `session.deleted`
+//!   (nothing can follow either; a reconnecting `EventSource` then gets 404
+//!   and stops), when the
 //!   peer is closed as a slow consumer (the client reconnects with
 //!   `Last-Event-ID` and loses nothing), when the gateway drains, and at
 //!   the `exp` of the stream's token (or when a reload revoked it), after
@@ -353,7 +354,8 @@ struct Live {
     /// checks its token again.
     reloads: watch::Receiver<u64>,
     peer: ActorRef<PeerMsg>,
-    /// Set after `session.closed`: the next poll ends the stream.
+    /// Set after `session.closed` or `session.deleted`: the next poll ends
+    /// the stream.
     done: bool,
     /// The gateway drains: write what is queued, then end.
     closing: bool,
@@ -458,8 +460,8 @@ async fn next_live(mut st: Live) -> Option<(Result<Bytes, Infallible>, Live)> {
 }
 
 /// Appends the SSE form of one outbox frame (an event notification; any
-/// other frame is skipped); whether it was `session.closed`, after which
-/// nothing can follow.
+/// other frame is skipped); whether it was `session.closed` or
+/// `session.deleted`, after which nothing can follow.
 fn encode_frame(chunk: &mut String, bytes: &[u8]) -> bool {
     let Ok(frame) = serde_json::from_slice::<Frame>(bytes) else {
         return false;
@@ -471,7 +473,7 @@ fn encode_frame(chunk: &mut String, bytes: &[u8]) -> bool {
         return false;
     };
     write_event(chunk, head.kind, head.seq, params.get());
-    head.kind == "session.closed"
+    matches!(head.kind, "session.closed" | "session.deleted")
 }
 
 /// `id: SEQ` (durable events only), `event: TYPE`, `data: PARAMS`, as
