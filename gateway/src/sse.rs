@@ -9,7 +9,8 @@
 //!
 //! - **Watermark.** `Last-Event-ID: N` or `?last_seen=N`; the header wins
 //!   when both are given. Without either only live events are streamed. A
-//!   watermark that is not a non-negative integer is 400.
+//!   watermark that is not a seq as tether writes one (decimal digits, no
+//!   sign, no leading zero: `event_id.rs`) is 400.
 //! - **Profile.** `?profile=NAME`, default `default`.
 //! - **Status.** An unknown session (4001) or a closed one (4002) is 404; a
 //!   malformed session id (-32602) is 400; any other failure of the resume
@@ -172,18 +173,17 @@ fn asked_resume(
     let header_id = headers
         .get("last-event-id")
         .map(|v| v.to_str().unwrap_or("x").trim().to_string());
-    let last_seen = match header_id.or(query.last_seen) {
-        None => None,
-        Some(s) => match s.parse::<u64>() {
-            Ok(n) => Some(n),
-            Err(_) => {
-                return Err((
+    let last_seen =
+        match header_id.or(query.last_seen) {
+            None => None,
+            Some(s) => match crate::event_id::sent_number(&s) {
+                Some(n) => Some(n),
+                None => return Err((
                     StatusCode::BAD_REQUEST,
-                    "Last-Event-ID / last_seen must be a non-negative integer",
-                ))
-            }
-        },
-    };
+                    "Last-Event-ID / last_seen must be a seq as tether writes it: decimal digits",
+                )),
+            },
+        };
     let max_delay_ms = match query.max_delay_ms.as_deref().map(str::parse::<u32>) {
         None => None,
         Some(Ok(n)) => Some(n),
