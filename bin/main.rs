@@ -8,6 +8,7 @@ mod config;
 mod fdlimit;
 mod logging;
 mod node;
+mod restore;
 mod serve;
 mod thp;
 
@@ -47,6 +48,10 @@ enum Command {
     /// Copy a running gateway's SQLite store to a new file, online
     /// (docs/RELIABILITY.md, "Backup and restore").
     Backup(backup::BackupArgs),
+    /// Put a backup in place of a stopped gateway's SQLite store: checks
+    /// it, moves the old store and its WAL aside (docs/RELIABILITY.md,
+    /// "Backup and restore").
+    Restore(restore::RestoreArgs),
     /// An operator's commands on a stopped gateway's store: `erase-profile
     /// NAME`, `vacuum` (docs/RELIABILITY.md, "Deletion").
     Admin(admin::AdminArgs),
@@ -116,6 +121,7 @@ fn main() -> ExitCode {
         Command::Host(args) => host_main(args),
         Command::Bench(args) => bench::forward(args),
         Command::Backup(args) => backup::run(args),
+        Command::Restore(args) => restore::run(args),
         Command::Admin(args) => admin::run(args),
         Command::Serve(args) => serve_main(*args, matches.subcommand_matches("serve")),
     }

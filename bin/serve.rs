@@ -111,7 +111,23 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if let Some(node) = node {
         node.leave().await;
     }
+    if let tether_store::Backend::Sqlite(cfg) = &backend {
+        empty_wal(cfg.db_path.clone()).await;
+    }
     code
+}
+
+/// The drain's last step on SQLite, with the store's lock still held:
+/// the WAL folded into the database file and truncated, so a stopped
+/// gateway leaves nothing in it (`tether_store::truncate_wal`).
+async fn empty_wal(db: std::path::PathBuf) {
+    let at = db.display().to_string();
+    match tokio::task::spawn_blocking(move || tether_store::truncate_wal(&db)).await {
+        Ok(Ok(true)) => debug!(db = %at, "WAL checkpointed and truncated"),
+        Ok(Ok(false)) => tracing::warn!(db = %at, "the WAL is still in use; left as it is"),
+        Ok(Err(e)) => tracing::warn!(db = %at, error = %e, "cannot checkpoint the WAL"),
+        Err(e) => tracing::warn!(db = %at, error = %e, "the WAL checkpoint did not finish"),
+    }
 }
 
 /// The store as this gateway opened it: the store's only gateway (its

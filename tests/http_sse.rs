@@ -312,6 +312,25 @@ async fn sse_of_an_unknown_session_or_another_profile_is_404(b: Backend) {
     assert_eq!(s.event().await.id.as_deref(), Some("4"));
 }
 
+/// A session deleted under an SSE stream: the stream's last event is
+/// `session.deleted`, then it ends (it stayed open sending keep-alives).
+async fn an_sse_stream_of_a_deleted_session_ends_with_session_deleted(b: Backend) {
+    let dir = tempdir();
+    let gw = Gateway::start_on(&b, dir.path(), &[]);
+    let addr = gw.addr.as_str();
+    let id = seeded(addr).await;
+    let mut s = sse(addr, &format!("/v1/sessions/{id}/events?last_seen=0"), &[]).await;
+    for seq in 1..=4 {
+        assert_eq!(s.event().await.id, Some(seq.to_string()));
+    }
+    ok(addr, "session.delete", json!({"session_id": id})).await;
+    let last = s.event().await;
+    assert_eq!(last.event.as_deref(), Some("session.deleted"), "{last:?}");
+    assert_eq!(last.id, None, "not a stored event");
+    assert_eq!(last.params()["session_id"], id.as_str());
+    s.expect_end().await;
+}
+
 async fn a_foreign_origin_is_refused_and_the_own_one_is_served(b: Backend) {
     let dir = tempdir();
     let gw = Gateway::start_on(&b, dir.path(), &[]);
@@ -548,6 +567,7 @@ backends!(
     sse_last_seen_zero_gives_everything,
     sse_without_a_watermark_streams_live_events_with_ids_on_durable_ones_only,
     sse_of_an_unknown_session_or_another_profile_is_404,
+    an_sse_stream_of_a_deleted_session_ends_with_session_deleted,
     a_foreign_origin_is_refused_and_the_own_one_is_served,
     an_sse_stream_is_an_attached_peer_until_the_client_goes_or_the_gateway_drains,
     an_origin_on_the_allow_list_is_served,

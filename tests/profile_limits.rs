@@ -199,6 +199,82 @@ async fn queued_turns_refuse_a_prompt_that_would_wait() {
     all_complete(&mut a, &[t1, q1, t2]).await;
 }
 
+/// `multitask: interrupt` and `rollback` stop the running turn and put the
+/// new prompt in its place: under a `running_turns` or `queued_turns`
+/// limit the profile holds no more turns than before, so the prompt is
+/// accepted. (It was refused 4290 after the turn had already been
+/// stopped: a refused request that changed something.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preempting_prompt_takes_the_place_of_the_turn_it_stops() {
+    let dir = tempdir();
+    let gw = start(dir.path(), &["a:running_turns=1,queued_turns=1"]);
+    let mut a = as_profile(&gw, A).await;
+    let s1 = session(&mut a).await;
+    let (_, first) = submit(&mut a, &s1, "/sleep 30000\nfirst").await;
+
+    // Running turns at their limit: an interrupt takes the running place.
+    let r = a
+        .ok(
+            "prompt.submit",
+            json!({"session_id": s1, "text": "/sleep 30000\ninstead", "multitask": "interrupt"}),
+        )
+        .await;
+    assert_eq!(r["status"], "started", "{r}");
+    let second = r["turn_id"].as_str().expect("turn_id").to_string();
+    let ended = complete(&turn_events(&mut a, &first).await).clone();
+    assert_eq!(ended["status"], "interrupted", "{ended}");
+
+    // Queued turns at their limit too: an interrupt stops the running
+    // turn, the queued one moves up, and the prompt takes its place in
+    // the queue.
+    let (status, queued) = submit(&mut a, &s1, "/sleep 30000\nqueued").await;
+    assert_eq!(status, "queued");
+    let r = a
+        .ok(
+            "prompt.submit",
+            json!({"session_id": s1, "text": "behind", "multitask": "interrupt"}),
+        )
+        .await;
+    assert_eq!(r["status"], "queued", "{r}");
+    let behind = r["turn_id"].as_str().expect("turn_id").to_string();
+    let ended = complete(&turn_events(&mut a, &second).await).clone();
+    assert_eq!(ended["status"], "interrupted", "{ended}");
+
+    // A rollback drops the queue and runs in the running turn's place.
+    let r = a
+        .ok(
+            "prompt.submit",
+            json!({"session_id": s1, "text": "over", "multitask": "rollback"}),
+        )
+        .await;
+    assert_eq!(r["status"], "started", "{r}");
+    let over = r["turn_id"].as_str().expect("turn_id").to_string();
+    let mut ended = std::collections::HashMap::new();
+    while ended.len() < 3 {
+        let e = a.next_event().await;
+        let turn = e["turn_id"].as_str().unwrap_or_default().to_string();
+        if e["type"] == "message.complete" && [&queued, &behind, &over].contains(&&turn) {
+            ended.insert(turn, e["payload"]["status"].clone());
+        }
+    }
+    assert_eq!(ended[&queued], "interrupted");
+    assert_eq!(ended[&behind], "interrupted");
+    assert_eq!(ended[&over], "complete");
+
+    // The places are given back: the limits still hold one of each.
+    let (status, _) = submit(&mut a, &s1, "/sleep 30000\nafter").await;
+    assert_eq!(status, "started");
+    let (status, _) = submit(&mut a, &s1, "queued after").await;
+    assert_eq!(status, "queued");
+    let err = a
+        .err(
+            "prompt.submit",
+            json!({"session_id": s1, "text": "one more"}),
+        )
+        .await;
+    assert_limit(&err, "queued_turns", 1);
+}
+
 /// Reads `c`'s events until each of `turns` has its `message.complete`,
 /// and asserts every one of them completed.
 async fn all_complete(c: &mut Client, turns: &[String]) {

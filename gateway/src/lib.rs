@@ -17,6 +17,7 @@ mod auth;
 mod chat;
 mod client_rate;
 mod console;
+mod event_id;
 mod http;
 mod limits;
 mod listen;

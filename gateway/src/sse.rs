@@ -9,7 +9,8 @@
 //!
 //! - **Watermark.** `Last-Event-ID: N` or `?last_seen=N`; the header wins
 //!   when both are given. Without either only live events are streamed. A
-//!   watermark that is not a non-negative integer is 400.
+//!   watermark that is not a seq as tether writes one (decimal digits, no
+//!   sign, no leading zero: `event_id.rs`) is 400.
 //! - **Profile.** `?profile=NAME`, default `default`.
 //! - **Status.** An unknown session (4001) or a closed one (4002) is 404; a
 //!   malformed session id (-32602) is 400; any other failure of the resume
@@ -36,8 +37,9 @@
 //!   `message.delta` at offset 0 carrying the turn's text so far follows the
 //!   replay (SSE has no `active_turn`), so the deltas after it apply by
 //!   their offset.
-//! - **End.** The stream ends after `session.closed` (nothing can follow
-//!   it; a reconnecting `EventSource` then gets 404 and stops), when the
+//! - **End.** The stream ends after `session.closed` or `session.deleted`
+//!   (nothing can follow either; a reconnecting `EventSource` then gets 404
+//!   and stops), when the
 //!   peer is closed as a slow consumer (the client reconnects with
 //!   `Last-Event-ID` and loses nothing), when the gateway drains, and at
 //!   the `exp` of the stream's token (or when a reload revoked it), after
@@ -171,18 +173,17 @@ fn asked_resume(
     let header_id = headers
         .get("last-event-id")
         .map(|v| v.to_str().unwrap_or("x").trim().to_string());
-    let last_seen = match header_id.or(query.last_seen) {
-        None => None,
-        Some(s) => match s.parse::<u64>() {
-            Ok(n) => Some(n),
-            Err(_) => {
-                return Err((
+    let last_seen =
+        match header_id.or(query.last_seen) {
+            None => None,
+            Some(s) => match crate::event_id::sent_number(&s) {
+                Some(n) => Some(n),
+                None => return Err((
                     StatusCode::BAD_REQUEST,
-                    "Last-Event-ID / last_seen must be a non-negative integer",
-                ))
-            }
-        },
-    };
+                    "Last-Event-ID / last_seen must be a seq as tether writes it: decimal digits",
+                )),
+            },
+        };
     let max_delay_ms = match query.max_delay_ms.as_deref().map(str::parse::<u32>) {
         None => None,
         Some(Ok(n)) => Some(n),
@@ -353,7 +354,8 @@ struct Live {
     /// checks its token again.
     reloads: watch::Receiver<u64>,
     peer: ActorRef<PeerMsg>,
-    /// Set after `session.closed`: the next poll ends the stream.
+    /// Set after `session.closed` or `session.deleted`: the next poll ends
+    /// the stream.
     done: bool,
     /// The gateway drains: write what is queued, then end.
     closing: bool,
@@ -458,8 +460,8 @@ async fn next_live(mut st: Live) -> Option<(Result<Bytes, Infallible>, Live)> {
 }
 
 /// Appends the SSE form of one outbox frame (an event notification; any
-/// other frame is skipped); whether it was `session.closed`, after which
-/// nothing can follow.
+/// other frame is skipped); whether it was `session.closed` or
+/// `session.deleted`, after which nothing can follow.
 fn encode_frame(chunk: &mut String, bytes: &[u8]) -> bool {
     let Ok(frame) = serde_json::from_slice::<Frame>(bytes) else {
         return false;
@@ -471,7 +473,7 @@ fn encode_frame(chunk: &mut String, bytes: &[u8]) -> bool {
         return false;
     };
     write_event(chunk, head.kind, head.seq, params.get());
-    head.kind == "session.closed"
+    matches!(head.kind, "session.closed" | "session.deleted")
 }
 
 /// `id: SEQ` (durable events only), `event: TYPE`, `data: PARAMS`, as

@@ -58,7 +58,9 @@ pub use open_error::OpenError;
 pub use postgres::{open_postgres, open_postgres_writer};
 pub use served::SERVED_FILE;
 pub use sqlite::backup::{backup_sqlite, BackupError, BackupReport, DEFAULT_PACE_MIB_S};
+pub use sqlite::checkpoint::truncate_wal;
 pub use sqlite::erase::vacuum_sqlite;
+pub use sqlite::restore::{restore_sqlite, RestoreError, RestoreReport};
 pub use sqlite::{open_sqlite, open_sqlite_writer};
 /// A database URL as it may be shown: the one masking rule of
 /// [`tether_protocol::mask_urls`].

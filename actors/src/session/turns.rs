@@ -135,6 +135,20 @@ impl SessionState {
             let _ = reply.send(Err(e));
             return;
         }
+        self.accept_in_place(myself, text, replacing, dedupe_key, reply);
+    }
+
+    /// [`accept`](Self::accept) without a place of its own under the
+    /// profile's turn limits: for a prompt that takes the place of the turn
+    /// it stops (`multitask.rs`). The count settles after the message.
+    pub(super) fn accept_in_place(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        text: String,
+        replacing: Option<(TurnId, u64)>,
+        dedupe_key: Option<String>,
+        reply: Reply<SubmitResult>,
+    ) {
         let tag = TurnTag {
             turn_id: TurnId::new(),
             trace_id: TraceId::new(),

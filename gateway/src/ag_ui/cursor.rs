@@ -16,6 +16,8 @@
 
 use std::fmt;
 
+use tether_protocol::EventType;
+
 /// Where a client is in a run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Cursor {
@@ -36,12 +38,14 @@ impl fmt::Display for Cursor {
 }
 
 impl Cursor {
-    /// Parses a `Last-Event-ID`; `None` for anything tether did not send.
+    /// Parses a `Last-Event-ID`; `None` for anything tether did not send
+    /// (each part as tether writes numbers, `event_id.rs`; a step is checked
+    /// against its event by [`steps_of`] once the event is read).
     pub fn parse(s: &str) -> Option<Cursor> {
         let parts: Vec<u64> = s
             .trim()
             .split('.')
-            .map(|p| p.parse::<u64>().ok())
+            .map(crate::event_id::sent_number)
             .collect::<Option<_>>()?;
         let [seq, step, text, reasoning] = parts[..] else {
             return None;
@@ -53,6 +57,20 @@ impl Cursor {
             reasoning,
         };
         (cursor.seq > 0 && cursor.step > 0).then_some(cursor)
+    }
+}
+
+/// How many AG-UI events (steps) tether sends for a stored event of `kind`
+/// (the table in `events.rs`): an id's `STEP` is at most this. A
+/// `session.closed` ends a run that never came with the last step of a
+/// `message.complete`; no other kind of event is the `SEQ` of an id.
+pub fn steps_of(kind: EventType) -> u8 {
+    match kind {
+        EventType::MessageUser => 2,
+        EventType::ToolStart => 3,
+        EventType::ToolComplete | EventType::TodoUpdated => 1,
+        EventType::MessageComplete | EventType::SessionClosed => 6,
+        _ => 0,
     }
 }
 
@@ -81,6 +99,10 @@ mod tests {
             "4.300.0.0",
             "a.1.0.0",
             "-1.1.0.0",
+            "+3.1.0.0",
+            "3.+1.0.0",
+            "03.1.0.0",
+            "3.1.00.0",
         ] {
             assert_eq!(Cursor::parse(bad), None, "{bad}");
         }

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 use tether_protocol::PeerTransport;
 
 use super::capabilities::capabilities;
-use super::cursor::Cursor;
+use super::cursor::{steps_of, Cursor};
 use super::events::{RunEvents, Sent};
 use super::input::RunAgentInput;
 use crate::chat::error::Refusal;
@@ -141,6 +141,13 @@ async fn resume_at(
         )
         .into());
     };
+    if cursor.step > steps_of(at.kind) {
+        return Err(status_text(
+            StatusCode::BAD_REQUEST,
+            "Last-Event-ID is not an id of tether's AG-UI events",
+        )
+        .into());
+    }
     let run = RunEvents::resume(asked.chat.as_str(), cursor, &at, todos(&replay), out).ok_or_else(
         || {
             Refusal::from(status_text(

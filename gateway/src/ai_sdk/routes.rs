@@ -23,7 +23,10 @@ use crate::http::status_text;
 use crate::server::AppState;
 
 /// Pages of `session.events.since` a transcript may take (10,000 events
-/// each) before it is refused as too long to list.
+/// each) before it is refused as too long to list. With the resume's own
+/// bound on the segment's messages (`--max-resume-messages`, which the
+/// segment's start is read with), what one listing holds in memory is
+/// bounded twice: in messages and in events (PROTOCOL.md Part 4).
 const MAX_TRANSCRIPT_PAGES: usize = 20;
 
 /// `POST /v1/ai-sdk/chat`: the prompt becomes a turn of the chat's
@@ -122,6 +125,16 @@ pub async fn segment_events(
         Err(CallError::Rpc { code, .. }) if code == tether_protocol::codes::SESSION_NOT_FOUND => {
             return Ok(Vec::new())
         }
+        // The resume's "retry with omit_messages" means nothing to a
+        // client of this route: say which bound it is over.
+        Err(CallError::Rpc { code, .. }) if code == tether_protocol::codes::RESUME_TOO_LARGE => {
+            return Err(status_text(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "the chat's history is too long to list: more messages than \
+                 --max-resume-messages allows a transcript",
+            )
+            .into())
+        }
         Err(e) => return Err(e.into()),
     };
     let Some(first) = now["messages"][0]["seq"].as_u64() else {
@@ -154,7 +167,7 @@ pub async fn segment_events(
     }
     Err(status_text(
         StatusCode::PAYLOAD_TOO_LARGE,
-        "the chat's history is too long to list",
+        "the chat's history is too long to list: more than 200,000 events",
     )
     .into())
 }

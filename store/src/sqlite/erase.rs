@@ -1,20 +1,25 @@
 //! [`StoreErase`] of the SQLite store: the shared steps (`crate::erase`) on a connection of their
 //! own, with `secure_delete` on, so that what they remove is overwritten in the file and not only
-//! unlinked; and what only SQLite does: giving freed pages back (incremental vacuum).
+//! unlinked; the WAL scrubbed after each erase (`checkpoint.rs`), so the old images of the pages
+//! they overwrote do not stay in it; and what only SQLite does: giving freed pages back
+//! (incremental vacuum).
 //!
 //! Every transaction here is `BEGIN IMMEDIATE` (the write lock first, as the writer takes it) and
 //! bounded: one session's rows, or at most `batch` events. The writer waits at most one of them.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::sqlite::{Sqlite, SqliteConnection, SqlitePool, SqlitePoolOptions};
+use tether_protocol::{SessionId, SessionStatus};
 
 use crate::erase::{Dialect, Eraser, Housekeeping};
-use crate::{StoreConfig, StoreError};
+use crate::{Scope, StoreConfig, StoreErase, StoreError, Trimmed};
 
 use super::base_options;
+use super::checkpoint::Scrub;
 use super::errors::{map_sqlx, Doing};
 
 /// A store created before erasing existed has no incremental vacuum, and SQLite turns it on only
@@ -70,8 +75,23 @@ pub(crate) async fn ensure_incremental_vacuum(
     ensure_incremental_vacuum_with(conn, path, false).await
 }
 
-/// The erase connection (one: erasing is rare and serial).
-pub(crate) type SqliteErase = Eraser<SqliteHouse>;
+/// The erase connection (one: erasing is rare and serial), and the checkpointer's scrub that
+/// every erase which removed something asks for: `secure_delete` overwrites the bytes in the
+/// pages, the scrub gets the pages' old images out of the WAL (`checkpoint.rs`).
+pub(crate) struct SqliteErase {
+    inner: Eraser<SqliteHouse>,
+    scrub: Arc<Scrub>,
+}
+
+impl SqliteErase {
+    /// Asks for a scrub when `removed` says something went.
+    fn scrubbed<T>(&self, removed: bool, result: T) -> T {
+        if removed {
+            self.scrub.ask();
+        }
+        result
+    }
+}
 
 /// SQLite's space and lease: incremental vacuum, and a lease always held (one gateway).
 pub(crate) struct SqliteHouse;
@@ -98,23 +118,96 @@ const DIALECT: Dialect = Dialect {
 };
 
 /// Opens the erase connection on an existing, migrated store.
-pub(crate) async fn open(cfg: &StoreConfig) -> Result<SqliteErase, StoreError> {
+pub(crate) async fn open(cfg: &StoreConfig, scrub: Arc<Scrub>) -> Result<SqliteErase, StoreError> {
     let acquire = cfg.busy_timeout.max(Duration::from_secs(1)) * 2;
     let pool = SqlitePoolOptions::new()
         .max_connections(1)
         .min_connections(0)
         .acquire_timeout(acquire)
-        .connect_with(base_options(cfg).pragma("secure_delete", "ON"))
+        .connect_with(base_options(cfg))
         .await
         .map_err(|e| map_sqlx(e, Doing::Open))?;
-    Ok(Eraser::new(
+    let inner = Eraser::new(
         pool,
         SqliteHouse,
         &DIALECT,
         "BEGIN IMMEDIATE",
         read_err,
         write_err,
-    ))
+    );
+    Ok(SqliteErase { inner, scrub })
+}
+
+#[async_trait]
+impl StoreErase for SqliteErase {
+    async fn delete_session(
+        &self,
+        profile: &str,
+        id: &SessionId,
+        batch: u32,
+    ) -> Result<Option<Vec<SessionId>>, StoreError> {
+        let r = self.inner.delete_session(profile, id, batch).await;
+        // Also after an error: a cut erase may have removed part of it.
+        let removed = !matches!(r, Ok(None));
+        self.scrubbed(removed, r)
+    }
+
+    async fn erase_profile(&self, profile: &str, batch: u32) -> Result<u64, StoreError> {
+        let r = self.inner.erase_profile(profile, batch).await;
+        self.scrubbed(true, r)
+    }
+
+    async fn finish_erasing(&self, batch: u32) -> Result<u64, StoreError> {
+        let r = self.inner.finish_erasing(batch).await;
+        let removed = !matches!(r, Ok(0));
+        self.scrubbed(removed, r)
+    }
+
+    async fn idle_since(
+        &self,
+        scope: Scope<'_>,
+        status: SessionStatus,
+        before_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<(String, SessionId)>, StoreError> {
+        self.inner.idle_since(scope, status, before_ms, limit).await
+    }
+
+    async fn trim_candidates(
+        &self,
+        scope: Scope<'_>,
+        max_events: Option<u64>,
+        before_ms: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<(String, SessionId)>, StoreError> {
+        self.inner
+            .trim_candidates(scope, max_events, before_ms, limit)
+            .await
+    }
+
+    async fn trim(
+        &self,
+        id: &SessionId,
+        max_events: Option<u64>,
+        before_ms: Option<i64>,
+        batch: u32,
+    ) -> Result<Option<Trimmed>, StoreError> {
+        let r = self.inner.trim(id, max_events, before_ms, batch).await;
+        let removed = !matches!(r, Ok(None) | Ok(Some(Trimmed { removed: 0, .. })));
+        self.scrubbed(removed, r)
+    }
+
+    async fn reclaim(&self, max_pages: u32) -> Result<u64, StoreError> {
+        self.inner.reclaim(max_pages).await
+    }
+
+    async fn try_lead(&self) -> Result<bool, StoreError> {
+        self.inner.try_lead().await
+    }
+
+    async fn release_lead(&self) -> Result<(), StoreError> {
+        self.inner.release_lead().await
+    }
 }
 
 #[async_trait]

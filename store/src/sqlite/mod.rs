@@ -5,12 +5,13 @@
 //! readers see the last committed state while the writer writes.
 
 pub(crate) mod backup;
-mod checkpoint;
+pub(crate) mod checkpoint;
 pub(crate) mod erase;
 mod errors;
 mod handoffs;
 mod ops;
 mod reader;
+pub(crate) mod restore;
 mod writer;
 
 use std::path::Path;
@@ -61,13 +62,15 @@ pub async fn open_sqlite(cfg: &StoreConfig) -> Result<Opened, StoreError> {
         .map_err(|e| map_sqlx(e, Doing::Open))?;
 
     let checkpointer = base_options(cfg)
+        .busy_timeout(checkpoint::SCRUB_WAIT)
         .connect()
         .await
         .map_err(|e| map_sqlx(e, Doing::Open))?;
     let (stop_checkpoints, stop) = tokio::sync::oneshot::channel();
-    checkpoint::spawn(checkpointer, stop);
+    let scrub = Arc::new(checkpoint::Scrub::default());
+    checkpoint::spawn(checkpointer, scrub.clone(), stop);
     let handoffs = handoffs::open(cfg).await?;
-    let eraser = erase::open(cfg).await?;
+    let eraser = erase::open(cfg, scrub).await?;
 
     tracing::info!(db_path = %cfg.db_path.display(), epoch = %epoch, "store opened");
     Ok(Opened {
@@ -99,11 +102,13 @@ pub async fn open_sqlite_writer_with_page_headroom(
     ))
 }
 
-/// Settings every connection gets: WAL, the configured durability, the busy timeout and
-/// enforced foreign keys.
+/// Settings every connection gets: WAL, the configured durability, the busy timeout,
+/// enforced foreign keys, and `secure_delete` (what any connection deletes or updates is
+/// overwritten in the page, not left in its free space; the writer, on rusqlite, sets it too).
 fn base_options(cfg: &StoreConfig) -> SqliteConnectOptions {
     SqliteConnectOptions::new()
         .filename(&cfg.db_path)
+        .pragma("secure_delete", "ON")
         .journal_mode(SqliteJournalMode::Wal)
         .synchronous(match cfg.synchronous {
             Synchronous::Normal => SqliteSynchronous::Normal,

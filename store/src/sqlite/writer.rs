@@ -115,9 +115,14 @@ fn connect(
         .query_row("PRAGMA page_size", [], |row| row.get(0))
         .map_err(open_err)?;
     let autocheckpoint = WAL_AUTOCHECKPOINT_BYTES / page_size.max(512);
-    // PRAGMA arguments cannot be bound; every value here is ours.
+    // PRAGMA arguments cannot be bound; every value here is ours. `secure_delete`: a row the
+    // writer updates (a session's row, at every append) or deletes (a turn marker, a handoff)
+    // leaves its old bytes in the page's free space unless they are overwritten; left there, an
+    // erased session's title or prompt stayed readable in the file after the erase had
+    // overwritten the rows it removed (docs/RELIABILITY.md, "Deletion": cost measured there).
     conn.execute_batch(&format!(
         "PRAGMA journal_mode = WAL; \
+         PRAGMA secure_delete = ON; \
          PRAGMA synchronous = {synchronous}; \
          PRAGMA foreign_keys = ON; \
          PRAGMA temp_store = MEMORY; \

@@ -88,8 +88,14 @@ impl SessionState {
             self.accept(myself, text, None, dedupe_key, reply);
             return;
         }
-        // The queue's room is not checked: the running turn's end makes
-        // room for one, and a rollback empties it.
+        // Everything that can refuse it is checked before the running turn
+        // is stopped: a refused request changes nothing. The queue's room
+        // is not checked (the running turn's end makes room for one, and a
+        // rollback empties it), nor are the profile's turn limits: the
+        // prompt takes the place of the turn it stops (running, or queued
+        // behind the one that moves up to run), so the profile holds no
+        // more turns than before. Reserving one after the stop refused it
+        // with 4290 under a limit, once the turn was already gone.
         if let Err(e) = self.check_open() {
             let _ = reply.send(Err(e));
             return;
@@ -101,7 +107,7 @@ impl SessionState {
             None
         };
         self.supersede_running(myself, rollback || drop_queued);
-        self.accept(myself, text, replacing, dedupe_key, reply);
+        self.accept_in_place(myself, text, replacing, dedupe_key, reply);
     }
 
     /// The running turn and how many messages of the segment come before
