@@ -155,6 +155,13 @@ pub struct DeleteParams {
     pub session_id: SessionId,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<String>,
+    /// The gateway's own, never a client's (a peer drops it): the life of
+    /// the id a delete was decided on (its session's `created_at_ms`), so
+    /// that retention's erase of a closed session it listed never takes a
+    /// new session created under the same id since. Carried with the
+    /// request when a cluster forwards it to the session's owner.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub life: Option<i64>,
 }
 
 impl Params for DeleteParams {}
