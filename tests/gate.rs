@@ -7,6 +7,8 @@
 //! changes nothing: no session, no seed, no limit, no count.
 
 mod common;
+#[path = "cluster/mod.rs"]
+mod harness;
 #[path = "gate/mint.rs"]
 mod mint;
 #[path = "jwt/support.rs"]
@@ -171,9 +173,29 @@ async fn a_scoped_token_acts_on_no_other_session_through_any_method_or_route(b: 
         &dir.path().join("data"),
         &["--jwt-secret-file", &secret],
     );
-    let addr = gw.addr.as_str();
+    scoped_walk(&gw.addr, &gw.addr, &keys).await;
+}
+
+/// On a cluster the guest speaks to a node that only follows the sessions
+/// (its writes are forwarded to the owner): the same answers, the same
+/// nothing changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_a_scoped_token_acts_on_no_other_session_through_a_follower() {
+    let dir = tempdir();
+    let keys = Signer::new(dir.path(), "secret");
+    let secret = keys.path();
+    let Some(cluster) = harness::TestCluster::start_with(2, 1000, &["--jwt-secret-file", &secret])
+    else {
+        return;
+    };
+    scoped_walk(&cluster.nodes[0].addr, &cluster.nodes[1].addr, &keys).await;
+}
+
+/// The owner makes two sessions on the node at `owner_addr`; a token
+/// scoped to the first walks every method and route at `addr`.
+async fn scoped_walk(owner_addr: &str, addr: &str, keys: &Signer) {
     let owner_t = keys.token("alice", json!({}));
-    let mut owner = Client::connect(&ws_url(addr, &owner_t)).await;
+    let mut owner = Client::connect(&ws_url(owner_addr, &owner_t)).await;
     let shared = common::session(&mut owner).await;
     let other = common::session(&mut owner).await;
     let turn = common::submit(&mut owner, &other, "the owner's own").await;
