@@ -66,11 +66,13 @@ pub use host_supervisor::{HostStart, StartState};
 pub use lifecycle::Lifecycle;
 pub use named::create_with_id;
 pub use outbox::{Outbound, OutboxReceiver, CLOSE_GOING_AWAY, CLOSE_SLOW_CONSUMER};
+pub use peer::admission::{admit_new_session, admit_session};
 pub use peer::token::{
-    CheckFuture, TokenCheck, TokenGrant, Verified, CLOSE_TOKEN_EXPIRED, CLOSE_TOKEN_REVOKED,
+    own_limits, unix_now_ms, CheckFuture, TokenCheck, TokenGrant, Verified, CLOSE_TOKEN_EXPIRED,
+    CLOSE_TOKEN_REVOKED,
 };
 pub use peer::{Identity, PeerMsg};
-pub use registry::ledger::{Hold, Limit, LimitReached, ProfileLedger};
+pub use registry::ledger::{Hold, Limit, LimitReached, ProfileLedger, TokenLimits};
 pub use retention::{RetentionConfig, RetentionRules};
 pub use supervisor::{AfterIntensity, Backoff, RestartPolicy, Strategy};
 pub use tether_store::WriterFactory;

@@ -18,7 +18,9 @@ use crate::registry::RegistryMsg;
 /// would (one transaction: the session and its seed, or nothing), with
 /// nobody attached. Fails like `session.create` does; a session that
 /// already has this id makes it fail too (the store refuses the second
-/// row), which the caller tells apart by resuming it.
+/// row), which the caller tells apart by resuming it. The caller's token
+/// (`grant`) passes the same admission as `session.create` first
+/// (`peer/admission.rs`): a token for a few sessions creates none.
 ///
 /// A chat deleted a moment ago may still be erasing its old life under
 /// this id: the store refuses the new one until the erase is done (the two
@@ -26,10 +28,21 @@ use crate::registry::RegistryMsg;
 /// bound, instead of failing the client's first request of the new chat.
 pub async fn create_with_id(
     ctx: &Ctx,
+    grant: Option<&crate::TokenGrant>,
     profile: &str,
     id: SessionId,
     params: CreateParams,
 ) -> Result<(), RpcError> {
+    crate::peer::admission::admit_new_session(grant)?;
+    // A token's own ceiling of live sessions, as for `session.create`.
+    let ceiling = grant
+        .and_then(|g| g.verified.limits.as_ref())
+        .and_then(|l| l.live_sessions);
+    if let Some(max) = ceiling {
+        ctx.profiles
+            .token_ceiling(profile, crate::Limit::LiveSessions, max)
+            .map_err(|reached| reached.to_rpc())?;
+    }
     let registry = ctx.registry()?;
     let params = CreateParams {
         attach: false,

@@ -24,6 +24,7 @@
 //! supervisor would only add a place to hear of the failure, which the
 //! peer's own `Drop` already handles.
 
+pub mod admission;
 mod attached;
 mod branch;
 mod dispatch;
@@ -60,8 +61,8 @@ pub struct Identity {
     pub can_attach: bool,
     /// Told to the sessions it attaches to (`SessionInfo.attached`).
     pub transport: PeerTransport,
-    /// Limits its token sets over the profile's configured ones.
-    pub limits: Option<std::sync::Arc<crate::profile_limits::ProfileLimits>>,
+    /// The limits its token sets for its own work (its `limits` claim).
+    pub limits: Option<crate::registry::ledger::TokenLimits>,
 }
 
 pub enum PeerMsg {
@@ -384,6 +385,12 @@ impl PeerState {
             Item::Error { id, error } => id.map(|id| encode_error(&id, &error)),
             Item::Call(call) => {
                 let method = call.request.method();
+                // The one admission (`admission.rs`): nothing runs past it
+                // that the token may not do.
+                if let Err(e) = self.admit_request(&call.request).await {
+                    tracing::debug!(peer_id = %self.peer_id, method, code = e.code, "request refused by the admission");
+                    return call.id.map(|id| encode_error(&id, &e));
+                }
                 let result = self.dispatch(call.request, after).await;
                 if let Err(e) = &result {
                     if e.code == tether_protocol::codes::INTERNAL_ERROR {

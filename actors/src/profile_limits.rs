@@ -1,6 +1,7 @@
 //! What one profile may hold of the gateway at once: the limits an
-//! operator configures per profile, which a signed token may override for
-//! the connections it opens. `None` is "no limit of this kind".
+//! operator configures per profile. `None` is "no limit of this kind". A
+//! signed token's `limits` claim has the same shape but is the token's own
+//! (`registry/ledger.rs`, `TokenLimits`): it never changes its profile's.
 //!
 //! This file is only the shape both sides agree on: the gateway's
 //! configuration and a token's claims produce it, the actors enforce it.
@@ -45,16 +46,11 @@ pub struct LimitTable {
 }
 
 impl LimitTable {
-    /// What `profile` may hold: the default, its own table over it, and a
-    /// token's limits (if its connections carried any) over both.
-    pub fn of(&self, profile: &str, token: Option<&ProfileLimits>) -> ProfileLimits {
-        let configured = match self.profiles.get(profile) {
+    /// What `profile` may hold: the default, and its own table over it.
+    pub fn of(&self, profile: &str) -> ProfileLimits {
+        match self.profiles.get(profile) {
             Some(own) => self.default.overridden_by(own),
             None => self.default.clone(),
-        };
-        match token {
-            Some(token) => configured.overridden_by(token),
-            None => configured,
         }
     }
 
@@ -74,7 +70,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_profile_table_sits_on_the_default_and_a_token_on_both() {
+    fn a_profile_table_sits_on_the_default() {
         let mut table = LimitTable {
             default: ProfileLimits {
                 live_sessions: Some(100),
@@ -90,25 +86,15 @@ mod tests {
                 ..Default::default()
             },
         );
-        let token = ProfileLimits {
-            connections: Some(2),
-            requests_per_s: Some(7),
-            ..Default::default()
-        };
-        let other = table.of("other", None);
+        let other = table.of("other");
         assert_eq!(
             (other.live_sessions, other.connections),
             (Some(100), Some(10))
         );
-        let small = table.of("small", None);
+        let small = table.of("small");
         assert_eq!(
             (small.live_sessions, small.connections),
             (Some(5), Some(10))
-        );
-        let small = table.of("small", Some(&token));
-        assert_eq!(
-            (small.live_sessions, small.connections, small.requests_per_s),
-            (Some(5), Some(2), Some(7))
         );
         assert!(!table.is_empty());
         assert!(LimitTable::default().is_empty());

@@ -111,6 +111,17 @@ impl TokenBucket {
         Err(Duration::from_secs_f64((1.0 - self.tokens) / self.rate))
     }
 
+    /// Whether [`take`](Self::take) would give a token at `now`, taking
+    /// none: a request refused by another limit then costs this one nothing.
+    pub fn ready(&self, now: Instant) -> Result<(), Duration> {
+        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
+        let tokens = (self.tokens + elapsed * self.rate).min(self.burst);
+        if tokens >= 1.0 {
+            return Ok(());
+        }
+        Err(Duration::from_secs_f64((1.0 - tokens) / self.rate))
+    }
+
     /// Whether the bucket is full again by `now`: forgetting it then
     /// loses nothing.
     pub fn full_by(&self, now: Instant) -> bool {

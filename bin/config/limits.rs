@@ -101,7 +101,7 @@ mod tests {
         )
         .expect("valid");
         assert_eq!(t.default.requests_per_s, Some(50));
-        let alice = t.of("alice", None);
+        let alice = t.of("alice");
         assert_eq!(
             (alice.live_sessions, alice.connections, alice.requests_per_s),
             (Some(5), Some(1), Some(50))

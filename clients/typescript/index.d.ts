@@ -41,10 +41,30 @@ export declare class ConnectionLostError extends TetherError {
   readonly method: string;
 }
 
-/** The gateway refused the connection (401: token, 403: origin or address); not retried. */
+/**
+ * The gateway refused the connection (401: token, 403: origin or address),
+ * or closed it because its token ended (4401) or was revoked (4403), and no
+ * new token could be had (a fixed token; a provider that failed, `status`
+ * `"provider"`, or gave the same token again); not retried.
+ */
 export declare class AuthError extends TetherError {
-  readonly status: number;
+  readonly status: number | "provider";
 }
+
+/** `gateway.token_expiring`'s params. */
+export interface TokenExpiring {
+  /** The token's `exp`, seconds since the Unix epoch. */
+  expires_at: number;
+  expires_in_s: number;
+}
+
+/**
+ * Gives a token for a connection: called for every connect (the first, a
+ * reconnect, after a gateway restart), on `gateway.token_expiring` (the
+ * new token is sent with `gateway.refresh_token`), and once after a
+ * refusal (4401, 4403, HTTP 401). Typically it asks the app's backend.
+ */
+export type TokenProvider = () => Promise<string> | string;
 
 /**
  * No connection opened within the connect timeout (`connectTimeoutMs`)
@@ -235,6 +255,10 @@ export interface GatewayEvents {
   reset: ResetInfo;
   error: Error;
   event: TetherEvent;
+  /** The gateway says the connection's token ends soon. */
+  token_expiring: TokenExpiring;
+  /** The provider's new token replaced the connection's (`gateway.refresh_token`'s answer). */
+  token_refreshed: { expires_at: number | null };
 }
 
 export interface BackoffOptions {
@@ -245,8 +269,13 @@ export interface BackoffOptions {
 }
 
 export interface ConnectOptions {
-  /** Sent as `Authorization: Bearer` with `ws`, as `?token=` with a standard WebSocket. */
-  token?: string;
+  /**
+   * Sent as `Authorization: Bearer` with `ws`, as `?token=` with a standard
+   * WebSocket: a fixed token, or a provider of fresh ones (see
+   * {@link TokenProvider}) that keeps a signed-in user connected across
+   * expiries and gateway restarts.
+   */
+  token?: string | TokenProvider;
   /** For a gateway without tokens: the profile to work in (default `default`). */
   profile?: string;
   /** A WebSocket constructor to use instead of the runtime's (or the `ws` package). */

@@ -15,8 +15,9 @@ use crate::server::AppState;
 /// hint to back off, not a promise.
 const RETRY_AFTER_S: u64 = 1;
 
-/// Counts one connection of `profile` (its caller's token limits apply to
-/// the profile from now on), or says which limit refuses it
+/// Counts one connection of `profile` (and of its caller's token, when
+/// the token's claim limits its connections), or says which limit refuses
+/// it, counting nothing
 /// ([`too_many`] is the answer).
 pub(crate) fn open_connection(
     app: &AppState,

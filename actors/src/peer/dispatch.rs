@@ -98,8 +98,6 @@ impl PeerState {
             Request::EventsSince(p) => self.since(p).await,
             Request::Write(w) => self.write(w).await,
             Request::EventsStats => {
-                // Profile-wide: it names sessions a limited token may not reach.
-                self.unrestricted()?;
                 let registry = self.ctx.registry()?;
                 let profile = self.identity.profile.clone();
                 let stats = ask(
@@ -110,19 +108,11 @@ impl PeerState {
                 .await?;
                 ok(&stats)
             }
-            // By handoff id or target, not session: none for a limited token.
-            Request::HandoffClaim(p) => {
-                self.unrestricted()?;
-                self.handoff_claim(p).await
-            }
-            Request::HandoffComplete(p) => {
-                self.unrestricted()?;
-                self.handoff_complete(p).await
-            }
-            Request::HandoffFail(p) => {
-                self.unrestricted()?;
-                self.handoff_fail(p).await
-            }
+            // What a token may reach was decided by the admission
+            // (`admission.rs`) before any of these runs.
+            Request::HandoffClaim(p) => self.handoff_claim(p).await,
+            Request::HandoffComplete(p) => self.handoff_complete(p).await,
+            Request::HandoffFail(p) => self.handoff_fail(p).await,
             Request::HandoffState(p) => self.handoff_state(p).await,
             Request::RefreshToken(p) => self.refresh_token(p).await,
             Request::GatewayHello(p) => self.hello(p),
@@ -150,7 +140,6 @@ impl PeerState {
         session_id: &SessionId,
         load: bool,
     ) -> Result<(String, Resolved), RpcError> {
-        self.reach(session_id.as_str())?;
         let Some(profile) = self.scope(profile) else {
             return Err(RpcError::session_not_found());
         };
@@ -182,7 +171,6 @@ impl PeerState {
         T: Send + 'static,
         F: FnOnce(RpcReplyPort<T>) -> SessionMsg,
     {
-        self.reach(session_id.as_str())?;
         let Some(profile) = self.scope(profile) else {
             return Err(RpcError::session_not_found());
         };
@@ -234,10 +222,6 @@ impl PeerState {
     }
 
     async fn create(&mut self, p: CreateParams) -> Result<Box<RawValue>, RpcError> {
-        // A token for a few sessions reaches no new one.
-        if self.sessions_restricted() {
-            return Err(RpcError::session_not_found());
-        }
         let Some(profile) = self.scope(p.profile.as_deref()) else {
             return Err(RpcError::session_not_found());
         };

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::profile_limits::ProfileLimits;
+use crate::registry::ledger::TokenLimits;
 
 /// WebSocket close code: the connection's token expired.
 pub const CLOSE_TOKEN_EXPIRED: u16 = 4401;
@@ -45,6 +46,13 @@ pub type CheckFuture<'a> = Pin<Box<dyn Future<Output = Option<Verified>> + Send 
 /// it does not accept (which one and why is the gateway's to log).
 pub trait TokenCheck: Send + Sync + 'static {
     fn check<'a>(&'a self, token: &'a str) -> CheckFuture<'a>;
+
+    /// The configuration's generation: it changes at each reload, and a
+    /// token checked under an older one is checked again before its
+    /// connection's next request.
+    fn generation(&self) -> u64 {
+        0
+    }
 }
 
 /// The token a connection presented, with the verifier that accepted it.
@@ -55,6 +63,11 @@ pub struct TokenGrant {
     pub checker: Arc<dyn TokenCheck>,
     /// How long before `exp` the client is told (`gateway.token_expiring`).
     pub warn_before: Duration,
+    /// The clock skew allowed past `exp` (`--jwt-leeway-s`): the token
+    /// ends at `exp` + leeway, at the door and on a live connection alike.
+    pub leeway: Duration,
+    /// The [`TokenCheck::generation`] it was last checked under.
+    pub checked_under: u64,
 }
 
 impl std::fmt::Debug for TokenGrant {
@@ -63,6 +76,7 @@ impl std::fmt::Debug for TokenGrant {
         f.debug_struct("TokenGrant")
             .field("verified", &self.verified)
             .field("warn_before", &self.warn_before)
+            .field("leeway", &self.leeway)
             .finish_non_exhaustive()
     }
 }
@@ -75,13 +89,39 @@ impl TokenGrant {
             .as_ref()
             .is_none_or(|allowed| allowed.contains(id))
     }
+
+    /// The instant the token ends, in milliseconds since the Unix epoch:
+    /// `exp` plus the leeway; `None` never (a static token). The door
+    /// refuses it from this instant on, and a live connection is closed
+    /// at it: one rule.
+    pub fn ends_at_ms(&self) -> Option<u64> {
+        let exp = self.verified.expires_at?;
+        Some(
+            exp.saturating_mul(1000)
+                .saturating_add(u64::try_from(self.leeway.as_millis()).unwrap_or(u64::MAX)),
+        )
+    }
 }
 
-/// Seconds since the Unix epoch, now.
-pub fn unix_now() -> u64 {
+/// The limits a token's claim sets for its own work, kept under the token.
+pub fn own_limits(presented: &Arc<str>, v: &Verified) -> Option<TokenLimits> {
+    v.limits.as_ref().map(|limits| TokenLimits {
+        key: presented.clone(),
+        limits: limits.clone(),
+    })
+}
+
+/// Milliseconds since the Unix epoch, now.
+pub fn unix_now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// How long from now until `at_ms` (milliseconds since the epoch); zero if
+/// past.
+pub fn until_ms(at_ms: u64) -> Duration {
+    Duration::from_millis(at_ms.saturating_sub(unix_now_ms()))
 }
 
 /// How long from now until `at` (seconds since the epoch); zero if past.
@@ -114,16 +154,16 @@ impl super::PeerState {
             timer.abort();
         }
         let Some(grant) = &self.token else { return };
-        let Some(exp) = grant.verified.expires_at else {
+        let (Some(exp), Some(end)) = (grant.verified.expires_at, grant.ends_at_ms()) else {
             return;
         };
         if !self.identity.can_attach {
             return;
         }
         let generation = self.token_generation;
-        let left = until(exp);
+        let left = until_ms(end);
         if !grant.warn_before.is_zero() {
-            let warn_in = left.saturating_sub(grant.warn_before);
+            let warn_in = until(exp).saturating_sub(grant.warn_before);
             let timer = myself.send_after(warn_in, move || super::PeerMsg::TokenTimer {
                 generation,
                 expired: false,
@@ -170,10 +210,13 @@ impl super::PeerState {
             return Err(refused());
         }
         let expires_at = verified.expires_at;
-        self.identity.limits = verified.limits.clone();
+        let presented: Arc<str> = Arc::from(p.token);
+        self.identity.limits = own_limits(&presented, &verified);
+        let generation = checker.generation();
         if let Some(grant) = self.token.as_mut() {
-            grant.presented = Arc::from(p.token);
+            grant.presented = presented;
             grant.verified = verified;
+            grant.checked_under = generation;
         }
         self.token_generation += 1;
         Ok(tether_protocol::to_raw(
@@ -188,20 +231,18 @@ impl super::PeerState {
         let Some(grant) = self.token.clone() else {
             return;
         };
+        let generation = grant.checker.generation();
         match grant.checker.check(&grant.presented).await {
             Some(v) if v.profile == self.identity.profile => {
-                self.identity.limits = v.limits.clone();
+                self.identity.limits = own_limits(&grant.presented, &v);
                 if let Some(g) = self.token.as_mut() {
                     g.verified = v;
+                    g.checked_under = generation;
                 }
                 self.token_generation += 1;
                 self.arm_token_timers(myself);
             }
-            _ if grant
-                .verified
-                .expires_at
-                .is_some_and(|exp| exp <= unix_now()) =>
-            {
+            _ if grant.ends_at_ms().is_some_and(|end| end <= unix_now_ms()) => {
                 self.outbox.close(CLOSE_TOKEN_EXPIRED, "token expired");
             }
             _ => {
@@ -212,7 +253,8 @@ impl super::PeerState {
     }
 
     /// 4001 for a session the token may not reach: the same answer as for
-    /// a session that is not there, so a token learns nothing of others.
+    /// a session that is not there. Only for the rows of a listing; a
+    /// request's own session is the admission's (`admission.rs`).
     pub(super) fn reach(&self, id: &str) -> Result<(), tether_protocol::RpcError> {
         match &self.token {
             Some(grant) if !grant.may_reach(id) => {
@@ -220,21 +262,5 @@ impl super::PeerState {
             }
             _ => Ok(()),
         }
-    }
-
-    /// 4001 for a method that is not about one session (a profile-wide
-    /// one) when the token limits the connection to a list of sessions.
-    pub(super) fn unrestricted(&self) -> Result<(), tether_protocol::RpcError> {
-        if self.sessions_restricted() {
-            return Err(tether_protocol::RpcError::session_not_found());
-        }
-        Ok(())
-    }
-
-    /// Whether the token limits the connection to a list of sessions.
-    pub(super) fn sessions_restricted(&self) -> bool {
-        self.token
-            .as_ref()
-            .is_some_and(|g| g.verified.sessions.is_some())
     }
 }

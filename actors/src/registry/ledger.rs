@@ -9,12 +9,16 @@
 //! and its count are one step under the lock, so two requests racing for
 //! a profile's last place cannot both get it.
 //!
-//! What a profile may hold is the configured default, its own table over
-//! it, and the limits a token carried over both ([`LimitTable::of`]): the
-//! newest token of the profile that carried any, while the profile has
-//! anything here. A profile with nothing counted (and its request bucket
-//! full again) is removed, so the table is as large as the set of
-//! profiles that have work, not of those that ever came.
+//! What a profile may hold is the configured default and its own table
+//! over it ([`LimitTable::of`]). A token's `limits` claim never changes
+//! that: it is the token's own ([`TokenLimits`]). Its `connections` and
+//! `requests_per_s` are counted for the token alone (its connections, its
+//! requests, under the profile's as well), and its other limits are
+//! ceilings the token's own requests meet before the profile's
+//! ([`ProfileLedger::token_ceiling`]). A refused connection or request
+//! counts nowhere. A profile or token with nothing counted (and its
+//! request bucket full again) is removed, so the table is as large as the
+//! set of profiles and tokens that have work, not of those that ever came.
 //!
 //! Counted on this node only: on a cluster each node keeps its own
 //! table (docs/PROTOCOL.md, "Profile limits").
@@ -93,8 +97,28 @@ struct Entry {
     queued_turns: u32,
     /// Its requests per second, once it has a rate limit.
     rate: Option<TokenBucket>,
-    /// The limits the newest token that carried any set.
-    token: Option<Arc<ProfileLimits>>,
+}
+
+/// The limits a token's claim sets for that token's own work, and the key
+/// its counts are kept under (the token itself: every connection of one
+/// token shares them).
+#[derive(Debug, Clone)]
+pub struct TokenLimits {
+    pub key: Arc<str>,
+    pub limits: Arc<ProfileLimits>,
+}
+
+/// One token's own counts.
+#[derive(Debug, Default)]
+struct TokenEntry {
+    connections: u32,
+    rate: Option<TokenBucket>,
+}
+
+impl TokenEntry {
+    fn removable(&self, now: Instant) -> bool {
+        self.connections == 0 && self.rate.as_ref().is_none_or(|b| b.full_by(now))
+    }
 }
 
 impl Entry {
@@ -121,7 +145,9 @@ impl Entry {
 #[derive(Debug, Default)]
 struct Entries {
     by_profile: HashMap<String, Entry>,
+    by_token: HashMap<Arc<str>, TokenEntry>,
     next_sweep: usize,
+    next_token_sweep: usize,
 }
 
 /// The per-profile counts of one gateway, and the limits they are held to.
@@ -147,7 +173,9 @@ impl ProfileLedger {
             table: RwLock::new(table),
             entries: Mutex::new(Entries {
                 by_profile: HashMap::new(),
+                by_token: HashMap::new(),
                 next_sweep: FIRST_SWEEP,
+                next_token_sweep: FIRST_SWEEP,
             }),
             rated: AtomicBool::new(rated),
         }
@@ -167,78 +195,139 @@ impl ProfileLedger {
         }
     }
 
-    /// What `profile` may hold now.
+    /// What `profile` may hold now (a token's claims aside).
     pub fn limits_of(&self, profile: &str) -> ProfileLimits {
-        let token = self
-            .lock()
-            .by_profile
-            .get(profile)
-            .and_then(|e| e.token.clone());
-        self.table().of(profile, token.as_deref())
+        self.table().of(profile)
     }
 
-    /// A connection of `profile` opens (a WebSocket, an SSE stream); it
-    /// counts until the hold is dropped. `token`: the limits its token
-    /// carries, which apply to the profile from now on.
+    /// A connection of `profile` opens (a WebSocket, an SSE or front-end
+    /// stream); it counts until the hold is dropped, for the profile and,
+    /// when its token sets `connections`, for the token. Refused by
+    /// either, it counts for neither.
     pub fn open_connection(
         self: &Arc<Self>,
         profile: &str,
-        token: Option<&Arc<ProfileLimits>>,
+        token: Option<&TokenLimits>,
     ) -> Result<Hold, LimitReached> {
-        self.note_token(token);
-        self.add(profile, Limit::Connections, token, false)?;
+        let own = token.filter(|t| t.limits.connections.is_some());
+        if let Some(t) = own {
+            let max = t.limits.connections.unwrap_or(u32::MAX);
+            let now = Instant::now();
+            let mut entries = self.lock();
+            let held = entries.by_token.get(&t.key).map_or(0, |e| e.connections);
+            if held >= max {
+                return Err(LimitReached {
+                    limit: Limit::Connections,
+                    max,
+                    retry_after: None,
+                });
+            }
+            // The profile's place is taken under the same lock, so two
+            // connections of one token cannot both take its last place.
+            self.add_locked(&mut entries, profile, Limit::Connections, false, now)?;
+            entries.token_entry(&t.key, now).connections += 1;
+            let mut hold = Hold::new(self, profile, Limit::Connections);
+            hold.token = Some(t.key.clone());
+            return Ok(hold);
+        }
+        self.add(profile, Limit::Connections, false)?;
         Ok(Hold::new(self, profile, Limit::Connections))
+    }
+
+    /// Whether a request of a token whose claim sets `max` of `limit` may
+    /// go on: refused while the profile already holds that many (a claim
+    /// only lowers what the profile may hold, for its own token's work).
+    pub fn token_ceiling(&self, profile: &str, limit: Limit, max: u32) -> Result<(), LimitReached> {
+        let mut entries = self.lock();
+        let held = entries
+            .by_profile
+            .get_mut(profile)
+            .and_then(|e| e.count(limit).map(|c| *c))
+            .unwrap_or(0);
+        if held >= max {
+            return Err(LimitReached {
+                limit,
+                max,
+                retry_after: None,
+            });
+        }
+        Ok(())
     }
 
     /// A session of `profile` is about to be created: it counts from now
     /// until the hold is dropped (the create failed, or the session left
     /// the registry).
     pub fn new_session(self: &Arc<Self>, profile: &str) -> Result<Hold, LimitReached> {
-        self.add(profile, Limit::LiveSessions, None, false)?;
+        self.add(profile, Limit::LiveSessions, false)?;
         Ok(Hold::new(self, profile, Limit::LiveSessions))
     }
 
     /// A stored session of `profile` is brought live: it was accepted
     /// before, so it counts whatever the limit says.
     pub fn live_session(self: &Arc<Self>, profile: &str) -> Hold {
-        let _ = self.add(profile, Limit::LiveSessions, None, true);
+        let _ = self.add(profile, Limit::LiveSessions, true);
         Hold::new(self, profile, Limit::LiveSessions)
     }
 
-    /// One request of `profile` (a frame member, over any transport).
+    /// One request of `profile` (a frame member, over any transport): one
+    /// of the profile's rate and, when its token sets `requests_per_s`,
+    /// one of the token's own. Refused by either, it takes from neither.
     pub fn take_request(
         &self,
         profile: &str,
-        token: Option<&Arc<ProfileLimits>>,
+        token: Option<&TokenLimits>,
         now: Instant,
     ) -> Result<(), LimitReached> {
-        self.note_token(token);
-        if !self.rated.load(Ordering::Relaxed) {
+        let own = token.and_then(|t| Some((t, t.limits.requests_per_s?)));
+        if own.is_none() && !self.rated.load(Ordering::Relaxed) {
             return Ok(());
         }
         let table = self.table();
         let mut entries = self.lock();
-        let entry = entries.entry(profile, now);
-        if let Some(token) = token {
-            entry.token = Some(token.clone());
+        if let Some((t, max)) = own {
+            let entry = entries.token_entry(&t.key, now);
+            let bucket = entry
+                .rate
+                .get_or_insert_with(|| TokenBucket::new(max, max, now));
+            bucket.ready(now).map_err(|wait| LimitReached {
+                limit: Limit::RequestsPerS,
+                max,
+                retry_after: Some(wait),
+            })?;
         }
-        let Some(max) = table.of(profile, entry.token.as_deref()).requests_per_s else {
-            entry.rate = None;
-            let removable = entry.removable(now);
-            drop(table);
-            if removable {
-                entries.by_profile.remove(profile);
+        let profile_max = table.of(profile).requests_per_s;
+        if let Some(max) = profile_max {
+            let entry = entries.entry(profile, now);
+            let bucket = entry
+                .rate
+                .get_or_insert_with(|| TokenBucket::new(max, max, now));
+            bucket.take(now).map_err(|wait| LimitReached {
+                limit: Limit::RequestsPerS,
+                max,
+                retry_after: Some(wait),
+            })?;
+        }
+        if let Some((t, _)) = own {
+            if let Some(bucket) = entries
+                .by_token
+                .get_mut(&t.key)
+                .and_then(|e| e.rate.as_mut())
+            {
+                // Ready above, under the same lock.
+                let _ = bucket.take(now);
             }
-            return Ok(());
-        };
-        let bucket = entry
-            .rate
-            .get_or_insert_with(|| TokenBucket::new(max, max, now));
-        bucket.take(now).map_err(|wait| LimitReached {
-            limit: Limit::RequestsPerS,
-            max,
-            retry_after: Some(wait),
-        })
+        }
+        if profile_max.is_none() {
+            // No rate for the profile (any more): its bucket goes.
+            drop(table);
+            if let Some(entry) = entries.by_profile.get_mut(profile) {
+                entry.rate = None;
+                if entry.removable(now) {
+                    entries.by_profile.remove(profile);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Counts a turn of `profile` that is about to run (`running`) or to
@@ -249,7 +338,7 @@ impl ProfileLedger {
         } else {
             Limit::QueuedTurns
         };
-        self.add(profile, limit, None, false)
+        self.add(profile, limit, false)
     }
 
     /// Moves the turn counts of `profile` by what a session counted and
@@ -271,21 +360,23 @@ impl ProfileLedger {
         self.lock().by_profile.len()
     }
 
-    fn add(
-        &self,
-        profile: &str,
-        limit: Limit,
-        token: Option<&Arc<ProfileLimits>>,
-        force: bool,
-    ) -> Result<(), LimitReached> {
-        let table = self.table();
+    fn add(&self, profile: &str, limit: Limit, force: bool) -> Result<(), LimitReached> {
         let now = Instant::now();
         let mut entries = self.lock();
+        self.add_locked(&mut entries, profile, limit, force, now)
+    }
+
+    fn add_locked(
+        &self,
+        entries: &mut Entries,
+        profile: &str,
+        limit: Limit,
+        force: bool,
+        now: Instant,
+    ) -> Result<(), LimitReached> {
+        let table = self.table();
         let entry = entries.entry(profile, now);
-        if let Some(token) = token {
-            entry.token = Some(token.clone());
-        }
-        let max = limit.of(&table.of(profile, entry.token.as_deref()));
+        let max = limit.of(&table.of(profile));
         let Some(count) = entry.count(limit) else {
             return Ok(());
         };
@@ -306,9 +397,17 @@ impl ProfileLedger {
         Ok(())
     }
 
-    fn release(&self, profile: &str, limit: Limit) {
+    fn release(&self, profile: &str, limit: Limit, token: Option<&Arc<str>>) {
         let now = Instant::now();
         let mut entries = self.lock();
+        if let Some(key) = token {
+            if let Some(entry) = entries.by_token.get_mut(key) {
+                entry.connections = entry.connections.saturating_sub(1);
+                if entry.removable(now) {
+                    entries.by_token.remove(key);
+                }
+            }
+        }
         if let Some(entry) = entries.by_profile.get_mut(profile) {
             if let Some(count) = entry.count(limit) {
                 *count = count.saturating_sub(1);
@@ -316,12 +415,6 @@ impl ProfileLedger {
             if entry.removable(now) {
                 entries.by_profile.remove(profile);
             }
-        }
-    }
-
-    fn note_token(&self, token: Option<&Arc<ProfileLimits>>) {
-        if token.is_some_and(|t| rate_in(t)) {
-            self.rated.store(true, Ordering::Relaxed);
         }
     }
 
@@ -346,6 +439,16 @@ impl Entries {
         }
         self.by_profile.entry(profile.to_owned()).or_default()
     }
+
+    /// The own counts of token `key`, made if need be, sweeping as
+    /// [`entry`](Self::entry) does.
+    fn token_entry(&mut self, key: &Arc<str>, now: Instant) -> &mut TokenEntry {
+        if !self.by_token.contains_key(key) && self.by_token.len() >= self.next_token_sweep {
+            self.by_token.retain(|_, e| !e.removable(now));
+            self.next_token_sweep = (self.by_token.len() * 2).max(FIRST_SWEEP);
+        }
+        self.by_token.entry(key.clone()).or_default()
+    }
 }
 
 fn rate_in(limits: &ProfileLimits) -> bool {
@@ -363,6 +466,8 @@ pub struct Hold {
     ledger: Arc<ProfileLedger>,
     profile: Arc<str>,
     limit: Limit,
+    /// The token whose own count it holds too.
+    token: Option<Arc<str>>,
 }
 
 impl Hold {
@@ -371,13 +476,15 @@ impl Hold {
             ledger: ledger.clone(),
             profile: Arc::from(profile),
             limit,
+            token: None,
         }
     }
 }
 
 impl Drop for Hold {
     fn drop(&mut self) {
-        self.ledger.release(&self.profile, self.limit);
+        self.ledger
+            .release(&self.profile, self.limit, self.token.as_ref());
     }
 }
 
@@ -436,173 +543,4 @@ impl Drop for TurnCount {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn ledger(default: ProfileLimits) -> Arc<ProfileLedger> {
-        Arc::new(ProfileLedger::new(LimitTable {
-            default,
-            ..Default::default()
-        }))
-    }
-
-    #[test]
-    fn a_count_refuses_at_its_limit_and_frees_with_its_hold() {
-        let l = ledger(ProfileLimits {
-            connections: Some(2),
-            ..Default::default()
-        });
-        let a1 = l.open_connection("a", None).expect("first");
-        let _a2 = l.open_connection("a", None).expect("second");
-        let refused = l.open_connection("a", None).expect_err("third");
-        assert_eq!(refused.limit, Limit::Connections);
-        assert_eq!(refused.max, 2);
-        assert_eq!(refused.retry_after, None);
-        // Another profile has its own count.
-        let _b = l.open_connection("b", None).expect("b");
-        drop(a1);
-        let _a3 = l.open_connection("a", None).expect("a place again");
-        let err = refused.to_rpc();
-        assert_eq!(err.code, 4290);
-        let data = err.data.expect("data");
-        assert_eq!(data["limit"], "connections");
-        assert_eq!(data["max"], 2);
-        assert!(data.get("retry_after_ms").is_none());
-    }
-
-    #[test]
-    fn new_limits_keep_what_is_held_and_check_only_new_work() {
-        let l = ledger(ProfileLimits {
-            connections: Some(3),
-            ..Default::default()
-        });
-        let held: Vec<_> = (0..3)
-            .map(|_| l.open_connection("a", None).expect("under 3"))
-            .collect();
-        l.set_table(LimitTable {
-            default: ProfileLimits {
-                connections: Some(1),
-                requests_per_s: Some(1),
-                ..Default::default()
-            },
-            ..Default::default()
-        });
-        // Nothing granted is taken away; nothing new until under the new limit.
-        assert_eq!(l.open_connection("a", None).expect_err("over 1").max, 1);
-        drop(held);
-        let _one = l.open_connection("a", None).expect("under 1 again");
-        // A rate set only by the new table is checked from now on.
-        let now = Instant::now();
-        l.take_request("a", None, now)
-            .expect("the bucket starts full");
-        let refused = l.take_request("a", None, now).expect_err("1/s");
-        assert_eq!(refused.limit, Limit::RequestsPerS);
-    }
-
-    #[test]
-    fn a_tokens_limits_override_the_profiles() {
-        let mut table = LimitTable {
-            default: ProfileLimits {
-                live_sessions: Some(1),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        table.profiles.insert(
-            "a".into(),
-            ProfileLimits {
-                connections: Some(5),
-                ..Default::default()
-            },
-        );
-        let l = Arc::new(ProfileLedger::new(table));
-        let token = Arc::new(ProfileLimits {
-            connections: Some(1),
-            live_sessions: Some(3),
-            requests_per_s: Some(2),
-            ..Default::default()
-        });
-        let _c = l.open_connection("a", Some(&token)).expect("first");
-        // The token's connections (1) replace the profile's (5).
-        let refused = l.open_connection("a", None).expect_err("second");
-        assert_eq!((refused.limit, refused.max), (Limit::Connections, 1));
-        // Its live sessions (3) replace the default (1) while it is here.
-        let held: Vec<_> = (0..3).map(|_| l.new_session("a").expect("room")).collect();
-        assert_eq!(l.new_session("a").expect_err("full").max, 3);
-        // And its rate applies, though none was configured.
-        let now = Instant::now();
-        l.take_request("a", None, now).expect("1");
-        l.take_request("a", None, now).expect("2");
-        let slow = l.take_request("a", None, now).expect_err("3");
-        assert_eq!(slow.limit, Limit::RequestsPerS);
-        assert!(slow.retry_after.is_some_and(|d| d > Duration::ZERO));
-        assert!(slow.to_rpc().data.expect("data")["retry_after_ms"].as_u64() > Some(0));
-        // Another profile has the configured limits only.
-        let _b = l.new_session("b").expect("b's one");
-        assert_eq!(l.new_session("b").expect_err("b's second").max, 1);
-        drop(held);
-    }
-
-    #[test]
-    fn accepted_work_counts_past_the_limit_and_nothing_stays_behind() {
-        let l = ledger(ProfileLimits {
-            live_sessions: Some(1),
-            running_turns: Some(1),
-            queued_turns: Some(1),
-            ..Default::default()
-        });
-        let first = l.new_session("a").expect("room");
-        // A stored session brought back counts even over the limit.
-        let back = l.live_session("a");
-        assert!(l.new_session("a").is_err());
-        let mut s1 = TurnCount::new(&l, "a");
-        let mut s2 = TurnCount::new(&l, "a");
-        s1.reserve(true).expect("runs");
-        s1.sync(1, 0);
-        assert_eq!(
-            s2.reserve(true).expect_err("second running").limit,
-            Limit::RunningTurns
-        );
-        s2.reserve(false).expect("queues");
-        assert_eq!(
-            s1.reserve(false).expect_err("second queued").limit,
-            Limit::QueuedTurns
-        );
-        // A reservation the session did not use is given back by its sync.
-        s2.sync(0, 0);
-        s1.reserve(false).expect("the queued place is free again");
-        s1.sync(1, 1);
-        drop(s1);
-        drop(s2);
-        drop(first);
-        drop(back);
-        assert_eq!(l.profiles(), 0, "a profile with nothing is forgotten");
-    }
-
-    #[test]
-    fn profiles_that_only_used_their_rate_are_swept() {
-        let l = ledger(ProfileLimits {
-            requests_per_s: Some(1),
-            ..Default::default()
-        });
-        let t0 = Instant::now();
-        for i in 0..1024 {
-            l.take_request(&format!("p{i}"), None, t0).expect("first");
-        }
-        // Buckets still filling are kept; a second later all are full and
-        // the next new profile sweeps them.
-        assert_eq!(l.profiles(), 1024);
-        l.take_request("late", None, t0 + Duration::from_secs(2))
-            .expect("ok");
-        assert!(l.profiles() <= FIRST_SWEEP, "{}", l.profiles());
-    }
-
-    #[test]
-    fn without_a_rate_a_request_takes_no_count() {
-        let l = ledger(ProfileLimits::default());
-        for _ in 0..10_000 {
-            l.take_request("a", None, Instant::now()).expect("no rate");
-        }
-        assert_eq!(l.profiles(), 0);
-    }
-}
+mod tests;

@@ -51,6 +51,42 @@ export class Connection {
     // one failed: what an UnreachableError tells.
     this.failedAttempts = 0;
     this.lastProblem = "";
+    // The token the last socket was opened with, and one the provider
+    // already gave for the next (after a refusal, or a refresh).
+    this.lastToken = undefined;
+    this.nextToken = undefined;
+    // A refused token was replaced by the provider and that connection
+    // has not opened yet: a second refusal stops (the provider is asked
+    // once per refusal, never in a loop).
+    this.retriedToken = false;
+  }
+
+  // The token of the next connection: the fixed one, or the provider's
+  // (asked for every connect). Throws AuthError when the provider fails.
+  async _tokenForConnect() {
+    const given = this.options.token;
+    if (typeof given !== "function") {
+      return given;
+    }
+    if (this.nextToken !== undefined) {
+      const t = this.nextToken;
+      this.nextToken = undefined;
+      return t;
+    }
+    return await this._askProvider();
+  }
+
+  async _askProvider() {
+    let t;
+    try {
+      t = await this.options.token();
+    } catch (err) {
+      throw new AuthError("provider", { cause: err });
+    }
+    if (typeof t !== "string" || t === "") {
+      throw new AuthError("provider");
+    }
+    return t;
   }
 
   // Resolves once a connection is open; rejects with the object's failure,
@@ -130,8 +166,19 @@ export class Connection {
       return;
     }
     let socket;
+    let token;
     try {
-      socket = await openSocket(this.url, { token: this.options.token, impl: this.options.impl });
+      token = await this._tokenForConnect();
+    } catch (err) {
+      this._shutdown(err, true);
+      return;
+    }
+    if (this.state === "closed") {
+      return;
+    }
+    this.lastToken = token;
+    try {
+      socket = await openSocket(this.url, { token, impl: this.options.impl });
     } catch (err) {
       if (err instanceof NoWebSocketError || err instanceof TypeError || (err && err.name === "SyntaxError")) {
         // Nothing to connect with, or a URL the runtime refuses (ws throws
@@ -200,6 +247,8 @@ export class Connection {
     for (const f of Array.isArray(frame) ? frame : [frame]) {
       if (f && f.method === "event" && f.params) {
         this._onEvent(f.params);
+      } else if (f && f.method === "gateway.token_expiring") {
+        this._onTokenExpiring(f.params || {});
       } else if (f && f.id !== undefined && f.id !== null && this.requests.answered(f)) {
         // An answer, taken.
       } else if (f && f.error) {
@@ -232,9 +281,32 @@ export class Connection {
     }
   }
 
+  // `gateway.token_expiring`: told to the app, and with a provider a new
+  // token is fetched and sent (`gateway.refresh_token`) on this same
+  // connection, which then lives on with its attachments.
+  _onTokenExpiring(params) {
+    this.emitter.emit("token_expiring", params);
+    if (typeof this.options.token !== "function") {
+      return;
+    }
+    const generation = this.generation;
+    this._askProvider()
+      .then((token) => {
+        if (this.generation !== generation || this.state !== "open") {
+          return undefined;
+        }
+        return this._callOn(generation, "gateway.refresh_token", { token }).then((r) => {
+          this.lastToken = token;
+          this.emitter.emit("token_refreshed", r);
+        });
+      })
+      .catch((err) => this.emitter.emit("error", err));
+  }
+
   _onReady(ready) {
     const previous = this.epoch;
     this.ready = ready;
+    this.retriedToken = false;
     this.generation += 1;
     this.attempt = 0;
     this.failedAttempts = 0;
@@ -295,8 +367,11 @@ export class Connection {
     if (this.state === "closed") {
       return;
     }
-    if (status === 401 || status === 403) {
-      this._shutdown(new AuthError(status), true);
+    // A refused token (401 at the door) or one that ended on the line
+    // (4401 expired, 4403 revoked): the provider is asked once, and only a
+    // new token is tried; otherwise the object stops with AuthError.
+    if (status === 401 || status === 403 || code === 4401 || code === 4403) {
+      this._tokenRefused(status === 401 || status === 403 ? status : code, { code, reason, status });
       return;
     }
     const detail = { code, reason, status };
@@ -304,6 +379,31 @@ export class Connection {
       detail.error = error;
     }
     this._scheduleReconnect(detail);
+  }
+
+  async _tokenRefused(why, detail) {
+    if (typeof this.options.token !== "function" || why === 403 || this.retriedToken) {
+      this._shutdown(new AuthError(why), true);
+      return;
+    }
+    this.retriedToken = true;
+    this._setState("reconnecting", Object.assign({ delay: 0, attempt: this.attempt, refreshing: true }, detail));
+    let token;
+    try {
+      token = await this._askProvider();
+    } catch (err) {
+      this._shutdown(err, true);
+      return;
+    }
+    if (this.state === "closed") {
+      return;
+    }
+    if (token === this.lastToken) {
+      this._shutdown(new AuthError(why, { sameToken: true }), true);
+      return;
+    }
+    this.nextToken = token;
+    this._open();
   }
 
   _scheduleReconnect(detail) {

@@ -58,15 +58,33 @@ export class ConnectionLostError extends TetherError {
 }
 
 // The gateway refused the connection itself (HTTP 401 for a missing or
-// wrong token, 403 for an origin or address it does not serve). Retrying
+// wrong token, 403 for an origin or address it does not serve), or closed
+// it because its token ended (4401) or was revoked (4403), and no new
+// token could be had: a fixed `token`, a token provider that failed
+// (`status` "provider") or that gave the same token again. Retrying
 // cannot help, so the gateway object closes.
 export class AuthError extends TetherError {
-  constructor(status) {
-    super(status === 401
-      ? "the gateway refused the token (HTTP 401): pass a valid `token`"
-      : "the gateway refused the connection (HTTP " + status + ")");
+  constructor(status, { cause, sameToken = false } = {}) {
+    super(authMessage(status, sameToken), cause ? { cause } : undefined);
     this.name = "AuthError";
     this.status = status;
+  }
+}
+
+function authMessage(status, sameToken) {
+  const again = sameToken ? " (the token provider gave the same token again)" : "";
+  switch (status) {
+    case 401:
+      return "the gateway refused the token (HTTP 401)" + again + ": pass a valid `token` or a token provider";
+    case 4401:
+      return "the connection's token expired (close 4401)" + again +
+        ": pass a token provider (`token: async () => …`) to stay connected";
+    case 4403:
+      return "the connection's token was revoked (close 4403)" + again + ": sign in again";
+    case "provider":
+      return "the token provider failed to give a token (it threw, or returned no string)";
+    default:
+      return "the gateway refused the connection (HTTP " + status + ")";
   }
 }
 

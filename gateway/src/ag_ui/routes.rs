@@ -18,7 +18,7 @@ use crate::chat::interrupt::{json_response, stop};
 use crate::chat::open::{attach_running, resume, submit_turn};
 use crate::chat::peer::ViewPeer;
 use crate::chat::request::{json_body, Admitted, Asked};
-use crate::chat::stream::{body, sse_response, View};
+use crate::chat::stream::{body, open_stream, sse_response, token_end, View};
 use crate::http::status_text;
 use crate::server::AppState;
 
@@ -35,12 +35,21 @@ pub async fn post_run(
     let prompt = input
         .prompt()
         .map_err(|why| Refusal::from(status_text(StatusCode::BAD_REQUEST, why)))?;
+    // A stream is a connection: its place is taken before anything is asked.
+    let place = open_stream(&app, &asked)?;
     let mut peer = ViewPeer::open(&app, asked.caller.clone(), true, PeerTransport::AgUi).await?;
     let submit = json!({"session_id": asked.session_id(), "text": prompt});
     let (resumed, _, turn_id) = submit_turn(&app, &mut peer, &asked, input.seed(), submit).await?;
     // The run starts with its `message.user`, which the peer receives.
     let run = RunEvents::new(asked.chat.as_str(), &turn_id, todos(&resumed));
-    Ok(stream_response(&app, &asked, peer, String::new(), run))
+    Ok(stream_response(
+        &app,
+        &asked,
+        place,
+        peer,
+        String::new(),
+        run,
+    ))
 }
 
 /// `GET /v1/ag-ui/threads/{threadId}/events`: with `Last-Event-ID`, the
@@ -66,6 +75,7 @@ pub async fn get_events(
             }
         },
     };
+    let place = open_stream(&app, &asked)?;
     let mut peer = ViewPeer::open(&app, asked.caller.clone(), true, PeerTransport::AgUi).await?;
     let mut out: Sent = Vec::new();
     let (mut run, replay) = match cursor {
@@ -99,7 +109,7 @@ pub async fn get_events(
     }
     let mut first = String::new();
     write_events(&mut first, &out);
-    Ok(stream_response(&app, &asked, peer, first, run))
+    Ok(stream_response(&app, &asked, place, peer, first, run))
 }
 
 /// Attaches from the cursor's seq: the run the cursor is in, with what the
@@ -191,6 +201,16 @@ impl View for RunView {
         write_events(out, &sent);
         self.0.is_done()
     }
+
+    /// `RUN_ERROR` with the code an app acts on (`token_expired`,
+    /// `token_revoked`). Without an `id`: a resume with the last id the
+    /// client has goes on exactly where the run was.
+    fn token_ended(&mut self, code: u16, out: &mut String) {
+        use std::fmt::Write;
+        let (name, text) = token_end(code);
+        let event = json!({"type": "RUN_ERROR", "message": text, "code": name});
+        let _ = write!(out, "data: {event}\n\n");
+    }
 }
 
 fn write_events(out: &mut String, sent: &Sent) {
@@ -203,10 +223,15 @@ fn write_events(out: &mut String, sent: &Sent) {
 fn stream_response(
     app: &AppState,
     asked: &Asked,
+    place: tether_actors::Hold,
     peer: ViewPeer,
     first: String,
     run: RunEvents,
 ) -> Response {
     let done = run.is_done();
-    sse_response(body(app, peer, first, RunView(run), done), asked, &[])
+    sse_response(
+        body(app, place, peer, first, RunView(run), done),
+        asked,
+        &[],
+    )
 }

@@ -18,7 +18,7 @@ use crate::chat::interrupt::{json_response, stop};
 use crate::chat::open::{attach_running, resume, submit_turn};
 use crate::chat::peer::{CallError, ViewPeer};
 use crate::chat::request::{json_body, Admitted, Asked};
-use crate::chat::stream::{body, sse_response, View};
+use crate::chat::stream::{body, open_stream, sse_response, token_end, View};
 use crate::http::status_text;
 use crate::server::AppState;
 
@@ -42,6 +42,8 @@ pub async fn post_chat(
     let prompt = req
         .prompt()
         .map_err(|why| Refusal::from(status_text(StatusCode::BAD_REQUEST, why)))?;
+    // A stream is a connection: its place is taken before anything is asked.
+    let place = open_stream(&app, &asked)?;
     let mut peer = ViewPeer::open(&app, asked.caller.clone(), true, PeerTransport::AiSdk).await?;
     let mut submit = json!({"session_id": asked.session_id(), "text": prompt});
     // Decided before anything is created: a regenerate in a chat with no
@@ -58,7 +60,7 @@ pub async fn post_chat(
         &mut first,
         &[chunks.start(asked.session_id().as_str(), submitted["trace_id"].as_str())],
     );
-    Ok(stream_response(&app, &asked, peer, first, chunks))
+    Ok(stream_response(&app, &asked, place, peer, first, chunks))
 }
 
 /// `GET /v1/ai-sdk/chat/{id}/stream`: 204 when the chat has no running
@@ -69,6 +71,7 @@ pub async fn get_stream(
     Path(chat_id): Path<String>,
 ) -> Result<Response, Refusal> {
     let asked = admitted.chat(&chat_id)?;
+    let place = open_stream(&app, &asked)?;
     let mut peer = ViewPeer::open(&app, asked.caller.clone(), true, PeerTransport::AiSdk).await?;
     let Some(running) = attach_running(&mut peer, &asked).await? else {
         return Ok(StatusCode::NO_CONTENT.into_response());
@@ -88,7 +91,7 @@ pub async fn get_stream(
     }
     let mut first = String::new();
     write_chunks(&mut first, &out);
-    Ok(stream_response(&app, &asked, peer, first, chunks))
+    Ok(stream_response(&app, &asked, place, peer, first, chunks))
 }
 
 /// `GET /v1/ai-sdk/chat/{id}/messages`: the chat's transcript as UI
@@ -187,6 +190,16 @@ impl View for TurnView {
         }
         self.0.is_done()
     }
+
+    /// An `error` chunk whose text starts with the code an app acts on
+    /// (`token_expired`: a new token, then `resumeStream()`).
+    fn token_ended(&mut self, code: u16, out: &mut String) {
+        let (name, text) = token_end(code);
+        write_chunks(
+            out,
+            &[json!({"type": "error", "errorText": format!("{name}: {text}")})],
+        );
+    }
 }
 
 fn write_chunks(out: &mut String, chunks: &[Value]) {
@@ -202,6 +215,7 @@ fn write_chunks(out: &mut String, chunks: &[Value]) {
 fn stream_response(
     app: &AppState,
     asked: &Asked,
+    place: tether_actors::Hold,
     peer: ViewPeer,
     mut first: String,
     chunks: TurnChunks,
@@ -210,6 +224,6 @@ fn stream_response(
     if done {
         first.push_str("data: [DONE]\n\n");
     }
-    let body = body(app, peer, first, TurnView(chunks), done);
+    let body = body(app, place, peer, first, TurnView(chunks), done);
     sse_response(body, asked, &[("x-vercel-ai-ui-message-stream", "v1")])
 }

@@ -1,10 +1,7 @@
 //! Who a request or connection is, for the routes (a request extension
 //! the middleware sets).
 
-use std::sync::Arc;
-
-use tether_actors::profile_limits::ProfileLimits;
-use tether_actors::TokenGrant;
+use tether_actors::{TokenGrant, TokenLimits};
 
 /// Who the caller is.
 #[derive(Debug, Clone)]
@@ -12,8 +9,8 @@ pub struct Caller {
     pub profile: String,
     /// Fixed by a token: a `profile` parameter cannot change it.
     pub fixed: bool,
-    /// Limits the token sets over the profile's configured ones.
-    pub limits: Option<Arc<ProfileLimits>>,
+    /// The limits its token's claim sets for the token's own work.
+    pub limits: Option<TokenLimits>,
     /// The token presented, for a connection that outlives the request:
     /// its expiry, the sessions it may reach, and how to check it again.
     pub grant: Option<TokenGrant>,

@@ -10,8 +10,8 @@
 //! configured set: a token signed with HMAC is never checked with a public
 //! key (the old "alg confusion"), and `alg: none` is no algorithm at all.
 //!
-//! Claims: `exp` is required; `exp`, `nbf` and `iat` get the configured
-//! leeway; `iss` and `aud` must match when configured. The profile is the
+//! Claims: `exp` is required; `exp`, `nbf` and `iat` are NumericDates
+//! with the configured leeway, checked in `times.rs`; `iss` and `aud` must match when configured. The profile is the
 //! string claim `--jwt-profile-claim` (default `sub`). Optional: `sessions`
 //! (the session ids the token may reach, a list of strings) and `limits`
 //! (per-token limits: an object of the limit names, any other key refuses
@@ -27,6 +27,7 @@ use tether_actors::profile_limits::ProfileLimits;
 use tether_actors::Verified;
 
 use super::jwks::Jwks;
+use super::times::{self, TimeRefused};
 
 /// Longest profile name a token may carry.
 const MAX_PROFILE_BYTES: usize = 256;
@@ -143,8 +144,10 @@ pub(super) enum Refused {
     NoKey,
     #[error("{0}")]
     Check(jsonwebtoken::errors::Error),
-    #[error("iat is in the future")]
-    IssuedLater,
+    #[error(transparent)]
+    Time(#[from] TimeRefused),
+    #[error("the header's `crit` names extensions the gateway does not understand")]
+    Critical,
     #[error("claim {0:?} is missing or not a usable string")]
     Profile(String),
     #[error("claim `sessions` is not a list of at most {MAX_SESSIONS} strings")]
@@ -230,6 +233,14 @@ impl JwtVerifier {
     /// What a valid token grants, or why it is refused.
     pub(super) async fn verify(&self, token: &str) -> Result<Verified, Refused> {
         let header = decode_header(token).map_err(Refused::Header)?;
+        // RFC 7515 §4.1.11: a token naming an extension the receiver does
+        // not understand must be refused; this gateway understands none.
+        if header_json(token)
+            .and_then(|h| h.get("crit").cloned())
+            .is_some_and(|crit| crit != Value::Array(Vec::new()))
+        {
+            return Err(Refused::Critical);
+        }
         let alg = header.alg;
         if !self.algorithms.contains(&alg) {
             return Err(Refused::Algorithm(alg));
@@ -280,9 +291,11 @@ impl JwtVerifier {
 
     fn validation(&self, alg: Algorithm) -> Validation {
         let mut v = Validation::new(alg);
-        v.leeway = self.config.leeway.as_secs();
-        v.validate_exp = true;
-        v.validate_nbf = true;
+        // The time claims are checked in `times.rs`: one rule, fractions
+        // and all. The crate only sees that `exp` is there.
+        v.leeway = 0;
+        v.validate_exp = false;
+        v.validate_nbf = false;
         // The crate checks `iss` and `aud` only when present; configured,
         // they are required too.
         let mut required = vec!["exp"];
@@ -306,15 +319,7 @@ impl JwtVerifier {
 
     /// The grant of a token whose signature and standard claims are valid.
     fn granted(&self, claims: &Map<String, Value>) -> Result<Verified, Refused> {
-        let now = jsonwebtoken::get_current_timestamp();
-        let leeway = self.config.leeway.as_secs();
-        if let Some(iat) = claims.get("iat") {
-            // A malformed iat is refused too: the crate does not read it.
-            match iat.as_u64() {
-                Some(iat) if iat <= now.saturating_add(leeway) => {}
-                _ => return Err(Refused::IssuedLater),
-            }
-        }
+        let exp = times::check(claims, tether_actors::unix_now_ms(), self.config.leeway)?;
         let name = &self.config.profile_claim;
         let profile = match claims.get(name).and_then(Value::as_str) {
             Some(p)
@@ -344,11 +349,9 @@ impl JwtVerifier {
                 serde_json::from_value::<ProfileLimits>(v.clone()).map_err(Refused::Limits)?,
             )),
         };
-        // Required by the validation above, so present and a number.
-        let expires_at = claims.get("exp").and_then(Value::as_u64);
         Ok(Verified {
             profile,
-            expires_at,
+            expires_at: Some(exp),
             sessions,
             limits,
         })
@@ -379,13 +382,15 @@ pub(super) fn looks_like_jwt(token: &str) -> bool {
 /// Whether a token's first part is base64url of a JSON object (its alg
 /// aside).
 fn header_is_json(token: &str) -> bool {
+    header_json(token).is_some()
+}
+
+/// A token's header as a JSON object, if its first part is one.
+fn header_json(token: &str) -> Option<Map<String, Value>> {
     use base64::Engine as _;
-    let Some(first) = token.split('.').next() else {
-        return false;
-    };
+    let first = token.split('.').next()?;
     base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(first.trim_end_matches('='))
         .ok()
         .and_then(|bytes| serde_json::from_slice::<Map<String, Value>>(&bytes).ok())
-        .is_some()
 }

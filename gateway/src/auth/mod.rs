@@ -17,6 +17,7 @@
 mod caller;
 mod jwks;
 mod jwt;
+mod times;
 mod tokens;
 
 use std::net::SocketAddr;
@@ -62,15 +63,20 @@ struct Verifiers {
     tokens: Tokens,
     jwt: Option<jwt::JwtVerifier>,
     warn_before: Duration,
+    /// `--jwt-leeway-s`: a JWT ends at `exp` plus this, at the door and on
+    /// a live connection alike.
+    leeway: Duration,
 }
 
 impl Verifiers {
     fn new(config: AuthConfig) -> Result<Self, AuthError> {
+        let leeway = config.jwt.as_ref().map_or(Duration::ZERO, |j| j.leeway);
         let jwt = config.jwt.map(jwt::JwtVerifier::new).transpose()?;
         Ok(Verifiers {
             tokens: config.tokens,
             jwt,
             warn_before: config.warn_before,
+            leeway,
         })
     }
 
@@ -94,6 +100,7 @@ impl Default for Auth {
                 tokens: Tokens::default(),
                 jwt: None,
                 warn_before: Duration::ZERO,
+                leeway: Duration::ZERO,
             })),
             reloads: watch::channel(0).0,
         }
@@ -177,6 +184,10 @@ impl TokenCheck for Auth {
     fn check<'a>(&'a self, token: &'a str) -> CheckFuture<'a> {
         Box::pin(self.verify(token))
     }
+
+    fn generation(&self) -> u64 {
+        *self.reloads.borrow()
+    }
 }
 
 /// Middleware: 401 without a valid token when tokens are configured; the
@@ -208,19 +219,25 @@ pub async fn authenticate(State(app): State<AppState>, mut req: Request, next: N
         let Some(presented) = presented_token(&req) else {
             return unauthorized();
         };
+        // Read before the check: a reload in between makes the connection
+        // check its token again before its first request.
+        let generation = app.auth.generation();
         let Some(verified) = app.auth.verify(&presented).await else {
             return unauthorized();
         };
         let checker: Arc<dyn TokenCheck> = app.auth.clone();
+        let presented: Arc<str> = Arc::from(presented);
         Caller {
             profile: verified.profile.clone(),
             fixed: true,
-            limits: verified.limits.clone(),
+            limits: tether_actors::own_limits(&presented, &verified),
             grant: Some(TokenGrant {
-                presented: Arc::from(presented),
+                presented,
                 verified,
                 checker,
                 warn_before: current.warn_before,
+                leeway: current.leeway,
+                checked_under: generation,
             }),
         }
     };

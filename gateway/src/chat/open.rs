@@ -63,8 +63,14 @@ pub async fn resume_or_create(
         follow_profile_config: false,
         delivery: None,
     };
-    let created =
-        tether_actors::create_with_id(&app.ctx, asked.profile(), asked.session_id(), create).await;
+    let created = tether_actors::create_with_id(
+        &app.ctx,
+        asked.caller.grant.as_ref(),
+        asked.profile(),
+        asked.session_id(),
+        create,
+    )
+    .await;
     match (created, resume(peer, asked, params).await) {
         (_, Ok(result)) => Ok(result),
         // The session is not there after all: what the create said.
@@ -139,6 +145,11 @@ pub async fn submit_turn(
     seed: Vec<SeedMessage>,
     submit: Value,
 ) -> Result<(Value, Value, String), Refusal> {
+    // A prompt the gateway would refuse is refused before its chat's
+    // session is created: a refused request leaves nothing behind.
+    if let Err(e) = tether_protocol::Request::from_parts("prompt.submit", submit.clone()) {
+        return Err(status_text(super::error::status_of(e.code), &e.message).into());
+    }
     let attach = json!({"attach": true, "omit_messages": true});
     let resumed = resume_or_create(app, peer, asked, attach, seed).await?;
     let submitted = peer.call("prompt.submit", submit).await?;

@@ -63,6 +63,8 @@ pub struct ViewPeer {
     wait: Duration,
     batch: Vec<Outbound>,
     closed: bool,
+    /// The code and reason of the close, once closed.
+    close: Option<(u16, String)>,
     _guard: PeerGuard,
 }
 
@@ -87,6 +89,7 @@ impl ViewPeer {
             wait: app.ctx.config.call_timeout + ANSWER_MARGIN,
             batch: Vec::new(),
             closed: false,
+            close: None,
         })
     }
 
@@ -118,9 +121,13 @@ impl ViewPeer {
     /// Reads frames up to the reply to `id`, keeping the events.
     async fn reply(&mut self, id: &str) -> Option<Value> {
         loop {
-            let Outbound::Frame(bytes) = self.rx.recv().await? else {
-                self.closed = true;
-                return None;
+            let bytes = match self.rx.recv().await? {
+                Outbound::Frame(bytes) => bytes,
+                Outbound::Close { code, reason } => {
+                    self.closed = true;
+                    self.close = Some((code, reason));
+                    return None;
+                }
             };
             let Ok(frame) = serde_json::from_slice::<Value>(&bytes) else {
                 continue;
@@ -142,6 +149,18 @@ impl ViewPeer {
                 self.pending.push_back(ev);
             }
         }
+    }
+
+    /// Why the peer's connection was closed, once it was: the close code
+    /// (4401 token expired, 4403 revoked, 4008 slow reader, ...) and reason.
+    pub fn close_reason(&self) -> Option<&(u16, String)> {
+        self.close.as_ref()
+    }
+
+    /// The gateway reloaded its tokens: the peer checks its own again
+    /// (and closes, 4403, if it is no longer accepted).
+    pub fn recheck(&self) {
+        let _ = self.peer.cast(PeerMsg::Recheck);
     }
 
     /// The events kept while calls waited, handed over once.
@@ -170,7 +189,10 @@ impl ViewPeer {
                             self.keep(&frame);
                         }
                     }
-                    Outbound::Close { .. } => self.closed = true,
+                    Outbound::Close { code, reason } => {
+                        self.closed = true;
+                        self.close = Some((code, reason));
+                    }
                 }
             }
             if !self.pending.is_empty() {
@@ -195,8 +217,9 @@ impl ViewPeer {
                         self.keep(&frame);
                     }
                 }
-                Outbound::Close { .. } => {
+                Outbound::Close { code, reason } => {
                     self.closed = true;
+                    self.close = Some((code, reason));
                     break;
                 }
             }

@@ -87,6 +87,12 @@ impl Admitted {
     pub fn chat(self, chat_id: &str) -> Result<Asked, Refusal> {
         let chat = ChatId::parse(chat_id)
             .map_err(|e| Refusal::from(status_text(StatusCode::BAD_REQUEST, &e.to_string())))?;
+        // The admission of every front-end request: a chat outside the
+        // token's sessions is 404, exactly as one that does not exist.
+        let session = chat.session_id(&self.0.profile);
+        if tether_actors::admit_session(self.0.grant.as_ref(), session.as_str()).is_err() {
+            return Err(status_text(StatusCode::NOT_FOUND, "no such chat").into());
+        }
         Ok(Asked {
             caller: self.0,
             chat,

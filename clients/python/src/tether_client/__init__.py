@@ -3,6 +3,7 @@ Part 1) on asyncio, and `tether_client.host` for compute hosts (Part 2).
 See docs/CLIENTS.md."""
 
 from ._backoff import Backoff
+from ._connection import TokenProvider
 from ._decode import MAX_DEPTH, TOO_DEEP
 from ._errors import AuthError, Code, ConnectionLost, GatewayClosed, ResetError, RpcError, TetherError, Unreachable
 from ._gateway import DEFAULT_CONNECT_TIMEOUT, Gateway, connect
@@ -28,6 +29,7 @@ __all__ = [
     "ResetError",
     "RpcError",
     "Session",
+    "TokenProvider",
     "TOO_DEEP",
     "TetherError",
     "Turn",

@@ -9,8 +9,9 @@ the base of."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar, Union
 
 from websockets.asyncio.client import ClientConnection
 from websockets.asyncio.client import connect as ws_connect
@@ -28,6 +29,13 @@ log = logging.getLogger("tether_client")
 
 Event = dict[str, Any]
 
+#: Gives a token for a connection (see `connect`'s `token`).
+TokenProvider = Callable[[], Union[str, Awaitable[str]]]
+
+#: Close codes of a token that ended on the line: expired, revoked.
+CLOSE_TOKEN_EXPIRED = 4401
+CLOSE_TOKEN_REVOKED = 4403
+
 # `start()` returns the object it is called on, typed as its own class.
 _Self = TypeVar("_Self", bound="Connection")
 
@@ -41,7 +49,7 @@ class Connection:
         client: dict[str, Any],
         connect_timeout: float | None,
         *,
-        token: str | None,
+        token: str | TokenProvider | None,
         profile: str | None,
         backoff: Backoff,
     ) -> None:
@@ -82,6 +90,82 @@ class Connection:
         # gave up on one itself (a frame it could not read, no answer).
         self._ready_on: ClientConnection | None = None
         self._abandoned: str | None = None
+        self._refreshes: set[asyncio.Task[None]] = set()
+        # The token the last connection was opened with, one the provider
+        # already gave for the next, and whether a refused token was
+        # replaced since the last open connection (then a second refusal
+        # stops: the provider is asked once per refusal, never in a loop).
+        self._last_token: str | None = None
+        self._next_token: str | None = None
+        self._retried_token = False
+
+    # --- tokens ---
+
+    async def _ask_provider(self) -> str:
+        provider = self._token
+        assert callable(provider)
+        try:
+            got = provider()
+            if inspect.isawaitable(got):
+                got = await got
+        except Exception as err:  # noqa: BLE001 - whatever the app's backend raised
+            raise AuthError("provider") from err
+        if not isinstance(got, str) or not got:
+            raise AuthError("provider")
+        return got
+
+    async def _token_for_connect(self) -> str | None:
+        """The fixed token, or the provider's (asked for every connect)."""
+        if not callable(self._token):
+            return self._token
+        if self._next_token is not None:
+            token, self._next_token = self._next_token, None
+            return token
+        return await self._ask_provider()
+
+    async def _token_refused(self, why: int, detail: dict[str, Any]) -> bool:
+        """A refused or ended token: whether to connect again (with a new
+        token from the provider, asked once); else the object is closed."""
+        if not callable(self._token) or why == 403 or self._retried_token:
+            self._shutdown(AuthError(why), failed=True)
+            return False
+        self._retried_token = True
+        self._set_state("reconnecting", dict(detail, delay=0, attempt=self._attempt, refreshing=True))
+        try:
+            token = await self._ask_provider()
+        except AuthError as err:
+            self._shutdown(err, failed=True)
+            return False
+        if self.state == "closed":
+            return False
+        if token == self._last_token:
+            self._shutdown(AuthError(why, same_token=True), failed=True)
+            return False
+        self._next_token = token
+        return True
+
+    def _on_token_expiring(self, params: dict[str, Any]) -> None:
+        """`gateway.token_expiring`: told to the app, and with a provider a
+        new token is fetched and sent on this same connection."""
+        self._emit("token_expiring", params)
+        if not callable(self._token):
+            return
+        generation = self.generation
+
+        async def refresh() -> None:
+            try:
+                token = await self._ask_provider()
+                if self.generation != generation or self.state != "open":
+                    return
+                result = await self._call_on(generation, "gateway.refresh_token", {"token": token})
+                self._last_token = token
+                self._emit("token_refreshed", result)
+            except Exception as err:  # noqa: BLE001 - told to the app, the connection goes on
+                self._emit("error", err)
+
+        task = asyncio.get_running_loop().create_task(refresh())
+        self._refreshes.add(task)
+        task.add_done_callback(self._refreshes.discard)
 
     # --- waiting for a connection ---
 
@@ -145,7 +229,15 @@ class Connection:
     async def _run(self) -> None:
         self._set_state("connecting")
         while self.state != "closed":
-            headers = {"Authorization": f"Bearer {self._token}"} if self._token else None
+            try:
+                token = await self._token_for_connect()
+            except AuthError as err:
+                self._shutdown(err, failed=True)
+                return
+            if self.state == "closed":
+                return
+            self._last_token = token
+            headers = {"Authorization": f"Bearer {token}"} if token else None
             try:
                 ws = await ws_connect(
                     self.url,
@@ -160,7 +252,8 @@ class Connection:
             except InvalidStatus as err:
                 status = err.response.status_code
                 if status in (401, 403):
-                    self._shutdown(AuthError(status), failed=True)
+                    if await self._token_refused(status, {"status": status}):
+                        continue
                     return
                 await self._retry({"status": status})
                 continue
@@ -182,6 +275,11 @@ class Connection:
                 await ws.close()
                 return
             await self._serve(ws)
+            if self.state != "closed" and ws.close_code in (CLOSE_TOKEN_EXPIRED, CLOSE_TOKEN_REVOKED):
+                # The token ended on the line: a new one, or the end.
+                if await self._token_refused(ws.close_code, {"code": ws.close_code, "reason": ws.close_reason or ""}):
+                    continue
+                return
             if self.state != "closed":
                 abandoned, self._abandoned = self._abandoned, None
                 detail: dict[str, Any] = {"code": ws.close_code, "reason": ws.close_reason or ""}
@@ -273,6 +371,9 @@ class Connection:
                 continue
             if f.get("method") == "event" and isinstance(f.get("params"), dict):
                 self._on_event(f["params"])
+            elif f.get("method") == "gateway.token_expiring":
+                params = f.get("params")
+                self._on_token_expiring(params if isinstance(params, dict) else {})
             elif self._requests.answered(f):
                 pass
             elif "error" in f:
@@ -298,6 +399,7 @@ class Connection:
         previous = self.epoch
         self.ready = ready
         self._ready_on = self._ws
+        self._retried_token = False
         self.generation += 1
         self._attempt = 0
         self._failed_attempts = 0

@@ -61,12 +61,25 @@ class ConnectionLost(TetherError):
 
 class AuthError(TetherError):
     """The gateway refused the connection itself (401: token, 403: origin
-    or address). Retrying cannot help, so the gateway object closes."""
+    or address), or closed it because its token ended (4401) or was revoked
+    (4403), and no new token could be had: a fixed token, a token provider
+    that failed (`status` "provider") or gave the same token again.
+    Retrying cannot help, so the gateway object closes."""
 
-    def __init__(self, status: int) -> None:
+    def __init__(self, status: int | str, *, same_token: bool = False) -> None:
         self.status = status
+        again = " (the token provider gave the same token again)" if same_token else ""
         if status == 401:
-            text = "the gateway refused the token (HTTP 401): pass a valid token"
+            text = f"the gateway refused the token (HTTP 401){again}: pass a valid token or a token provider"
+        elif status == 4401:
+            text = (
+                f"the connection's token expired (close 4401){again}: "
+                "pass a token provider (`token=async_function`) to stay connected"
+            )
+        elif status == 4403:
+            text = f"the connection's token was revoked (close 4403){again}: sign in again"
+        elif status == "provider":
+            text = "the token provider failed to give a token (it raised, or returned no string)"
         else:
             text = f"the gateway refused the connection (HTTP {status})"
         super().__init__(text)

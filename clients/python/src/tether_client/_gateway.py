@@ -17,7 +17,7 @@ import secrets
 from typing import Any, Callable, Generator
 
 from ._backoff import Backoff
-from ._connection import Connection
+from ._connection import Connection, TokenProvider
 from ._errors import Code, GatewayClosed, RpcError
 from ._options import timeout_of, ws_url
 from ._requests import READS
@@ -34,7 +34,7 @@ DEFAULT_CONNECT_TIMEOUT = 10.0
 def connect(
     url: str,
     *,
-    token: str | None = None,
+    token: str | TokenProvider | None = None,
     profile: str | None = None,
     backoff: Backoff | None = None,
     max_buffered: int | None = None,
@@ -45,7 +45,14 @@ def connect(
     `gw = await connect(url)`, then `await gw.close()`). A URL that cannot
     work raises ValueError here, at once. `client` ({"name", "device",
     "app", "meta", "instance"}) is who this object says it is to the other
-    peers of its sessions (`gateway.hello`, on every connection)."""
+    peers of its sessions (`gateway.hello`, on every connection).
+
+    `token` is a fixed token, or a token provider: an async function (or a
+    plain one) returning a token, called for every connect (reconnects and
+    gateway restarts included), on `gateway.token_expiring` (the new token
+    is sent with `gateway.refresh_token`, the connection lives on) and once
+    after a refusal (close 4401 or 4403, HTTP 401): only a new token is
+    tried, else the object closes with AuthError."""
     return Gateway(
         url,
         token=token,
@@ -62,7 +69,7 @@ class Gateway(Connection):
         self,
         url: str,
         *,
-        token: str | None = None,
+        token: str | TokenProvider | None = None,
         profile: str | None = None,
         backoff: Backoff | None = None,
         max_buffered: int | None = None,
@@ -112,7 +119,10 @@ class Gateway(Connection):
         """Calls `listener` for each `name` event: "state" (and each state by
         its name: "connecting", "open", "reconnecting", "closed") with a
         dict, "reset" with {"epoch", "previous_epoch"}, "error" with an
-        exception. Returns the function that removes the listener."""
+        exception, "token_expiring" with `gateway.token_expiring`'s params
+        ({"expires_at", "expires_in_s"}), "token_refreshed" with
+        `gateway.refresh_token`'s answer once a provider's token replaced
+        the connection's. Returns the function that removes the listener."""
         self._listeners.setdefault(name, []).append(listener)
 
         def off() -> None:
