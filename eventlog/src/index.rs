@@ -8,16 +8,19 @@
 //! ```text
 //! header (48):  magic "TLOGIDX1" | segment u32 | entries u32 | offsets u32 | reserved u32
 //!               | segment_end u64 | next_commit u64 | crc u32 (of the 40 bytes before) | 0 u32
-//! entries:      56 bytes each, sorted by (id, generation):
+//! entries:      64 bytes each, sorted by (id, generation):
 //!               id [16] | generation u32 | latest_seq u64 | first_seq u64 | count u32
-//!               | offsets_from u32 | prev u32 | head u32 | crc u32 (of the 52 bytes before)
+//!               | offsets_from u32 | prev u32 | prev_entry u32 | head u32 | head_entry u32
+//!               | crc u32 (of the 60 bytes before)
 //! offsets:      u32 each: the file offset of every event of the segment, grouped by entry
 //! trailer:      crc u32 of everything before it
 //! ```
 //!
 //! `head` is the newest sealed segment up to this one holding events of the life (`NONE` if
-//! none); `prev`, for a life with events here, the one before this. So a read walks back
-//! from the head kept in memory through `prev`, touching one entry per segment.
+//! none); `prev`, for a life with events here, the one before this; `head_entry` and
+//! `prev_entry` are the life's entry numbers in those segments' indexes. So a read walks back
+//! from the head kept in memory through `prev`, reading one entry per segment, with no
+//! search (a search by id only if an entry number does not hold the life).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -30,7 +33,7 @@ use crate::fs::{read_exact_at, ReadFile};
 pub(crate) const NONE: u32 = u32::MAX;
 const MAGIC: [u8; 8] = *b"TLOGIDX1";
 const HEADER: usize = 48;
-const ENTRY: usize = 56;
+const ENTRY: usize = 64;
 
 /// What memory holds for one session life.
 #[derive(Debug, Clone)]
@@ -39,6 +42,8 @@ pub(crate) struct LifeState {
     pub latest_seq: u64,
     /// The newest sealed segment holding its events, or [`NONE`].
     pub head: u32,
+    /// Its entry number in `head`'s index.
+    pub head_entry: u32,
     /// Seq of the first of `active`.
     pub active_first: u64,
     /// Offsets of its events in the active segment, seq `active_first + i`.
@@ -51,6 +56,7 @@ impl Default for LifeState {
         LifeState {
             latest_seq: 0,
             head: NONE,
+            head_entry: NONE,
             active_first: 0,
             active: Vec::new(),
         }
@@ -77,7 +83,9 @@ pub(crate) struct Entry {
     pub count: u32,
     pub offsets_from: u32,
     pub prev: u32,
+    pub prev_entry: u32,
     pub head: u32,
+    pub head_entry: u32,
 }
 
 fn u32_at(b: &[u8], at: usize) -> u32 {
@@ -93,7 +101,7 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 }
 
 fn decode_entry(b: &[u8]) -> Option<Entry> {
-    if crc32c(&[&b[..52]]) != u32_at(b, 52) {
+    if crc32c(&[&b[..60]]) != u32_at(b, 60) {
         return None;
     }
     let mut id = [0u8; 16];
@@ -108,19 +116,21 @@ fn decode_entry(b: &[u8]) -> Option<Entry> {
         count: u32_at(b, 36),
         offsets_from: u32_at(b, 40),
         prev: u32_at(b, 44),
-        head: u32_at(b, 48),
+        prev_entry: u32_at(b, 48),
+        head: u32_at(b, 52),
+        head_entry: u32_at(b, 56),
     })
 }
 
 /// The bytes of segment `segment`'s index, sealing the active runs of `lives`: every life
-/// with events in the active segment gets `head = segment` (the caller applies the same to
-/// memory once the file is durable).
+/// with events in the active segment gets `head = segment` and its entry number here, which
+/// the caller applies to memory with [`apply_seal`] once the file is durable.
 pub(crate) fn encode_index(
     segment: u32,
     segment_end: u64,
     next_commit: u64,
     lives: &HashMap<Life, LifeState>,
-) -> Vec<u8> {
+) -> (Vec<u8>, Vec<(Life, u32)>) {
     let mut sorted: Vec<(&Life, &LifeState)> = lives.iter().collect();
     sorted.sort_unstable_by_key(|(life, _)| **life);
     let offsets: usize = sorted.iter().map(|(_, s)| s.active.len()).sum();
@@ -136,8 +146,13 @@ pub(crate) fn encode_index(
     buf.extend_from_slice(&crc.to_le_bytes());
     buf.extend_from_slice(&0u32.to_le_bytes());
     let mut from = 0u32;
-    for (life, state) in &sorted {
+    let mut sealed = Vec::new();
+    for (i, (life, state)) in sorted.iter().enumerate() {
         let here = !state.active.is_empty();
+        let i = i as u32;
+        if here {
+            sealed.push((**life, i));
+        }
         let start = buf.len();
         buf.extend_from_slice(&life.id);
         buf.extend_from_slice(&life.generation.to_le_bytes());
@@ -146,7 +161,14 @@ pub(crate) fn encode_index(
         buf.extend_from_slice(&(state.active.len() as u32).to_le_bytes());
         buf.extend_from_slice(&from.to_le_bytes());
         buf.extend_from_slice(&state.head.to_le_bytes());
-        buf.extend_from_slice(&(if here { segment } else { state.head }).to_le_bytes());
+        buf.extend_from_slice(&state.head_entry.to_le_bytes());
+        let (head, head_entry) = if here {
+            (segment, i)
+        } else {
+            (state.head, state.head_entry)
+        };
+        buf.extend_from_slice(&head.to_le_bytes());
+        buf.extend_from_slice(&head_entry.to_le_bytes());
         let crc = crc32c(&[&buf[start..]]);
         buf.extend_from_slice(&crc.to_le_bytes());
         from += state.active.len() as u32;
@@ -158,7 +180,23 @@ pub(crate) fn encode_index(
     }
     let crc = crc32c(&[&buf]);
     buf.extend_from_slice(&crc.to_le_bytes());
-    buf
+    (buf, sealed)
+}
+
+/// Memory after segment `segment`'s index is durable: the lives sealed in it have their head
+/// there, and no active events.
+pub(crate) fn apply_seal(
+    segment: u32,
+    sealed: &[(Life, u32)],
+    lives: &mut HashMap<Life, LifeState>,
+) {
+    for (life, entry) in sealed {
+        if let Some(s) = lives.get_mut(life) {
+            s.head = segment;
+            s.head_entry = *entry;
+            s.active = Vec::new();
+        }
+    }
 }
 
 /// A sealed segment's index, opened for lookups (entries are read from the file on demand).
@@ -209,13 +247,26 @@ impl IndexFile {
             .collect()
     }
 
-    fn entry(&self, i: u32) -> Result<Entry, LogError> {
+    /// Entry number `i`.
+    pub(crate) fn entry(&self, i: u32) -> Result<Entry, LogError> {
         let at = HEADER + i as usize * ENTRY;
         let mut b = [0u8; ENTRY];
         read_exact_at(&*self.file, &mut b, at as u64)
             .map_err(|_| damaged(&self.path, at, ENTRY, "index entry cut short"))?;
         decode_entry(&b)
             .ok_or_else(|| damaged(&self.path, at, ENTRY, "index entry fails its checksum"))
+    }
+
+    /// The entry of `life`: entry number `hint` if it holds the life, else by binary search
+    /// over the sorted entries.
+    pub(crate) fn lookup(&self, life: &Life, hint: u32) -> Result<Option<Entry>, LogError> {
+        if hint < self.entries {
+            let e = self.entry(hint)?;
+            if e.life == *life {
+                return Ok(Some(e));
+            }
+        }
+        self.find(life)
     }
 
     /// The entry of `life`, by binary search over the sorted entries.

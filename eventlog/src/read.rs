@@ -17,7 +17,7 @@ impl Log {
     /// the oldest. Memory: the records returned, and the offsets of at most `max` of them.
     pub fn read(&self, life: &Life, from: u64, max: usize) -> Result<Vec<Record>, LogError> {
         let shared = &self.shared;
-        let (head, latest, active_first, active, active_file, active_segment) = {
+        let (head, head_entry, latest, active_first, active, active_file, active_segment) = {
             let st = lock(&shared.state);
             let Some(s) = st.lives.get(life) else {
                 return Ok(Vec::new());
@@ -30,6 +30,7 @@ impl Log {
             };
             (
                 s.head,
+                s.head_entry,
                 s.latest_seq,
                 s.active_first,
                 take,
@@ -46,10 +47,10 @@ impl Log {
             // Walk back from the newest sealed segment holding the life to the one holding
             // `from`, remembering the way so the read can continue forward.
             let mut path: Vec<(u32, Entry)> = Vec::new();
-            let mut segment = head;
+            let (mut segment, mut entry) = (head, head_entry);
             while segment != NONE {
                 let idx = shared.index_file(segment)?;
-                let e = match idx.find(life)? {
+                let e = match idx.lookup(life, entry)? {
                     Some(e) if e.count > 0 => e,
                     _ => {
                         return Err(LogError::Damaged(Damage {
@@ -64,7 +65,7 @@ impl Log {
                 if e.first_seq <= seq {
                     break;
                 }
-                segment = e.prev;
+                (segment, entry) = (e.prev, e.prev_entry);
             }
             seq = match path.last() {
                 Some((_, oldest)) => seq.max(oldest.first_seq),

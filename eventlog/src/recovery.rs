@@ -8,7 +8,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use crate::codec::{encode_segment_header, Life, RecordKind, SEGMENT_HEADER};
 use crate::error::{Damage, LogError};
 use crate::fs::FileSystem;
-use crate::index::{encode_index, IndexFile, LifeState};
+use crate::index::{apply_seal, encode_index, IndexFile, LifeState};
 use crate::log::{FileCache, Log, LogOptions, OpenReport, Shared, State};
 use crate::segment::{
     find_valid_frame_after, index_path, parse_name, read_segment_header, scan_frames, segment_path,
@@ -78,6 +78,7 @@ pub fn open(
                     let s = LifeState {
                         latest_seq: e.latest_seq,
                         head: e.head,
+                        head_entry: e.head_entry,
                         ..LifeState::default()
                     };
                     lives.insert(e.life, s);
@@ -280,7 +281,7 @@ fn seal(
     next_commit: u64,
     lives: &mut HashMap<Life, LifeState>,
 ) -> Result<(), LogError> {
-    let bytes = encode_index(segment, end, next_commit, lives);
+    let (bytes, sealed) = encode_index(segment, end, next_commit, lives);
     let mut f = fs
         .create(&index_path(dir, segment))
         .map_err(LogError::io("creating an index"))?;
@@ -288,12 +289,7 @@ fn seal(
         .and_then(|()| f.sync_data())
         .and_then(|()| fs.sync_dir(dir))
         .map_err(LogError::io("writing an index"))?;
-    for s in lives.values_mut() {
-        if !s.active.is_empty() {
-            s.head = segment;
-            s.active = Vec::new();
-        }
-    }
+    apply_seal(segment, &sealed, lives);
     Ok(())
 }
 

@@ -22,7 +22,7 @@ use crate::codec::{
 };
 use crate::error::LogError;
 use crate::fs::LogFile;
-use crate::index::{encode_index, LifeState};
+use crate::index::{apply_seal, encode_index, LifeState};
 use crate::log::{lock, Committed, Done, Position, Shared};
 use crate::policy::{CommitPolicy, Gatherer};
 use crate::segment::{index_path, segment_path};
@@ -168,7 +168,7 @@ impl Writer {
     pub(crate) fn seal_and_roll(&mut self) -> Result<(), LogError> {
         let shared = self.shared.clone();
         let (fs, dir) = (&shared.fs, &shared.dir);
-        let bytes = encode_index(
+        let (bytes, sealed) = encode_index(
             self.segment,
             self.len,
             self.next_commit,
@@ -197,12 +197,7 @@ impl Writer {
             .map_err(LogError::io("opening a segment"))?;
         {
             let mut st = lock(&shared.state);
-            for s in st.lives.values_mut() {
-                if !s.active.is_empty() {
-                    s.head = self.segment;
-                    s.active = Vec::new();
-                }
-            }
+            apply_seal(self.segment, &sealed, &mut st.lives);
             st.active_segment = next;
             st.active_file = reader;
             st.durable_end = SEGMENT_HEADER as u64;
