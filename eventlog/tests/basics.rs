@@ -174,3 +174,52 @@ fn both_policies_commit_everything_from_many_threads_on_a_real_disk() {
         assert!(log.verify().is_empty());
     }
 }
+
+#[test]
+fn reads_during_appends_and_rolls_see_whole_gap_free_streams() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let fs = SimFs::new(5);
+    let (log, _) = open_sim(&fs, 1500).unwrap();
+    let lives = [life(1, 0), life(2, 0)];
+    let size = |seq: u64| 20 + (seq as usize % 90);
+    let done = AtomicBool::new(false);
+    let reads = std::thread::scope(|s| {
+        let (log, done) = (&log, &done);
+        let reader = s.spawn(move || {
+            let mut rng = tether_eventlog::sim::Rng::new(5);
+            let mut reads = 0;
+            while !done.load(Ordering::Relaxed) {
+                let l = lives[rng.below(2) as usize];
+                let latest = log.latest_seq(&l).unwrap_or(0);
+                let from = 1 + rng.below(latest + 1);
+                let got = log.read(&l, from, 1 + rng.below(40) as usize).unwrap();
+                for (r, seq) in got.iter().zip(from..) {
+                    assert_eq!(r.seq, seq);
+                    assert_eq!(r.body, body(&l, seq, size(seq)));
+                }
+                reads += 1;
+            }
+            reads
+        });
+        let writers: Vec<_> = lives
+            .iter()
+            .map(|l| {
+                s.spawn(move || {
+                    for seq in 1..=300 {
+                        log.append(vec![event(*l, seq, size(seq))]).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for w in writers {
+            w.join().unwrap();
+        }
+        done.store(true, Ordering::Relaxed);
+        reader.join().unwrap()
+    });
+    assert!(reads > 0);
+    assert!(
+        segment_files(&fs).len() >= 10,
+        "the appends must roll segments"
+    );
+}
