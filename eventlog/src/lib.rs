@@ -30,9 +30,9 @@
 //! 7. **Bounded memory.** Memory holds one small entry per session life (its latest seq and
 //!    the newest sealed segment holding its events) and the offsets of the active segment's
 //!    events (at most a segment's worth), never the sealed segments' positions: a sealed
-//!    segment's index is on disk and read on demand. A sealed segment's index also lists
-//!    every life, so opening reads the newest index (the checkpoint) and the active segment,
-//!    not the log.
+//!    segment's index is on disk and read on demand. Now and then a sealed segment's index
+//!    lists every life (a checkpoint), so opening reads the newest checkpoint, the indexes
+//!    after it and the active segment, not the log.
 //!
 //! # Why our own segments
 //!

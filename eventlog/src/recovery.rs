@@ -8,7 +8,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use crate::codec::{encode_segment_header, Life, RecordKind, SEGMENT_HEADER};
 use crate::error::{Damage, LogError};
 use crate::fs::FileSystem;
-use crate::index::{apply_seal, encode_index, IndexFile, LifeState};
+use crate::index::{apply_seal, encode_index, full_index, Entry, IndexFile, LifeState};
 use crate::log::{FileCache, Log, LogOptions, OpenReport, Shared, State};
 use crate::segment::{
     find_valid_frame_after, index_path, parse_name, read_segment_header, scan_frames, segment_path,
@@ -60,55 +60,51 @@ pub fn open(
         return Err(LogError::Format(format!("segment {missing} is missing")));
     }
 
-    // The checkpoint: the newest index that checks. Any newer one that does not is a torn
-    // seal (of the last segment) or damage (rebuilt below from its segment).
+    // The checkpoint: the newest full index that checks; then, in order, each later
+    // segment's own index, or, where that does not check (a torn seal of the last segment,
+    // or damage), the segment read again and its index written again.
     let mut lives: HashMap<Life, LifeState> = HashMap::new();
+    let mut loaded: HashMap<u32, (Vec<Entry>, u64)> = HashMap::new();
     let mut checkpoint: Option<u32> = None;
-    let mut next_commit = None;
     for &k in indexes.iter().rev().filter(|k| (first..=last).contains(*k)) {
-        let path = index_path(dir, k);
-        let loaded = fs
-            .open_read(&path)
-            .map_err(LogError::io("opening an index"))
-            .and_then(|f| IndexFile::open(f, &path, k))
-            .and_then(|idx| Ok((idx.load_all()?, idx.next_commit)));
-        match loaded {
-            Ok((entries, next)) => {
-                for e in entries {
-                    let s = LifeState {
-                        latest_seq: e.latest_seq,
-                        head: e.head,
-                        head_entry: e.head_entry,
-                        ..LifeState::default()
-                    };
-                    lives.insert(e.life, s);
+        match load_index(&*fs, dir, k) {
+            Ok((entries, next, full)) => {
+                loaded.insert(k, (entries, next));
+                if full {
+                    checkpoint = Some(k);
+                    break;
                 }
-                checkpoint = Some(k);
-                next_commit = Some(next);
-                break;
             }
             Err(e) => {
                 tracing::warn!(error = %e, segment = k, "event log index does not check; rebuilding it");
+                let path = index_path(dir, k);
                 fs.remove(&path)
+                    .and_then(|()| fs.sync_dir(dir))
                     .map_err(LogError::io("removing a torn index"))?;
-                fs.sync_dir(dir)
-                    .map_err(LogError::io("removing a torn index"))?;
+                if k != last {
+                    report.rebuilt_indexes.push(k);
+                }
             }
         }
     }
-    let mut next_commit = match next_commit {
-        Some(n) => n,
-        None => {
-            let f = fs
-                .open_read(&segment_path(dir, first))
-                .map_err(LogError::io("opening a segment"))?;
-            read_segment_header(&*f, &segment_path(dir, first))?.1
+    let mut next_commit = header(&*fs, dir, first)?.1;
+    let mut sealed_last = false;
+    for j in checkpoint.unwrap_or(first)..=last {
+        if let Some((entries, next)) = loaded.remove(&j) {
+            for e in entries {
+                let s = lives.entry(e.life).or_default();
+                s.latest_seq = e.latest_seq;
+                s.head = e.head;
+                s.head_entry = e.head_entry;
+            }
+            next_commit = next;
+            sealed_last = j == last;
+            continue;
         }
-    };
-
-    // Sealed segments after the checkpoint whose index is gone: read them, write it again.
-    let from = checkpoint.map_or(first, |k| k + 1);
-    for j in from..last {
+        if j == last {
+            break;
+        }
+        // A sealed segment whose index is gone: read it, write the index again.
         let next_first = header(&*fs, dir, j + 1)?.1;
         let scan = scan_segment(&*fs, dir, j, next_commit, Some(next_first), &mut lives)?;
         if scan.next_commit != next_first {
@@ -119,13 +115,23 @@ pub fn open(
                 what: "commits missing before the next segment",
             }));
         }
-        seal(&*fs, dir, j, scan.end, next_first, &mut lives)?;
-        report.rebuilt_indexes.push(j);
+        seal(
+            &*fs,
+            dir,
+            j,
+            scan.end,
+            next_first,
+            segment_bytes,
+            &mut lives,
+        )?;
+        if !report.rebuilt_indexes.contains(&j) {
+            report.rebuilt_indexes.push(j);
+        }
         next_commit = next_first;
     }
 
     // The active segment: the last one, unless it was sealed just before a crash.
-    let active = if checkpoint == Some(last) {
+    let active = if sealed_last {
         create_segment(&*fs, dir, last + 1, next_commit)?;
         last + 1
     } else {
@@ -199,6 +205,21 @@ pub fn open(
         .spawn(move || writer.run(rx, policy))
         .map_err(LogError::io("starting the writer thread"))?;
     Ok((Log::new(shared, tx, handle), report))
+}
+
+/// A sealed index read whole and checked: its entries, the commit after its segment, and
+/// whether it is full.
+fn load_index(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    k: u32,
+) -> Result<(Vec<Entry>, u64, bool), LogError> {
+    let path = index_path(dir, k);
+    let file = fs
+        .open_read(&path)
+        .map_err(LogError::io("opening an index"))?;
+    let idx = IndexFile::open(file, &path, k)?;
+    Ok((idx.load_all()?, idx.next_commit, idx.full))
 }
 
 fn list(fs: &dyn FileSystem, dir: &Path) -> Result<(BTreeSet<u32>, BTreeSet<u32>), LogError> {
@@ -279,9 +300,11 @@ fn seal(
     segment: u32,
     end: u64,
     next_commit: u64,
+    segment_bytes: u64,
     lives: &mut HashMap<Life, LifeState>,
 ) -> Result<(), LogError> {
-    let (bytes, sealed) = encode_index(segment, end, next_commit, lives);
+    let full = full_index(segment, lives.len(), segment_bytes);
+    let (bytes, sealed) = encode_index(segment, end, next_commit, lives, full);
     let mut f = fs
         .create(&index_path(dir, segment))
         .map_err(LogError::io("creating an index"))?;

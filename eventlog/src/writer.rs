@@ -22,7 +22,7 @@ use crate::codec::{
 };
 use crate::error::LogError;
 use crate::fs::LogFile;
-use crate::index::{apply_seal, encode_index, LifeState};
+use crate::index::{apply_seal, encode_index, full_index, LifeState};
 use crate::log::{lock, Committed, Done, Position, Shared};
 use crate::policy::{CommitPolicy, Gatherer};
 use crate::segment::{index_path, segment_path};
@@ -168,12 +168,11 @@ impl Writer {
     pub(crate) fn seal_and_roll(&mut self) -> Result<(), LogError> {
         let shared = self.shared.clone();
         let (fs, dir) = (&shared.fs, &shared.dir);
-        let (bytes, sealed) = encode_index(
-            self.segment,
-            self.len,
-            self.next_commit,
-            &lock(&shared.state).lives,
-        );
+        let (bytes, sealed) = {
+            let st = lock(&shared.state);
+            let full = full_index(self.segment, st.lives.len(), self.segment_bytes);
+            encode_index(self.segment, self.len, self.next_commit, &st.lives, full)
+        };
         let idx = index_path(dir, self.segment);
         // An index file already there is a torn one from a crash while sealing this segment
         // (a sealed segment never becomes active again); opening removes those, but be sure.
