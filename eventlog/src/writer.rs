@@ -210,22 +210,20 @@ impl Writer {
 }
 
 /// Checks one append against the lives' latest seqs (the batch's earlier appends first).
-/// Returns the latest seqs it moves.
+/// Returns the latest seqs it moves (a map: an append may hold thousands of lives).
 fn check(
     records: &[Record],
     overlay: &HashMap<Life, u64>,
     lives: &HashMap<Life, LifeState>,
-) -> Result<Vec<(Life, u64)>, LogError> {
-    let mut local: Vec<(Life, u64)> = Vec::new();
+) -> Result<HashMap<Life, u64>, LogError> {
+    let mut local: HashMap<Life, u64> = HashMap::new();
     for r in records {
         if r.body.len() > MAX_RECORD_BYTES {
             return Err(LogError::TooLarge(r.body.len()));
         }
         let current = local
-            .iter()
-            .rev()
-            .find(|(l, _)| *l == r.life)
-            .map(|(_, s)| *s)
+            .get(&r.life)
+            .copied()
             .or_else(|| overlay.get(&r.life).copied())
             .or_else(|| lives.get(&r.life).map(|s| s.latest_seq));
         match r.kind {
@@ -239,7 +237,7 @@ fn check(
                         got: r.seq,
                     });
                 }
-                local.push((r.life, r.seq));
+                local.insert(r.life, r.seq);
             }
             RecordKind::Change => {
                 let latest = current.unwrap_or(0);
