@@ -5,9 +5,10 @@
 //! the lives with events in the segment; a *full* one (the checkpoint) lists every life the
 //! log knows. So opening reads the newest full index, the partial ones after it and the
 //! active segment, never the sealed segments themselves. An index is full when the list of
-//! every life is small beside a segment (at most a sixteenth of it) or, whatever its size,
-//! every [`FULL_EVERY`] segments: a checkpoint costs 64 bytes per life, which at 100,000 lives
-//! every 64 MiB segment would be a tenth more bytes written.
+//! every life is small beside a segment (at most a sixteenth of it), when half the lives or
+//! more have events in the segment anyway, and otherwise every [`FULL_EVERY`] segments: a
+//! checkpoint costs 64 bytes per life, which at 100,000 lives every 64 MiB segment would be a
+//! tenth more bytes written.
 //!
 //! ```text
 //! header (48):  magic "TLOGIDX1" | segment u32 | entries u32 | offsets u32 | full u32
@@ -41,9 +42,18 @@ const ENTRY: usize = 64;
 /// A full index at least every this many segments.
 pub(crate) const FULL_EVERY: u32 = 16;
 
-/// Whether segment `segment`'s index lists every life.
-pub(crate) fn full_index(segment: u32, lives: usize, segment_bytes: u64) -> bool {
-    segment.is_multiple_of(FULL_EVERY) || (lives as u64) * (ENTRY as u64) <= segment_bytes / 16
+/// Whether the index of segment `segment`, whose events are of `here` of the `lives`, lists
+/// every life: when that costs little more than listing its own (half of them or more), when
+/// the list is small beside the segment, and every [`FULL_EVERY`] segments.
+pub(crate) fn full_index(
+    segment: u32,
+    lives: &HashMap<Life, LifeState>,
+    segment_bytes: u64,
+) -> bool {
+    let here = lives.values().filter(|s| !s.active.is_empty()).count();
+    segment.is_multiple_of(FULL_EVERY)
+        || here * 2 >= lives.len()
+        || (lives.len() as u64) * (ENTRY as u64) <= segment_bytes / 16
 }
 
 /// What memory holds for one session life.

@@ -303,7 +303,7 @@ fn seal(
     segment_bytes: u64,
     lives: &mut HashMap<Life, LifeState>,
 ) -> Result<(), LogError> {
-    let full = full_index(segment, lives.len(), segment_bytes);
+    let full = full_index(segment, lives, segment_bytes);
     let (bytes, sealed) = encode_index(segment, end, next_commit, lives, full);
     let mut f = fs
         .create(&index_path(dir, segment))

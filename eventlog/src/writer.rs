@@ -170,7 +170,7 @@ impl Writer {
         let (fs, dir) = (&shared.fs, &shared.dir);
         let (bytes, sealed) = {
             let st = lock(&shared.state);
-            let full = full_index(self.segment, st.lives.len(), self.segment_bytes);
+            let full = full_index(self.segment, &st.lives, self.segment_bytes);
             encode_index(self.segment, self.len, self.next_commit, &st.lives, full)
         };
         let idx = index_path(dir, self.segment);

@@ -97,16 +97,17 @@ fn proof1_every_cut_inside_a_rolls_index_keeps_every_commit() {
     // Commits until one seals its segment: the index written then is the last write.
     let fs = SimFs::new(12);
     let mut latest = HashMap::new();
-    {
+    let l = life(4, 2);
+    for seq in 1.. {
+        let segments = segment_files(&fs).len();
+        // Closed after each append, so a roll the commit started has finished (the writer
+        // acknowledges a commit before it rolls).
         let (log, _) = open_sim(&fs, 1500).unwrap();
-        let l = life(4, 2);
-        for seq in 1.. {
-            let segments = segment_files(&fs).len();
-            log.append(vec![event(l, seq, 100)]).unwrap();
-            latest.insert(l, seq);
-            if seq > 20 && segment_files(&fs).len() > segments {
-                break;
-            }
+        log.append(vec![event(l, seq, 100)]).unwrap();
+        drop(log);
+        latest.insert(l, seq);
+        if seq > 20 && segment_files(&fs).len() > segments {
+            break;
         }
     }
     let indexes: Vec<PathBuf> = fs
