@@ -40,8 +40,13 @@
 //! tree's own WAL, then the flush and the compactions; redb rewrites B-tree pages as SQLite
 //! does), keep memory per stored entry (raft-engine: about 48 bytes per entry in its memory
 //! index), or say they are not ready for production (sled, okaywal). What the store needs is
-//! small: append a frame, sync it, index it per session; about 2,700 lines, comments and the
-//! simulated disk the crash tests run on. See docs/ARCHITECTURE.md, "The event log".
+//! small: append a frame, sync it, index it per session: about 2,700 lines with comments and
+//! the simulated disk the crash tests run on. See docs/ARCHITECTURE.md, "The event log".
+//!
+//! # When a commit is made
+//!
+//! [`CommitPolicy`]: by default an append that finds the writer idle is committed at once,
+//! and under load a commit gathers up to 4 ms or 256 KiB; or a commit at most every interval.
 //!
 //! # Files
 //!
