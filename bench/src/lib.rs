@@ -24,6 +24,7 @@
 #![forbid(unsafe_code)]
 
 mod cluster;
+mod eventlog;
 mod fanout;
 mod fill;
 mod flat;
@@ -100,6 +101,9 @@ enum Scenario {
     /// Start-up, memory, list, resume, paging and turn figures on an
     /// empty store and on a filled one, side by side.
     Flat(flat::FlatBench),
+    /// The event log on its own: bytes written per record and commit
+    /// latency (`--mode write`), read p99 big against small (`--mode read`).
+    Log(eventlog::LogBench),
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
@@ -116,5 +120,6 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         Scenario::WriteBytes(b) => write_bytes::run(b),
         Scenario::Fill(b) => fill::run(b),
         Scenario::Flat(b) => flat::run(b),
+        Scenario::Log(b) => eventlog::run(b),
     }
 }
