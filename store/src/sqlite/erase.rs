@@ -16,7 +16,7 @@ use sqlx::sqlite::{Sqlite, SqliteConnection, SqlitePool, SqlitePoolOptions};
 use tether_protocol::{SessionId, SessionStatus};
 
 use crate::erase::{Dialect, Eraser, Housekeeping};
-use crate::{Scope, StoreConfig, StoreErase, StoreError, Trimmed};
+use crate::{Idle, Scope, StoreConfig, StoreErase, StoreError, Trimmed};
 
 use super::base_options;
 use super::checkpoint::Scrub;
@@ -144,9 +144,10 @@ impl StoreErase for SqliteErase {
         &self,
         profile: &str,
         id: &SessionId,
+        life: Option<i64>,
         batch: u32,
     ) -> Result<Option<Vec<SessionId>>, StoreError> {
-        let r = self.inner.delete_session(profile, id, batch).await;
+        let r = self.inner.delete_session(profile, id, life, batch).await;
         // Also after an error: a cut erase may have removed part of it.
         let removed = !matches!(r, Ok(None));
         self.scrubbed(removed, r)
@@ -169,7 +170,7 @@ impl StoreErase for SqliteErase {
         status: SessionStatus,
         before_ms: i64,
         limit: u32,
-    ) -> Result<Vec<(String, SessionId)>, StoreError> {
+    ) -> Result<Vec<Idle>, StoreError> {
         self.inner.idle_since(scope, status, before_ms, limit).await
     }
 
