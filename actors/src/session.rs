@@ -316,6 +316,9 @@ impl Actor for Session {
         let Some(msg) = state.unless_following(me, msg) else {
             return Ok(());
         };
+        let Some(msg) = state.unless_cut_off(me, msg) else {
+            return Ok(());
+        };
         match msg {
             SessionMsg::Resume {
                 params,
