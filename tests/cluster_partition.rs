@@ -234,3 +234,106 @@ async fn a_silent_link_makes_the_owner_stand_down_before_the_takeover() {
 async fn a_reset_link_makes_the_owner_stand_down_before_the_takeover() {
     the_cut_off_owner_stands_down(Link::Reset).await;
 }
+
+/// One `prompt.submit` sent through the cut-off node, and its answer.
+struct Sent {
+    key: String,
+    answer: Value,
+}
+
+/// `message.user`s of `events` with dedupe key `key`.
+fn runs_of(events: &[Value], key: &str) -> usize {
+    events
+        .iter()
+        .filter(|e| e["type"] == "message.user" && e["payload"]["dedupe_key"] == key)
+        .count()
+}
+
+/// Prompts forwarded through a node whose link to the database is cut, in
+/// a loop of cuts and heals: each is answered within the forward timeout;
+/// every error that says it did not run (5072) did not run, none is 5072 or
+/// -32603 when it may have run; an "outcome unknown" (5073) names its
+/// forward and is resolved by reading the session, and a retry with the
+/// same `dedupe_key` runs the prompt once across nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prompts_forwarded_through_a_cut_link_say_what_happened() {
+    let Some(cluster) = TestCluster::start_behind_proxy(2, LEASE_MS, &["--forward-timeout-s", "1"])
+    else {
+        return;
+    };
+    let bound = cluster.failover_bound();
+    // Node 1 owns the session; node 0 forwards to it.
+    let mut b = cluster.nodes[1].client().await;
+    let id = common::session(&mut b).await;
+    let mut a = cluster.nodes[0].client().await;
+    a.ok(
+        "session.resume",
+        json!({"session_id": id, "last_seen": 1, "omit_messages": true}),
+    )
+    .await;
+    let mut sent = Vec::new();
+    // Silent, reset, silent, reset: a silent link holds every statement,
+    // a reset one fails them, one may fail a forward's commit.
+    for (round, link) in [Link::Silent, Link::Reset, Link::Silent, Link::Reset]
+        .into_iter()
+        .enumerate()
+    {
+        for (i, cut) in [false, true, true, true].into_iter().enumerate() {
+            if cut {
+                cluster.link(link);
+            }
+            let key = format!("r{round}p{i}");
+            let answer = a
+                .call(
+                    "prompt.submit",
+                    json!({"session_id": id, "text": key, "dedupe_key": key}),
+                )
+                .await;
+            sent.push(Sent { key, answer });
+        }
+        cluster.link(Link::Normal);
+        let started = Instant::now();
+        while readyz(&cluster.nodes[0].addr).await != 200 {
+            assert!(started.elapsed() < bound, "node 0 never ready again");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    let mut unknown = 0;
+    for s in &sent {
+        let code = s.answer["error"]["code"].as_i64();
+        assert!(
+            code != Some(-32603),
+            "{}: an internal error for a forward: {}",
+            s.key,
+            s.answer
+        );
+        let events = all_events(&mut b, &id).await;
+        let runs = runs_of(&events, &s.key);
+        match code {
+            None => assert_eq!(runs, 1, "{}: accepted: {}", s.key, s.answer),
+            Some(5072) => assert_eq!(runs, 0, "{}: said not run: {}", s.key, s.answer),
+            Some(5073) => {
+                unknown += 1;
+                assert!(
+                    s.answer["error"]["data"]["forward_id"].is_string(),
+                    "{}",
+                    s.answer
+                );
+                assert!(runs <= 1, "{}: ran {runs} times", s.key);
+                // Resolved: sent again with its key, it runs once at most.
+                let again = b
+                    .call(
+                        "prompt.submit",
+                        json!({"session_id": id, "text": s.key, "dedupe_key": s.key}),
+                    )
+                    .await;
+                assert!(again.get("result").is_some(), "{again}");
+                let events = all_events(&mut b, &id).await;
+                assert_eq!(runs_of(&events, &s.key), 1, "{}: {}", s.key, s.answer);
+            }
+            Some(other) => panic!("{}: answered {other}: {}", s.key, s.answer),
+        }
+    }
+    println!("{} prompts, {unknown} outcome unknown", sent.len());
+}
