@@ -369,9 +369,11 @@ impl Actor for Session {
                 code,
                 lost,
             } => {
-                state.append_failed(me, append_gen, from_seq, code);
+                let unstored = state.append_failed(me, append_gen, from_seq, code);
                 if lost {
                     state.lost(me);
+                } else {
+                    state.fail_unstored_turn(me, &unstored, code);
                 }
             }
             SessionMsg::RepayCompletions => state.repay_completions(me),
