@@ -3,7 +3,10 @@
 //! load of `cluster/load.rs` (a client per session on every node, prompts
 //! through every node) while the test `kill -9`s, at random, a whole node
 //! (started again on its data dir a moment later, under a new node id) or
-//! one compute host of a node. Then `cluster/check.rs`'s invariants: per
+//! one compute host of a node, or cuts node 0 off from PostgreSQL (it
+//! reaches the database through a proxy, `common/proxy.rs`, made silent or
+//! resetting for up to two leases: the node stays alive with its clients
+//! and stands down, docs/CLUSTER.md). Then `cluster/check.rs`'s invariants: per
 //! session seqs gap-free and never given twice, every accepted turn one
 //! `message.complete`, every event a client saw stored identically, the
 //! fence never decreasing along seq; a new turn works through every node;
@@ -27,6 +30,7 @@ use std::time::Duration;
 
 use chaos::ws::Ws;
 use chaos::Rng;
+use common::proxy::Link;
 use harness::TestCluster;
 use serde_json::{json, Value};
 
@@ -68,16 +72,14 @@ async fn host_pids(url: &str) -> Vec<u32> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_of_nodes_and_hosts_loses_nothing() {
-    let Some(server) = tether_store::testing::postgres_server() else {
-        return;
-    };
     let host = load::host_command();
-    let mut cluster = TestCluster::start_on(
-        &server,
+    let Some(mut cluster) = TestCluster::start_behind_proxy(
         NODES,
         LEASE_MS,
         &["--host-command", &host, "--host-restarts", "1000"],
-    );
+    ) else {
+        return;
+    };
     let bound = cluster.failover_bound();
     let seed = chaos::seed();
     println!("cluster chaos seed {seed}");
@@ -102,7 +104,21 @@ async fn kill_9_of_nodes_and_hosts_loses_nothing() {
         let victim = rng.below(NODES as u64) as usize;
         let pids = host_pids(&cluster.nodes[victim].url()).await;
         pids_seen.extend(pids.iter().copied());
-        if rng.below(3) == 0 {
+        let fault = rng.below(6);
+        if victim == 0 && fault >= 4 {
+            // A partition: node 0 stays up with its clients, its link to
+            // the database silent or resetting; it stands down within half
+            // a lease, another node takes its sessions after the lease.
+            let (link, name) = if rng.below(2) == 0 {
+                (Link::Silent, "silent link")
+            } else {
+                (Link::Reset, "reset link")
+            };
+            cluster.link(link);
+            tokio::time::sleep(Duration::from_millis(rng.below(2 * LEASE_MS))).await;
+            cluster.link(Link::Normal);
+            *kills.entry(name).or_default() += 1;
+        } else if fault < 2 {
             // The whole node: its sessions move after the lease; it comes
             // back (a new node id) after up to two leases.
             cluster.nodes[victim].kill();

@@ -84,6 +84,12 @@ impl CtxParts {
         self.writer.borrow().is_some()
     }
 
+    /// On a cluster: whether this node cannot renew its lease, so it acts
+    /// as the owner of nothing (`/readyz` is 503 meanwhile).
+    pub fn lease_lost(&self) -> bool {
+        self.cluster.as_ref().is_some_and(|c| !c.lease_held())
+    }
+
     /// Whether the session registry is up (not between a crash and its
     /// restart).
     pub fn registry_up(&self) -> bool {

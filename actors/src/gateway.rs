@@ -275,10 +275,11 @@ impl GatewayState {
                 id
             }
             Child::Node => {
-                let Some(cluster) = self.ctx.cluster.clone() else {
+                if self.ctx.cluster.is_none() {
                     return Ok(());
-                };
-                let (actor, _) = Actor::spawn_linked(None, Node, cluster, supervisor).await?;
+                }
+                let (actor, _) =
+                    Actor::spawn_linked(None, Node, self.ctx.clone(), supervisor).await?;
                 actor.get_id()
             }
             Child::HostSupervisor => {

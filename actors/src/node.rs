@@ -7,17 +7,27 @@
 //! poll tells them within a second). And it sweeps, at start and once a
 //! minute, what dead nodes and old forwards leave behind.
 //!
+//! A node that cannot renew its lease (cut off from PostgreSQL, or the
+//! database down) stands down half a lease after its last answered
+//! heartbeat was sent, before any other node may take its sessions: its
+//! watchdog (`watchdog.rs`) forgets every fence and has the registry tell
+//! every owned session, which stops acting as the owner
+//! (`session/cluster/cut_off.rs`).
+//!
 //! Joining (before the store is opened) and leaving (after the drain) are
 //! the binary's, around the gateway's life (`bin/node.rs`). How sessions
 //! are claimed is `claim.rs`.
 
 mod claim;
+mod watchdog;
 
 use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tether_store::cluster::{Cluster, ClusterError};
 use tracing::{debug, info, warn};
+
+use crate::ctx::Ctx;
 
 pub(crate) use claim::{claim, Claimed};
 
@@ -44,6 +54,8 @@ pub struct NodeState {
     /// A sweep is running (on a task: a slow delete never holds up a
     /// heartbeat).
     sweeping: bool,
+    /// Stands the node down when its lease is not renewed; ends with it.
+    _watchdog: watchdog::Watchdog,
 }
 
 pub struct Node;
@@ -51,14 +63,19 @@ pub struct Node;
 impl Actor for Node {
     type Msg = NodeMsg;
     type State = NodeState;
-    type Arguments = Cluster;
+    type Arguments = Ctx;
 
     async fn pre_start(
         &self,
         _myself: ActorRef<Self::Msg>,
-        cluster: Cluster,
+        ctx: Ctx,
     ) -> Result<Self::State, ActorProcessingErr> {
+        let cluster = ctx
+            .cluster
+            .clone()
+            .ok_or("a Node needs a cluster to belong to")?;
         Ok(NodeState {
+            _watchdog: watchdog::Watchdog::start(ctx),
             cluster,
             left: false,
             sweeping: false,
@@ -88,7 +105,12 @@ impl Actor for Node {
                 if !state.left {
                     // The next one a period after this one ended: a slow
                     // heartbeat delays the next, never makes two at once.
-                    let every = state.cluster.config().heartbeat_every;
+                    // One that failed is tried again sooner: the lease
+                    // runs out all the same.
+                    let mut every = state.cluster.config().heartbeat_every;
+                    if !state.cluster.lease_held() || state.cluster.since_renewed() > every {
+                        every /= 4;
+                    }
                     myself.send_after(every, || NodeMsg::Heartbeat);
                 }
             }

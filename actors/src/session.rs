@@ -343,6 +343,9 @@ impl Actor for Session {
         let Some(msg) = state.unless_following(me, msg) else {
             return Ok(());
         };
+        let Some(msg) = state.unless_cut_off(me, msg) else {
+            return Ok(());
+        };
         if msg.is_a_clients() {
             state.used_at_ms = Some(now_ms());
         }
@@ -400,9 +403,11 @@ impl Actor for Session {
                 code,
                 lost,
             } => {
-                state.append_failed(me, append_gen, from_seq, code);
+                let unstored = state.append_failed(me, append_gen, from_seq, code);
                 if lost {
                     state.lost(me);
+                } else {
+                    state.fail_unstored_turn(me, &unstored, code);
                 }
             }
             SessionMsg::RepayCompletions => state.repay_completions(me),

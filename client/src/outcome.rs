@@ -39,6 +39,10 @@ fn words(reason: FailureReason) -> (&'static str, &'static str) {
             "the gateway node running it died and another took the session over",
             AGAIN,
         ),
+        FailureReason::StorageUnavailable => (
+            "an event of it could not be stored (the database was unreachable)",
+            AGAIN,
+        ),
         FailureReason::Dequeued => (
             "dropped from the queue before it ran",
             "send it again if you still want it",

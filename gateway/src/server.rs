@@ -114,8 +114,8 @@ async fn healthz() -> &'static str {
 /// filesystem above [`free_space::threshold`]), and at least one compute
 /// host has said `hello` (a slot that is only starting does not count; with
 /// `--hosts 0` there is none, so such a gateway is never ready: it serves
-/// reads, not turns). 503 with the reasons otherwise (for load balancers
-/// and orchestrators).
+/// reads, not turns), and on a cluster the node holds its lease. 503 with
+/// the reasons otherwise (for load balancers and orchestrators).
 async fn readyz(State(app): State<AppState>) -> Response {
     use axum::http::StatusCode;
     let mut missing = Vec::new();
@@ -141,6 +141,9 @@ async fn readyz(State(app): State<AppState>) -> Response {
     }
     if !app.ctx.registry_up() {
         missing.push("session registry restarting".to_string());
+    }
+    if app.ctx.lease_lost() {
+        missing.push("cluster node cannot renew its lease".to_string());
     }
     if !app.ctx.lifecycle.recovered() {
         missing.push("ending the turns the last stop cut short".to_string());

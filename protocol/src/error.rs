@@ -49,6 +49,10 @@ pub mod codes {
     pub const STORAGE_WRITE_FAILED: i64 = 5071;
     /// Storage unavailable.
     pub const STORAGE_UNAVAILABLE: i64 = 5072;
+    /// A request forwarded to another node (a cluster) whose outcome is
+    /// unknown: it may have run. Read the session before retrying
+    /// (`data.forward_id` names the forward).
+    pub const OUTCOME_UNKNOWN: i64 = 5073;
 }
 
 /// A JSON-RPC error object: `{"code","message","data"?}`.
@@ -223,6 +227,19 @@ impl RpcError {
         )
     }
 
+    /// Outcome unknown (5073): a request forwarded to the session's owner
+    /// that may or may not have run; `data.forward_id` names the forward.
+    pub fn outcome_unknown(detail: impl Into<String>, forward_id: &str) -> Self {
+        Self::new(
+            codes::OUTCOME_UNKNOWN,
+            format!(
+                "outcome unknown: {}; read the session before retrying",
+                detail.into()
+            ),
+        )
+        .with_data(json!({ "forward_id": forward_id }))
+    }
+
     /// `data.field`, when this is an invalid-params error that names one.
     pub fn field(&self) -> Option<&str> {
         self.data.as_ref()?.get("field")?.as_str()
@@ -261,6 +278,7 @@ mod tests {
         assert_eq!(codes::STORAGE_FULL, 5070);
         assert_eq!(codes::STORAGE_WRITE_FAILED, 5071);
         assert_eq!(codes::STORAGE_UNAVAILABLE, 5072);
+        assert_eq!(codes::OUTCOME_UNKNOWN, 5073);
     }
 
     #[test]
@@ -292,6 +310,9 @@ mod tests {
         assert_eq!(RpcError::storage_full().code, 5070);
         assert_eq!(RpcError::storage_write_failed("x").code, 5071);
         assert_eq!(RpcError::storage_unavailable("x").code, 5072);
+        let e = RpcError::outcome_unknown("x", "f_1");
+        assert_eq!(e.code, 5073);
+        assert_eq!(e.data, Some(json!({"forward_id": "f_1"})));
         assert_eq!(RpcError::session_busy("x").field(), None);
     }
 

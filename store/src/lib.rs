@@ -76,7 +76,7 @@ pub mod testing;
 pub mod cluster {
     pub use crate::postgres::cluster::{
         parse_notification, Claim, Cluster, ClusterConfig, ClusterError, Deltas, EventListener,
-        Fences, ForwardId, ForwardRow, ForwardState, Heartbeat, NodeId, Ownership, PreviousOwner,
-        Wake, CHANNEL, DELTA_CHANNEL, FORWARD_CHANNEL, MAX_DELTA_BODY,
+        Fences, ForwardId, ForwardRow, ForwardState, ForwardWriteError, Heartbeat, NodeId,
+        Ownership, PreviousOwner, Wake, CHANNEL, DELTA_CHANNEL, FORWARD_CHANNEL, MAX_DELTA_BODY,
     };
 }

@@ -43,10 +43,11 @@ pub struct Refusal {
 }
 
 impl Refusal {
-    /// Whether the answer says the prompt did not run (a forward the owner
-    /// accepted, or whose state could not be read, may have run once).
+    /// Whether the answer says the prompt did not run: every error does
+    /// but 5073 "outcome unknown" (a forward that may have run once; the
+    /// client reads the session before it retries).
     pub fn says_not_run(&self) -> bool {
-        !self.message.contains("ran once") && !self.message.contains("at most once")
+        self.code != 5073
     }
 }
 

@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use tether_store::testing::TestDatabase;
 
+use crate::common::proxy::{Link, Proxy};
 use crate::common::{tempdir, Backend, Gateway};
 
 /// Held by a running cluster: one cluster at a time in this test binary.
@@ -28,6 +29,8 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 pub struct TestCluster {
     /// Field order is drop order: the nodes go before their database.
     pub nodes: Vec<Gateway>,
+    /// Node 0's link to the database, when it goes through a proxy.
+    proxy: Option<Proxy>,
     dirs: Vec<tempfile::TempDir>,
     db: TestDatabase,
     lease: Duration,
@@ -54,24 +57,64 @@ impl TestCluster {
     /// `server` (a test's own `PgServer`, which it may stop and restart;
     /// it must outlive the cluster).
     pub fn start_on(server: &str, n: usize, lease_ms: u64, extra: &[&str]) -> TestCluster {
+        TestCluster::start_nodes(server, n, lease_ms, extra, false)
+    }
+
+    /// As [`TestCluster::start_with`], node 0 reaching the database through
+    /// a proxy that [`TestCluster::link`] switches (a partition: that node
+    /// stays alive and keeps its clients).
+    pub fn start_behind_proxy(n: usize, lease_ms: u64, extra: &[&str]) -> Option<TestCluster> {
+        let Some(Backend::Postgres(server)) = Backend::postgres() else {
+            return None;
+        };
+        Some(TestCluster::start_nodes(&server, n, lease_ms, extra, true))
+    }
+
+    /// Switches node 0's link to the database (a cluster started with
+    /// [`TestCluster::start_behind_proxy`]).
+    pub fn link(&self, link: Link) {
+        self.proxy
+            .as_ref()
+            .expect("a cluster started behind a proxy")
+            .set(link);
+    }
+
+    fn start_nodes(
+        server: &str,
+        n: usize,
+        lease_ms: u64,
+        extra: &[&str],
+        proxied: bool,
+    ) -> TestCluster {
         // A test that failed while holding it leaves the lock poisoned; the
         // next cluster is as good.
         let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         let db = TestDatabase::create_blocking(server);
+        let (proxy, proxied_url) = if proxied {
+            let (proxy, url) = Proxy::in_front_of(&db.url);
+            (Some(proxy), Some(url))
+        } else {
+            (None, None)
+        };
         let mut cluster = TestCluster {
             nodes: Vec::with_capacity(n),
+            proxy,
             dirs: Vec::with_capacity(n),
             db,
             lease: Duration::from_millis(lease_ms),
             _turn: turn,
         };
-        let args = cluster.node_args();
-        let args: Vec<&str> = args
-            .iter()
-            .map(String::as_str)
-            .chain(extra.iter().copied())
-            .collect();
-        for _ in 0..n {
+        for i in 0..n {
+            let url = match (&proxied_url, i) {
+                (Some(url), 0) => url.clone(),
+                _ => cluster.db.url.clone(),
+            };
+            let args = cluster.node_args(&url);
+            let args: Vec<&str> = args
+                .iter()
+                .map(String::as_str)
+                .chain(extra.iter().copied())
+                .collect();
             let dir = tempdir();
             let node = Gateway::start(dir.path(), &args);
             cluster.dirs.push(dir);
@@ -81,11 +124,11 @@ impl TestCluster {
     }
 
     /// The flags every node of this cluster runs with.
-    fn node_args(&self) -> Vec<String> {
+    fn node_args(&self, url: &str) -> Vec<String> {
         [
             "--cluster",
             "--database-url",
-            &self.db.url,
+            url,
             "--node-lease-s",
             &self.lease.as_secs_f64().to_string(),
             "--hosts",

@@ -10,6 +10,7 @@
 #![allow(dead_code)]
 
 pub mod http;
+pub mod proxy;
 pub mod terminal;
 
 use std::io::{BufRead, BufReader};

@@ -336,12 +336,29 @@ impl RegistryState {
         let Some(me) = self.ctx.cluster.as_ref().map(|c| c.node_id().clone()) else {
             return;
         };
+        let fences = self.ctx.cluster.as_ref().map(|c| c.fences().clone());
         for o in owners {
-            if o.owner.as_ref() == Some(&me) {
+            let held = fences
+                .as_ref()
+                .is_some_and(|f| f.get(&o.session_id).is_some());
+            if o.owner.as_ref() == Some(&me) && held {
                 self.followers.remove(&o.session_id);
                 continue;
             }
-            if o.owner_live {
+            // Owned by this node in the store but no fence held here: it
+            // stood down (or lost it) and nobody took it since. The
+            // follower claims it again, as it would a dead node's.
+            if o.owner.as_ref() != Some(&me) && o.owner_live {
+                if let (Some(owner), Some(live)) = (
+                    o.owner,
+                    self.followers
+                        .get(&o.session_id)
+                        .and_then(|key| self.live.get(key)),
+                ) {
+                    let _ = live
+                        .actor
+                        .cast(SessionMsg::Cluster(ClusterMsg::OwnerNow { owner }));
+                }
                 continue;
             }
             if let Some(live) = self

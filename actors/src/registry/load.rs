@@ -34,6 +34,13 @@ pub(super) async fn load_session(
     key: &SessionKey,
     wait: Duration,
 ) -> Result<Option<Loaded>, StoreError> {
+    // A node that cannot renew its lease may be cut off from the store and
+    // behind it: it brings nothing live (retry, through another node).
+    if cluster.as_ref().is_some_and(|c| !c.lease_held()) {
+        return Err(StoreError::Unavailable(
+            "this cluster node cannot renew its lease; resume through another node".into(),
+        ));
+    }
     let Some(first) = reader.get_session(&key.0, &key.1).await? else {
         return Ok(None);
     };

@@ -10,6 +10,7 @@
 //! for its messages, and `route.rs`, which decides on a follower where
 //! every other message goes.
 
+mod cut_off;
 mod erased;
 mod follow;
 mod follow_deltas;
@@ -50,6 +51,11 @@ pub enum ClusterMsg {
     CatchUp { upto: u64, reply: RpcReplyPort<()> },
     /// From the registry's poll: the followed owner is dead or gone.
     OwnerGone,
+    /// From the registry's poll: a live node owns the followed session
+    /// (another one than it knew, after a takeover), for `owner_node`.
+    OwnerNow {
+        owner: tether_store::cluster::NodeId,
+    },
     /// Internal: what a follower's claim came to.
     Promoted { promoted: Promoted },
     /// From the registry's poll: this node no longer holds the session's
@@ -201,6 +207,7 @@ impl SessionState {
             ClusterMsg::FollowRead { rows } => self.follow_read(myself, rows),
             ClusterMsg::CatchUp { upto, reply } => self.catch_up(myself, upto, reply),
             ClusterMsg::OwnerGone => self.owner_gone(myself),
+            ClusterMsg::OwnerNow { owner } => self.owner_now(owner),
             ClusterMsg::Promoted { promoted } => self.promoted(myself, promoted),
             ClusterMsg::Lost => self.lost(myself),
             // `close_if_left`, after every message, looks at the new count;

@@ -69,6 +69,21 @@ struct Params {
     payload: Box<RawValue>,
 }
 
+/// The turns that lost durable events of their own (a host's `tool.start`,
+/// a `todo.updated`…) in an append that failed: not their prompt (that
+/// turn was never accepted) nor their ending (owed, above).
+pub(super) fn turns_with_events_dropped(dropped: &[(u64, DurableFrame)]) -> HashSet<String> {
+    dropped
+        .iter()
+        .filter_map(|(_, d)| serde_json::from_str::<Params>(d.params.get()).ok())
+        .filter(|p| {
+            p.kind != EventType::MessageUser.as_str()
+                && p.kind != EventType::MessageComplete.as_str()
+        })
+        .filter_map(|p| p.turn_id)
+        .collect()
+}
+
 impl SessionState {
     /// Called with the durable events an append failure dropped: keeps
     /// the completions of accepted turns, and schedules their retry.

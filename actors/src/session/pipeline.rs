@@ -237,19 +237,21 @@ impl SessionState {
 
     /// `AppendFailed`: what was not written is dropped (the completions of
     /// accepted turns among it are owed), its waiters get the error, and
-    /// the turns whose prompt was among it are forgotten.
+    /// the turns whose prompt was among it are forgotten. Returns the
+    /// turns that lost events of their own (`turns/unstored.rs`).
     pub(super) fn append_failed(
         &mut self,
         myself: &ActorRef<SessionMsg>,
         append_gen: u64,
         from_seq: u64,
         code: i64,
-    ) {
+    ) -> std::collections::HashSet<String> {
         let Some(dropped) = self.commit.append_failed(append_gen, from_seq) else {
-            return;
+            return Default::default();
         };
         self.row_written.forget();
         self.owe_completions(myself, &dropped.events);
+        let unstored = super::owed::turns_with_events_dropped(&dropped.events);
         warn!(session_id = %self.id, from_seq, code, "durable events not written; rewinding");
         for waiter in dropped.failed {
             self.fail(waiter, code);
@@ -258,6 +260,7 @@ impl SessionState {
         for waiter in dropped.settled {
             self.answer(myself, waiter);
         }
+        unstored
     }
 
     /// Answers `waiter` once `seq` is on disk (at once if it is).

@@ -22,6 +22,7 @@ pub(super) mod dedupe;
 mod end;
 mod host;
 mod multitask;
+mod unstored;
 
 use std::collections::VecDeque;
 use std::time::Duration;

@@ -25,6 +25,7 @@ export const REASONS = {
   gateway_restart: { what: "the gateway stopped mid-turn and was restarted", advice: AGAIN },
   gateway_shutdown: { what: "the gateway was shut down", advice: AGAIN },
   node_lost: { what: "the gateway node running it died and another took the session over", advice: AGAIN },
+  storage_unavailable: { what: "an event of it could not be stored (the database was unreachable)", advice: AGAIN },
   dequeued: { what: "dropped from the queue before it ran", advice: "send it again if you still want it" },
   superseded: { what: "stopped for a newer prompt", advice: "the newer prompt answers instead" },
   session_closed: { what: "the session was closed", advice: "start a new session to send it again" },

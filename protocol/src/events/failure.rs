@@ -32,6 +32,10 @@ wire_enum! {
         /// The cluster node that ran the turn died; written by the node that
         /// took the session over.
         NodeLost = "node_lost",
+        /// A durable event of the turn could not be stored (the database
+        /// unreachable or failing): the turn is stopped rather than
+        /// completed with events missing.
+        StorageUnavailable = "storage_unavailable",
         /// A queued prompt dropped by an interrupt before it ran.
         Dequeued = "dequeued",
         /// The running turn was stopped by a prompt sent with `multitask`
@@ -62,6 +66,7 @@ impl FailureReason {
             | FailureReason::HostProtocolError
             | FailureReason::GatewayRestart
             | FailureReason::NodeLost
+            | FailureReason::StorageUnavailable
             | FailureReason::EngineError => CompleteStatus::Error,
         }
     }
@@ -77,7 +82,8 @@ impl FailureReason {
             | FailureReason::HostUnavailable
             | FailureReason::GatewayRestart
             | FailureReason::GatewayShutdown
-            | FailureReason::NodeLost => true,
+            | FailureReason::NodeLost
+            | FailureReason::StorageUnavailable => true,
             FailureReason::HostLineTooLong
             | FailureReason::HostProtocolError
             | FailureReason::Dequeued
@@ -111,7 +117,8 @@ mod tests {
                 "host_unavailable",
                 "gateway_restart",
                 "gateway_shutdown",
-                "node_lost"
+                "node_lost",
+                "storage_unavailable"
             ]
         );
     }

@@ -146,8 +146,11 @@ impl SessionState {
                 (true, full)
             }
             Err(e) => {
-                // The next notification, resync or poll reads again.
+                // The next notification, resync or poll reads again; a
+                // resume waiting for a watermark this node cannot read up
+                // to is refused (retry), never answered as lost history.
                 warn!(session_id = %self.id, error = %e, "follower read failed");
+                self.refuse_waiting_resumes();
                 (false, false)
             }
         };
@@ -216,6 +219,16 @@ impl SessionState {
             self.release_held_deltas();
         }
         self.publish_gauges();
+    }
+
+    /// The registry's poll read who owns the followed session: a follower
+    /// names it from then on (`owner_node`), within a poll of a takeover.
+    pub(in crate::session) fn owner_now(&mut self, owner: NodeId) {
+        if let Some(f) = self.cluster.following.as_mut() {
+            if !f.promoting {
+                f.owner = Some(owner);
+            }
+        }
     }
 
     /// The registry's poll found the owner dead or gone: a follower with

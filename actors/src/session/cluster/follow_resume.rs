@@ -64,6 +64,16 @@ impl SessionState {
         self.resume(params, peer, reply);
     }
 
+    /// A read failed: the held resumes are refused (5072, retry), since
+    /// this node cannot tell how far the store goes.
+    pub(in crate::session) fn refuse_waiting_resumes(&mut self) {
+        for w in std::mem::take(&mut self.cluster.waiting_resumes) {
+            let _ = w.reply.send(Err(RpcError::storage_unavailable(
+                "this node could not read the session up to last_seen; retry",
+            )));
+        }
+    }
+
     /// After a read: the held resumes the follower has caught up for, or
     /// all of them when `caught_up` (the store had nothing more) or when
     /// this node owns the session now.

@@ -4,23 +4,28 @@
 //! relayed to the client that asked.
 //!
 //! The forward's state tells the truth whatever happened to the owner: an
-//! answer is relayed as it is; a forward still pending at the deadline is
-//! withdrawn, and if the withdrawal wins it never runs (the client is told
-//! so and may retry); one the owner accepted ran exactly once, answered or
-//! not.
+//! answer is relayed as it is; a forward still pending near the deadline
+//! is withdrawn, and if the withdrawal wins it never runs (5072: the client
+//! may retry); one the owner accepted ran exactly once, answered or not.
+//! Whatever the link to the database does, the client is answered within
+//! `--forward-timeout-s`: what cannot be told by then (the forward's own
+//! commit unanswered, its row unreadable, an accepted one unanswered) is
+//! 5073 "outcome unknown" with the forward's id, never 5072.
 //!
 //! The owner answers once what the request wrote is committed; the
 //! follower relays that answer once it has read those events too
 //! ([`SessionState::catch_up`]), so a read through this node right after
 //! the answer shows the change, as it would on the owner.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use ractor::{ActorRef, RpcReplyPort};
 use serde_json::value::RawValue;
 use tether_protocol::codes::STORAGE_UNAVAILABLE;
 use tether_protocol::{RpcError, SessionId, SessionWrite};
-use tether_store::cluster::{Cluster, ForwardId, ForwardState};
+use tether_store::cluster::{Cluster, ForwardId, ForwardState, ForwardWriteError};
 use tracing::{debug, warn};
 
 use super::forwarded::{Answer, Forwardable};
@@ -34,6 +39,9 @@ use crate::session::{SessionMsg, SessionState};
 /// [`POLL_MAX`].
 const POLL_FIRST: Duration = Duration::from_millis(10);
 const POLL_MAX: Duration = Duration::from_millis(100);
+/// How long before its deadline, at most, a forward still pending is
+/// withdrawn (a fifth of the timeout when that is less).
+const WITHDRAW_MARGIN: Duration = Duration::from_secs(1);
 /// Forwarded answers waiting for this follower to read their events, at
 /// most.
 const CATCHING_UP: usize = 256;
@@ -104,35 +112,38 @@ impl SessionState {
         let id = self.id.clone();
         let profile = self.profile.clone();
         let reader = self.ctx.reader.clone();
-        let catch_up_wait = self.ctx.config.forward_timeout;
         let me = myself.clone();
         // The owner's node may have to bring the session back to run it,
         // and its notification names no profile: the params do.
         let (method, params) = what.encode(&profile);
         tokio::spawn(async move {
+            let deadline = Instant::now() + timeout;
             let answer = match params {
-                Ok(params) => forward(&cluster, &id, method, &params, timeout).await,
+                Ok(params) => forward(&cluster, &id, method, &params, timeout, deadline).await,
                 Err(e) => Err(RpcError::internal(format!("cannot encode {method}: {e}"))),
             };
             if answer.is_ok() {
-                // What the owner committed before answering, read here first.
-                match reader.get_session(&profile, &id).await {
-                    Ok(Some(row)) => {
+                // What the owner committed before answering, read here
+                // first, within what is left of the deadline (the answer
+                // is true either way).
+                let left = deadline.saturating_duration_since(Instant::now());
+                match within(deadline, reader.get_session(&profile, &id)).await {
+                    Some(Ok(Some(row))) if !left.is_zero() => {
                         let upto = row.latest_seq;
                         let caught = me
                             .call(
                                 |reply| SessionMsg::Cluster(ClusterMsg::CatchUp { upto, reply }),
-                                Some(catch_up_wait),
+                                Some(left),
                             )
                             .await;
                         if !matches!(caught, Ok(ractor::rpc::CallResult::Success(()))) {
                             debug!(session_id = %id, upto, "relaying a forwarded answer before this node read its events");
                         }
                     }
-                    Ok(None) => {}
-                    Err(e) => {
+                    Some(Err(e)) => {
                         debug!(session_id = %id, error = %e, "could not read how far the owner wrote")
                     }
+                    _ => {}
                 }
             }
             done(answer);
@@ -171,41 +182,73 @@ impl SessionState {
     }
 }
 
-/// One forward, start to answer.
+/// One forward, start to answer, all of it within `timeout` whatever the
+/// link to the database does: every statement is bounded by the deadline.
+/// An error answer means it did not run (5072: never written, withdrawn, or
+/// refused by the owner); when that cannot be told, the answer is 5073
+/// "outcome unknown" with the forward's id, and the client reads the
+/// session before it retries.
 async fn forward(
     cluster: &Cluster,
     session_id: &SessionId,
     method: &str,
     params: &str,
     timeout: Duration,
+    deadline: Instant,
 ) -> Result<Box<RawValue>, RpcError> {
-    let id = cluster
-        .forward(session_id, method, params, timeout)
-        .await
-        .map_err(|e| {
-            unavailable(format!(
-                "could not forward {method} to the session's owner: {e}"
-            ))
-        })?;
-    debug!(session_id = %session_id, forward_id = %id, method, node_id = %cluster.node_id(), "request forwarded");
-    let deadline = Instant::now() + timeout;
+    let id = ForwardId::fresh();
+    // Withdrawn a little before the deadline, so that the withdrawal's own
+    // round trip keeps within it.
+    let withdraw_at = deadline - (timeout / 5).min(WITHDRAW_MARGIN);
+    let written = within(
+        deadline,
+        cluster.forward_as(&id, session_id, method, params, timeout),
+    )
+    .await;
+    let in_doubt = match written {
+        Some(Ok(())) => false,
+        Some(Err(ForwardWriteError::NotWritten(e))) => {
+            return Err(unavailable(format!(
+                "could not forward {method} to the session's owner: {e}; it was not run (retry)"
+            )))
+        }
+        Some(Err(ForwardWriteError::InDoubt(e))) => {
+            warn!(session_id = %session_id, forward_id = %id, method, error = %e, "a forward's commit went unanswered; reading its state");
+            true
+        }
+        None => true,
+    };
+    debug!(session_id = %session_id, forward_id = %id, method, node_id = %cluster.node_id(), in_doubt, "request forwarded");
     let mut wait = POLL_FIRST;
     let mut withdrawn = false;
-    loop {
-        tokio::time::sleep(wait).await;
+    let mut accepted = false;
+    while Instant::now() < deadline {
+        tokio::time::sleep(wait.min(deadline.saturating_duration_since(Instant::now()))).await;
         wait = (wait * 2).min(POLL_MAX);
-        let row = match cluster.forward_state(&id).await {
-            Ok(Some(row)) => row,
-            Ok(None) => return Err(unavailable(format!("forward {id} vanished"))),
-            Err(e) => {
-                warn!(forward_id = %id, error = %e, "could not read a forward's state");
-                if Instant::now() > deadline + timeout {
+        if Instant::now() >= withdraw_at && !withdrawn && !accepted {
+            withdrawn = true;
+            match within(deadline, cluster.withdraw_forward(&id)).await {
+                Some(Ok(true)) => {
                     return Err(unavailable(format!(
-                        "forward {id}: its state could not be read; it ran at most once"
-                    )));
+                        "the session's owner did not take {method} within {timeout:?}; it was not run (retry)"
+                    )))
                 }
+                // Accepted or answered first (or, in doubt, never written):
+                // its row tells.
+                Some(Ok(false)) => {}
+                Some(Err(e)) => warn!(forward_id = %id, error = %e, "could not withdraw a forward"),
+                None => break,
+            }
+        }
+        let row = match within(deadline, cluster.forward_state(&id)).await {
+            Some(Ok(Some(row))) => row,
+            // In doubt, it may not be stored (yet): only its row can tell.
+            Some(Ok(None)) => continue,
+            Some(Err(e)) => {
+                warn!(forward_id = %id, error = %e, "could not read a forward's state");
                 continue;
             }
+            None => break,
         };
         match row.state {
             ForwardState::Answered => return relay(&id, row.answer.as_deref()),
@@ -214,27 +257,22 @@ async fn forward(
                     "the session's owner did not run {method} in time; it was not run (retry)"
                 )))
             }
-            ForwardState::Pending if Instant::now() > deadline && !withdrawn => {
-                withdrawn = true;
-                match cluster.withdraw_forward(&id).await {
-                    Ok(true) => {
-                        return Err(unavailable(format!(
-                            "the session's owner did not take {method} within {timeout:?}; it was not run (retry)"
-                        )))
-                    }
-                    // Accepted first: wait for its answer like any other.
-                    Ok(false) => {}
-                    Err(e) => warn!(forward_id = %id, error = %e, "could not withdraw a forward"),
-                }
-            }
-            ForwardState::Accepted if Instant::now() > deadline + timeout => {
-                return Err(unavailable(format!(
-                    "the session's owner accepted {method} (it ran once) but did not answer"
-                )))
-            }
-            _ => {}
+            ForwardState::Accepted => accepted = true,
+            ForwardState::Pending => {}
         }
     }
+    warn!(session_id = %session_id, forward_id = %id, method, accepted, in_doubt, "a forward's outcome is unknown at its deadline");
+    let detail = if accepted {
+        format!("the session's owner ran {method} but its answer did not come within {timeout:?}")
+    } else {
+        format!("whether the session's owner ran {method} could not be told within {timeout:?}")
+    };
+    Err(RpcError::outcome_unknown(detail, id.as_str()))
+}
+
+/// `what`, unless `deadline` comes first (`None`).
+async fn within<T>(deadline: Instant, what: impl std::future::Future<Output = T>) -> Option<T> {
+    tokio::time::timeout_at(deadline, what).await.ok()
 }
 
 /// The owner's answer, as it wrote it.

@@ -33,6 +33,12 @@ impl SessionState {
             .as_ref()
             .map(|c| c.node_id().to_string())
             .unwrap_or_default();
+        if self.owner_cut_off() {
+            // This node cannot renew its lease: it may be cut off, not
+            // overtaken, and whoever takes over needs no follower here.
+            self.stand_down(myself);
+            return;
+        }
         let running = self.turns.running.as_ref().map(|t| t.tag.turn_id.clone());
         if let (Some(turn_id), Some(hosts)) = (running.clone(), self.ctx.hosts()) {
             let _ = hosts.cast(HostSupervisorMsg::Abandon { turn_id });

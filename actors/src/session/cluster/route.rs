@@ -74,6 +74,7 @@ impl SessionState {
                 | ClusterMsg::FollowRead { .. }
                 | ClusterMsg::CatchUp { .. }
                 | ClusterMsg::OwnerGone
+                | ClusterMsg::OwnerNow { .. }
                 | ClusterMsg::Promoted { .. }
                 | ClusterMsg::Lost
                 | ClusterMsg::OtherPeersChanged

@@ -95,18 +95,32 @@ fn from_row(row: &PgRow) -> Result<ForwardRow, StoreError> {
     })
 }
 
-/// The forwarder's side: writes the request, deadline `timeout` from the server's now, and
-/// announces it (after commit, like every notification).
+/// Why writing a forward failed, and whether it may have been written all the same.
+#[derive(Debug, thiserror::Error)]
+pub enum ForwardWriteError {
+    /// It failed before its COMMIT was sent: nothing was written, the owner can never see it.
+    #[error("forward not written: {0}")]
+    NotWritten(ClusterError),
+    /// Its COMMIT was sent and no answer came back (a link reset or gone silent): the forward
+    /// may be stored, and the owner may run it. Only its row can tell.
+    #[error("forward in doubt: {0}")]
+    InDoubt(ClusterError),
+}
+
+/// The forwarder's side: writes the request under the caller's `id`, deadline `timeout` from
+/// the server's now, and announces it (after commit, like every notification). The id is the
+/// caller's so that a forward in doubt can still be looked up.
 pub(crate) async fn forward(
     pool: &PgPool,
     me: &NodeId,
+    id: &ForwardId,
     session_id: &SessionId,
     method: &str,
     params: &str,
     timeout: Duration,
-) -> Result<ForwardId, ClusterError> {
-    let id = ForwardId::fresh();
-    let mut tx = pool.begin().await.map_err(map_sqlx)?;
+) -> Result<(), ForwardWriteError> {
+    let not_written = |e| ForwardWriteError::NotWritten(ClusterError::from(map_sqlx(e)));
+    let mut tx = pool.begin().await.map_err(not_written)?;
     sqlx::query(
         "INSERT INTO forwards (id, session_id, from_node, method, params, deadline) \
          VALUES ($1, $2, $3, $4, $5, clock_timestamp() + $6 * interval '1 millisecond')",
@@ -119,16 +133,59 @@ pub(crate) async fn forward(
     .bind(millis(timeout))
     .execute(&mut *tx)
     .await
-    .map_err(map_sqlx)?;
+    .map_err(not_written)?;
     sqlx::query("SELECT pg_notify($1, $2)")
         .bind(FORWARD_CHANNEL)
         .bind(format!("{session_id}:{id}"))
         .execute(&mut *tx)
         .await
-        .map_err(map_sqlx)?;
-    tx.commit().await.map_err(map_sqlx)?;
+        .map_err(not_written)?;
+    tx.commit()
+        .await
+        .map_err(|e| ForwardWriteError::InDoubt(ClusterError::from(map_sqlx(e))))?;
     tracing::debug!(node = %me, session_id = %session_id, forward_id = %id, method, "forwarded");
-    Ok(id)
+    Ok(())
+}
+
+impl super::Cluster {
+    /// Forwarder: asks the owner of `session_id` to run `method` with `params` (JSON text),
+    /// within `timeout` by the server's clock. Announced on [`FORWARD_CHANNEL`] once committed.
+    pub async fn forward(
+        &self,
+        session_id: &SessionId,
+        method: &str,
+        params: &str,
+        timeout: Duration,
+    ) -> Result<ForwardId, ClusterError> {
+        let id = ForwardId::fresh();
+        self.forward_as(&id, session_id, method, params, timeout)
+            .await
+            .map_err(|(ForwardWriteError::NotWritten(e) | ForwardWriteError::InDoubt(e))| e)?;
+        Ok(id)
+    }
+
+    /// As [`Cluster::forward`], under the caller's `id` (a fresh [`ForwardId`]), telling a
+    /// forward that was never written from one that may have been
+    /// ([`ForwardWriteError::InDoubt`]: read its state).
+    pub async fn forward_as(
+        &self,
+        id: &ForwardId,
+        session_id: &SessionId,
+        method: &str,
+        params: &str,
+        timeout: Duration,
+    ) -> Result<(), ForwardWriteError> {
+        forward(
+            &self.inner.pool,
+            &self.inner.node,
+            id,
+            session_id,
+            method,
+            params,
+            timeout,
+        )
+        .await
+    }
 }
 
 /// The forwarded requests of a session that are still pending and within their deadline,

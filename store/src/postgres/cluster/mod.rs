@@ -8,6 +8,7 @@
 //! - `node.rs`: a node's row in `nodes`, its heartbeat and its run of heartbeats;
 //! - `claim.rs`: claiming a session (the fence), releasing it;
 //! - `forwards.rs`: requests forwarded to a session's owner, accepted at most once;
+//! - `lease.rs`: this node's own view of its lease, and standing down when it cannot renew it;
 //! - `listener.rs`: `LISTEN` for committed events, with a resync after every reconnect;
 //! - `peers.rs`: each node's peer count per session, and who those peers are;
 //! - `erased.rs`: the notification that a session was erased;
@@ -26,6 +27,7 @@ mod deltas;
 pub(crate) mod erased;
 mod error;
 mod forwards;
+mod lease;
 mod listener;
 mod node;
 mod peers;
@@ -48,7 +50,7 @@ pub use claim::{Claim, Ownership, PreviousOwner};
 pub use config::ClusterConfig;
 pub use deltas::{Deltas, DELTA_CHANNEL, MAX_BODY as MAX_DELTA_BODY};
 pub use error::ClusterError;
-pub use forwards::{ForwardRow, ForwardState, FORWARD_CHANNEL};
+pub use forwards::{ForwardRow, ForwardState, ForwardWriteError, FORWARD_CHANNEL};
 pub use listener::{parse as parse_notification, EventListener, Wake, CHANNEL};
 pub use node::Heartbeat;
 
@@ -78,6 +80,8 @@ struct Inner {
     held: u64,
     /// What this node's data directory saw the store hold, kept up to date.
     served: Option<Arc<Served>>,
+    /// This node's own view of its lease (`lease.rs`).
+    lease: lease::LeaseClock,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -136,6 +140,7 @@ impl Cluster {
             .min_connections(0)
             .acquire_timeout(config.heartbeat_every.max(Duration::from_millis(200)))
             .connect_lazy_with(options);
+        let registered = std::time::Instant::now();
         node::register(&beat, &node).await?;
         tracing::info!(node = %node, url = %settings.url, epoch = %epoch, lease_ms = config.lease.as_millis() as u64, "cluster node started");
         Ok(Cluster {
@@ -150,6 +155,7 @@ impl Cluster {
                 epoch,
                 held,
                 served,
+                lease: lease::LeaseClock::new(registered),
             }),
         })
     }
@@ -171,8 +177,9 @@ impl Cluster {
 
     /// One heartbeat; run it every [`ClusterConfig::heartbeat_every`]. A `run_restarted`
     /// answer means this node may have looked dead: re-check ownerships (docs/ARCHITECTURE.md "Cluster").
+    /// Bounded by the time left before the node must stand down (`lease.rs`).
     pub async fn heartbeat(&self) -> Result<Heartbeat, ClusterError> {
-        node::heartbeat(&self.inner.beat, &self.inner.node, &self.inner.config).await
+        self.beat().await
     }
 
     /// Claims `session_id` (which need not exist yet: claim before creating it). Succeeds when
@@ -180,7 +187,10 @@ impl Cluster {
     /// has heartbeated without a break for one lease; the fence moves by one and is recorded
     /// for this node's writer. [`PreviousOwner::Dead`] tells the caller to end that node's
     /// running turns with `node_lost`.
+    /// Refused (retryable) while this node stands down: it must not own anything before it
+    /// has renewed its lease (`lease.rs`).
     pub async fn claim(&self, session_id: &SessionId) -> Result<Claim, ClusterError> {
+        self.lease_check()?;
         let claim = claim::claim(
             &self.inner.pool,
             &self.inner.node,
@@ -189,6 +199,11 @@ impl Cluster {
         )
         .await?;
         self.inner.fences.hold(session_id, claim.fence);
+        if let Err(e) = self.lease_check() {
+            // It stood down while the claim was on its way: given up with the rest.
+            self.inner.fences.forget(session_id, claim.fence);
+            return Err(e);
+        }
         Ok(claim)
     }
 
@@ -361,26 +376,6 @@ impl Cluster {
             .connect(&options)
             .await
             .map_err(|e| ClusterError::Store(e.to_store_error(&settings.url)))
-    }
-
-    /// Forwarder: asks the owner of `session_id` to run `method` with `params` (JSON text),
-    /// within `timeout` by the server's clock. Announced on [`FORWARD_CHANNEL`] once committed.
-    pub async fn forward(
-        &self,
-        session_id: &SessionId,
-        method: &str,
-        params: &str,
-        timeout: Duration,
-    ) -> Result<ForwardId, ClusterError> {
-        forwards::forward(
-            &self.inner.pool,
-            &self.inner.node,
-            session_id,
-            method,
-            params,
-            timeout,
-        )
-        .await
     }
 
     /// Owner: the forwards of `session_id` still pending and within their deadline, oldest
