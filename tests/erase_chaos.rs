@@ -16,11 +16,15 @@
 
 mod common;
 
+/// A post's bound: the call timeout (a create waits for the id's erase)
+/// and a margin for a loaded machine.
+const POST_WAIT: std::time::Duration = std::time::Duration::from_secs(45);
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::http::http;
+use common::http::http_within;
 use common::{tempdir, Backend, Client, Gateway};
 use serde_json::{json, Value};
 
@@ -85,7 +89,8 @@ async fn poster(addr: String, shared: Arc<Shared>, mut rng: Rng, until: tokio::t
             {"id": format!("m{n}"), "role": "user", "parts": [{"type": "text", "text": text}]}
         ]})
         .to_string();
-        let r = http(
+        let r = http_within(
+            POST_WAIT,
             &addr,
             "POST",
             "/v1/ai-sdk/chat",

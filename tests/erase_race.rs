@@ -14,9 +14,13 @@
 
 mod common;
 
+/// A post's bound: the call timeout (a create waits for the id's erase)
+/// and a margin for a loaded machine.
+const POST_WAIT: std::time::Duration = std::time::Duration::from_secs(45);
+
 use std::time::{Duration, Instant};
 
-use common::http::http;
+use common::http::http_within;
 use common::{tempdir, Backend, Client, Gateway};
 use serde_json::{json, Value};
 
@@ -42,7 +46,8 @@ fn chat_body(chat: &str, seed: usize, prompt: &str) -> Vec<u8> {
 
 /// One POST of the chat; its status, and the session id it names.
 async fn post_chat(addr: &str, body: &[u8]) -> (u16, Option<String>, String) {
-    let r = http(
+    let r = http_within(
+        POST_WAIT,
         addr,
         "POST",
         "/v1/ai-sdk/chat",

@@ -88,6 +88,20 @@ pub async fn http(
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> Resp {
+    http_within(FRAME_WAIT, addr, method, path, headers, body).await
+}
+
+/// [`http`], answered within `wait`: for a request the gateway may hold
+/// longer than a frame's wait (a chat's create waits for the erase of the
+/// id's previous life, up to the call timeout).
+pub async fn http_within(
+    wait: std::time::Duration,
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Resp {
     let fut = async {
         let mut tcp = TcpStream::connect(addr).await.expect("connect");
         let head = head_text(addr, method, path, headers, body.len());
@@ -112,7 +126,7 @@ pub async fn http(
             body,
         }
     };
-    tokio::time::timeout(FRAME_WAIT, fut)
+    tokio::time::timeout(wait, fut)
         .await
         .expect("timed out waiting for an HTTP response")
 }
