@@ -14,6 +14,7 @@ mod macros;
 
 pub mod envelope;
 pub mod error;
+pub mod error_table;
 pub mod events;
 pub mod host;
 pub mod ids;
@@ -23,6 +24,7 @@ pub mod time;
 
 pub use envelope::*;
 pub use error::*;
+pub use error_table::*;
 pub use events::*;
 pub use host::*;
 pub use ids::*;
