@@ -1,6 +1,7 @@
 //! Black-box tests of the HTTP transport: `POST /rpc`, the SSE events
 //! endpoint and the Origin rule (PROTOCOL 1.1, 1.9), over hand-written
 //! HTTP/1.1 on a plain TCP socket.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

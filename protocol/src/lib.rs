@@ -7,8 +7,6 @@
 //! of tokio, so every other crate (store, actors, bin, tests, clients) can
 //! share exactly one definition of the contract.
 
-#![forbid(unsafe_code)]
-
 #[macro_use]
 mod macros;
 
