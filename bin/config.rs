@@ -114,7 +114,7 @@ pub struct ServeArgs {
     /// Page size, in bytes, of a new SQLite store (an existing one keeps
     /// its own): 2048 writes a fifth to a third fewer bytes per event,
     /// 4096 makes a store of longer events (0.5 to 1 KB) smaller
-    /// (docs/BENCHMARKS.md, "Bytes written per event").
+    /// (docs/benchmarks/2026-12.md, "Bytes written per event").
     #[arg(long, env = "TETHER_SQLITE_PAGE_SIZE", default_value_t = PageSize::DEFAULT)]
     pub sqlite_page_size: PageSize,
     /// Group commit: a commit starts at least this many microseconds after

@@ -1,5 +1,4 @@
 //! The `tether` binary: a thin layer over the actor system.
-#![forbid(unsafe_code)]
 
 mod admin;
 mod backup;

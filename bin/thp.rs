@@ -6,8 +6,8 @@
 //! gateway that had served nobody held 12 MiB of anonymous memory in six
 //! huge pages, each compute host as much, most of it untouched. A gateway's
 //! heap is tens of megabytes spread over many small objects, where huge
-//! pages save little TLB and cost that memory; `docs/BENCHMARKS.md`
-//! ("Memory") has the before and after. Without the flag (an old kernel, a
+//! pages save little TLB and cost that memory; `docs/benchmarks/2026-12.md`
+//! ("The frame path and the house") has the before and after. Without the flag (an old kernel, a
 //! seccomp profile) tether runs as before.
 
 use tracing::info;

@@ -4,6 +4,7 @@
 //! by tests/frontends/ag_ui.mjs against the real binary. The echo engine's
 //! per-word delay makes turns long enough to cut, join and stop; every
 //! wait is for a count of events, never for a time.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 #[path = "frontends/harness.rs"]

@@ -5,6 +5,7 @@
 //! real binary. Turns are made long with the echo engine's per-word delay
 //! so that they can be cut, joined and stopped mid-answer; every wait is
 //! for a count of deltas or an event, never for a time.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 #[path = "frontends/harness.rs"]

@@ -1,6 +1,7 @@
 //! `SessionInfo.attached` (PROTOCOL Part 4): who is attached to a session
 //! and over which transport, where the session answers about itself, while
 //! `peers` stays the count everywhere.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! Tokens and profiles (PROTOCOL 1.1), black-box: a token fixes
 //! the caller's profile, a missing or wrong one is 401 before any frame,
 //! and without tokens the gateway will not listen beyond loopback.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

@@ -3,6 +3,7 @@
 //! holds every event committed before the backup began, and a gateway
 //! started on it later answers a client that saw more as lost history,
 //! never as "nothing missed".
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

@@ -4,6 +4,7 @@
 //! `POST /rpc` body is cut, the descriptor limit is raised at start, and a
 //! gateway out of descriptors or connections still answers (503, and
 //! `/healthz` stays 200 at `--max-connections`).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

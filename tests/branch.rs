@@ -1,6 +1,7 @@
 //! `session.branch`: a new session with a copy of the parent's
 //! transcript up to `upto_seq`, found again after a restart, titled
 //! "PARENT (branch N)"; and a branch the disk cannot hold leaves nothing.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod chaos;
 mod common;

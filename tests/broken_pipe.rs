@@ -3,6 +3,7 @@
 //! gateway, so the drain's log lines meet a pipe nobody reads. The gateway
 //! must drain and exit as it would otherwise (0), never 101 from a panic
 //! in a log write or a `println!`.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

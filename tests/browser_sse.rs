@@ -12,6 +12,7 @@
 //!
 //! Without `/usr/bin/chromium` the test is skipped with one `SKIPPED:` line
 //! on stderr, unless `TETHER_REQUIRE_BROWSER=1` (CI) makes that a failure.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

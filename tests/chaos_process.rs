@@ -7,6 +7,7 @@
 //! and no host process is left after the last shutdown.
 //!
 //! `TETHER_CHAOS_SECS` (default 12) and `TETHER_CHAOS_SEED` set the run.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod chaos;
 mod common;

@@ -3,6 +3,7 @@
 //! the chat's segment (the bound of a resume's transcript) and 200,000
 //! events; past the first, 413 with a body that names it (not the
 //! resume's "retry with omit_messages", which means nothing here).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

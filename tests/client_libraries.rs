@@ -8,6 +8,7 @@
 //! clients/python/.venv (with the package and its `test` extras), a suite
 //! is skipped with one loud line, unless `TETHER_REQUIRE_CLIENTS=1` (CI)
 //! makes that a failure. `.ci/run` installs both; docs/CLIENTS.md says how.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};

@@ -25,6 +25,7 @@
 //!
 //! Without node and npm, or python3 with venv, or the registries, a part
 //! is skipped with one `SKIPPED:` line, unless `TETHER_REQUIRE_CLIENTS=1`.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

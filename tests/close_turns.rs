@@ -4,6 +4,7 @@
 //! late host frame, not a queued prompt started, not after a kill -9 and a
 //! restart. Requests that race a close are answered (4002 once the close
 //! is decided), never with -32603.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

@@ -15,6 +15,7 @@
 //! `TETHER_CHAOS_SEED` (printed) replays a schedule; the run lasts
 //! `TETHER_CHAOS_SECS` (default 20), or `TETHER_CHAOS_ROUNDS` faults when
 //! that is set. The long run is recorded in docs/RELIABILITY.md.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod chaos;
 #[path = "cluster/check.rs"]

@@ -15,6 +15,7 @@
 //!
 //! Both end with `cluster/check.rs`'s invariants and a turn through every
 //! node.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod chaos;
 #[path = "cluster/check.rs"]

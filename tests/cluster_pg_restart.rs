@@ -12,6 +12,7 @@
 //!
 //! Without PostgreSQL's binaries this skips with one loud line; with
 //! `TETHER_REQUIRE_POSTGRES=1` it fails instead.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod chaos;
 #[path = "cluster/check.rs"]

@@ -10,6 +10,7 @@
 //! seq n through one node resumed through a follower with `last_seen` n and
 //! got n again, live). A follower now holds such a resume until it has read
 //! up to `last_seen` (`actors/src/session/cluster/follow_resume.rs`).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 #[path = "cluster/mod.rs"]

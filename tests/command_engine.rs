@@ -1,6 +1,7 @@
 //! The `command` engine (docs/ENGINES.md), black-box: the gateway's
 //! host runs `examples/agent.py`, the very file the docs show, for every
 //! turn and compress.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

@@ -10,6 +10,7 @@
 //! peers follow the session tells them `session.deleted` too, and answers
 //! 4001 for it on every route from then on, even when that node missed the
 //! store's notification (it learns of the delete on its listener's resync).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 #[path = "cluster/mod.rs"]

@@ -6,6 +6,7 @@
 //! and in which order. The budgets used are the largest allowed (1000 ms),
 //! so a held delta can only come out early because something was queued
 //! behind it, which is the rule under test.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

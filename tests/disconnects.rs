@@ -1,6 +1,7 @@
 //! Disconnects, orphan grace and parking (PROTOCOL 1.7), black-box over
 //! WebSocket. A "drop" here is a client that goes without a close frame:
 //! its socket is simply closed, as when a laptop lid shuts.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

@@ -6,6 +6,7 @@
 //! (5070), as a full disk would: the turn was accepted (its `message.user`
 //! is on disk), so the session must keep trying until its end is written,
 //! and the client must see it once, in order, with nothing missing.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod chaos;
 

@@ -10,6 +10,7 @@
 //! Without node the console's rendering is skipped with one `SKIPPED:`
 //! line (a failure under `TETHER_REQUIRE_BROWSER=1`, as in CI); its table
 //! is still checked.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! Engine pins and profile configs: what reaches the compute
 //! host as `turn.start`'s `config`, seen through the echo engine's
 //! `/config` directive (it replies with the config it was given).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

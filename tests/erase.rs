@@ -4,6 +4,7 @@
 //! keep their epoch (an erase is not lost history), and a `tether backup`
 //! taken afterwards holds no byte of it. It refuses to run while a gateway
 //! holds the store.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

@@ -13,6 +13,7 @@
 //!
 //! `TETHER_CHAOS_SECS` (default 8) and `TETHER_CHAOS_SEED` set the run;
 //! the seed is printed so a failure replays.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

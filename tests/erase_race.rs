@@ -11,6 +11,7 @@
 //! - A parked session that a client resumes and prompts while retention's
 //!   parked rule is sweeping stays open: retention decides on the session's
 //!   state when it acts, not on what its query saw.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

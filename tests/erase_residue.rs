@@ -5,6 +5,7 @@
 //! `tether.db-wal`. Each session is written the way a used one is: turns
 //! (its row rewritten at each, its turn marker set and cleared) and
 //! renames, every step of which may leave an old copy of its row behind.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

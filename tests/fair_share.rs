@@ -8,6 +8,7 @@
 //! echo engine's `/sleep` spaces the starts out by seconds (`a`'s first
 //! turn ends after 500 ms, its second after 8 s, `b`'s after 8 s), so the
 //! order in which the two clients see their starts is the gateway's.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

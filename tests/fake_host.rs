@@ -5,6 +5,7 @@
 //! `shutdown`) the gateway keeps answering `gateway.ping`, and every
 //! accepted turn ends with exactly one `message.complete` (PROTOCOL 1.5,
 //! Part 2).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

@@ -5,6 +5,7 @@
 //! docs refuse and the gateway allows fails the test, and so does a
 //! method added to the table without a row here. A refused request
 //! changes nothing: no session, no seed, no limit, no count.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 #[path = "cluster/mod.rs"]

@@ -7,6 +7,7 @@
 //! first saying why in their own protocol.
 //!
 //! `exp` is in seconds, so these tests wait a few.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 #[path = "gate/mint.rs"]

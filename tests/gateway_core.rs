@@ -1,4 +1,5 @@
 //! Black-box tests of the gateway core over WebSocket JSON-RPC.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

@@ -1,4 +1,5 @@
 //! Black-box tests of the handoff queue (PROTOCOL.md 1.4 "Handoff") over WebSocket JSON-RPC.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

@@ -3,6 +3,7 @@
 //! little room it has for them, every turn's engine sees exactly the
 //! session's segment before its prompt, across sessions that take turns on
 //! one host, a compaction, and a host restart.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

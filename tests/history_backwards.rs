@@ -5,6 +5,7 @@
 //! (`resync`, `truncated`), on `session.resume`, `session.events.since` and
 //! SSE; and a store found older than the one its data directory last
 //! served gets a new epoch at start.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

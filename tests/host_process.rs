@@ -1,6 +1,7 @@
 //! `tether host --engine echo`: the compute-host side of PROTOCOL Part 2 and
 //! the echo engine of Part 3, tested black-box through the real binary's
 //! stdin/stdout.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};

@@ -2,6 +2,7 @@
 //! binary: a slot past its restart intensity rests and comes back (issue
 //! 15), work that needs a host waits for a starting one, and `/readyz` is
 //! ready only once a host has said hello.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

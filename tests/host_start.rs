@@ -6,6 +6,7 @@
 //! And the README's `--host-command "tether host …"` works with a PATH
 //! that has no `tether` on it: a first word `tether` is the gateway's own
 //! executable.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

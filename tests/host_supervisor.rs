@@ -3,6 +3,7 @@
 //! restart intensity, control requests with late acks, shutdown, and the
 //! pid registry. A stand-in session actor collects what the supervisor
 //! sends it.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;

@@ -10,6 +10,7 @@
 //! the session list must be exactly as before (PROTOCOL 1.6: "a request
 //! that fails changes nothing"), and at the end the watcher must have heard
 //! nothing at all.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! Black-box tests of the HTTP transport: `POST /rpc`, the SSE events
 //! endpoint and the Origin rule (PROTOCOL 1.1, 1.9), over hand-written
 //! HTTP/1.1 on a plain TCP socket.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 
@@ -213,9 +214,10 @@ async fn sse_replays_after_last_event_id_then_streams_live_exactly_once(b: Backe
     // Nothing follows `session.closed`: the stream ends.
     s.expect_end().await;
 
-    // A closed session cannot be streamed.
+    // A closed session cannot be streamed: 410, as 4002 on every route
+    // (PROTOCOL 1.6).
     let r = Sse::open(addr, &format!("/v1/sessions/{id}/events"), &[]).await;
-    assert_eq!(r.err().expect("closed session refused").status, 404);
+    assert_eq!(r.err().expect("closed session refused").status, 410);
 }
 
 async fn sse_last_seen_zero_gives_everything(b: Backend) {

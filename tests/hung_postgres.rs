@@ -9,6 +9,7 @@
 //! The server is the test's own (`PgServer`), so only its processes are
 //! stopped. Without PostgreSQL's binaries this skips with one loud line;
 //! with `TETHER_REQUIRE_POSTGRES=1` it fails instead.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

@@ -4,6 +4,7 @@
 //! flood of unknown `kid`s fetches it at most once per interval; a token
 //! may be limited to sessions; two profiles from two JWTs are isolated on
 //! the WebSocket, `POST /rpc` and SSE.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 #[path = "jwt/support.rs"]

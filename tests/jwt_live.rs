@@ -7,6 +7,7 @@
 //! tokens, closing (4403) only the connections whose token was removed.
 //!
 //! Expiry is in whole seconds (`exp` is), so these tests wait a few.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 #[path = "jwt/support.rs"]

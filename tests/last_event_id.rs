@@ -4,6 +4,7 @@
 //! (`SEQ.STEP.TEXT.REASONING`). Tether writes its numbers as plain decimal
 //! digits, and a step no further than its event has; `+3`, `03` or a step
 //! 255 name nothing a resume could start from.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

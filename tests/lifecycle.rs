@@ -1,6 +1,7 @@
 //! The gateway's lifecycle, black-box: one gateway per data
 //! directory and database, a restart that is consistent before it serves,
 //! and a drain that tells every attached client how its turns ended.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! Connection and attachment limits, black-box: `--max-peers-per-session`,
 //! `--max-connections`, the handshake timeout and the WebSocket idle
 //! timeout ("Limits").
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

@@ -4,6 +4,7 @@
 //! creation finds no more sessions live than the bound (sessions a peer
 //! holds, or a turn, are the only ones allowed past it), and every session
 //! parked that way is brought back by a resume with nothing lost.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! What a newcomer's terminal shows: without `RUST_LOG`, one
 //! line when the gateway starts and one when it stops, warnings, and no
 //! colour codes when stderr is not a terminal.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

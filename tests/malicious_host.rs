@@ -14,6 +14,7 @@
 //!
 //! The frames are read as text and their depth checked before anything is
 //! parsed: a test client is one of the parsers a deep frame would break.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

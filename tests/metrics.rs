@@ -1,6 +1,7 @@
 //! `GET /metrics` (docs/METRICS.md), black-box: scrape the real binary
 //! over plain HTTP, do something over the WebSocket, scrape again, and
 //! check that the counters moved by what the client saw.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

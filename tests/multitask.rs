@@ -6,6 +6,7 @@
 //! Each test holds one turn running (`/sleep`, ended only by the policy)
 //! and one queued, and checks that every accepted turn ends exactly once
 //! and what the store holds afterwards.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

@@ -2,6 +2,7 @@
 //! both stores (PROTOCOL Part 4, "NUL in strings"): -32602 naming the
 //! field, nothing written; an id holding a NUL names nothing (4001, 4090
 //! for a handoff), never a storage error.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

@@ -2,6 +2,7 @@
 //! gateway runs `tether host --engine openai` against a small
 //! OpenAI-compatible server written here, which streams real SSE over real
 //! HTTP and reports what it was asked and when its connection closed.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

@@ -2,6 +2,7 @@
 //! existing one keeps the size it was made with whatever the flag says, and
 //! a size SQLite would not take is a usage error (64, as every bad flag of
 //! `tether serve`) that creates nothing.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

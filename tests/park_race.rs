@@ -5,6 +5,7 @@
 //! submit runs exactly one turn (one `message.user`, one
 //! `message.complete`), reads see one contiguous run of seqs, and each
 //! handoff transition is announced exactly once.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

@@ -4,6 +4,7 @@
 //! a reconnect storm costs each peer a bounded number of presence frames
 //! (docs/PROTOCOL.md, 1.4 and 1.5, "Presence"). Across cluster nodes:
 //! `presence_cluster.rs`.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

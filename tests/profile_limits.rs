@@ -2,6 +2,7 @@
 //! limit. Each checks the refusal (4290 with `data.limit` naming the limit,
 //! or HTTP 429 for a connection), that the refused request wrote nothing,
 //! and that the profile's other work and another profile go on.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

@@ -27,6 +27,7 @@
 //!   gateway with Ctrl-C, closing the clients.
 //!
 //! Without `curl` its steps are skipped with one `SKIPPED:` line.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

@@ -7,6 +7,7 @@
 //!
 //! The cluster test skips with one loud line without
 //! `TETHER_TEST_POSTGRES` (and fails with `TETHER_REQUIRE_POSTGRES=1`).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 #[path = "cluster/mod.rs"]

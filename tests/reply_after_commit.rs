@@ -3,6 +3,7 @@
 //! moment a write method answers already shows what the answer reports,
 //! for every such method, on both stores, and through a node that only
 //! follows the session in a cluster.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 #[path = "cluster/mod.rs"]

@@ -9,6 +9,7 @@
 //!   backup's history, and lost history as lost history;
 //! - it refuses while a gateway runs, and refuses a damaged backup,
 //!   changing nothing.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

@@ -8,6 +8,7 @@
 //! - a session's events beyond `--retain-max-events` are trimmed, but never
 //!   its current segment: `messages` are unchanged, a replay from 0 says
 //!   `truncated` and starts at the oldest kept event.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

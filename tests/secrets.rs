@@ -4,6 +4,7 @@
 //! password. The turn fails and the compression fails, with errors that
 //! name the server, but neither the events, nor the answers, nor the
 //! gateway's log (its hosts' included) hold the password.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! A peer that stops reading (PROTOCOL 1.8): it is closed with 1013 "slow
 //! consumer" while the other peer of the session gets everything, and it
 //! resumes from its watermark with nothing lost or doubled.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

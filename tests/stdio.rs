@@ -1,4 +1,5 @@
 //! `tether serve --stdio`: the protocol over stdin/stdout.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! The terminal client (`tether new | sessions | send | attach | hosts`), black-box:
 //! the real gateway, the real client commands as a script would run them,
 //! and assertions on what lands on stdout, stderr and in the exit status.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

@@ -4,6 +4,7 @@
 //! so its ending only ever comes in a replay) or in the transcript shown
 //! at the start. Black-box: the real gateway and client, assertions on
 //! what the client prints.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

@@ -2,6 +2,7 @@
 //! Part 4, "Assistant messages"): the assistant entry carries the
 //! `message.complete`'s `status` and `failure_reason`, and the turn's
 //! `error` message, on every backend, in a resume and in a branch.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

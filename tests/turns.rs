@@ -1,4 +1,5 @@
 //! Turns on real compute hosts (the echo engine), black-box over WebSocket.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! `--url :PORT` means 127.0.0.1:PORT in every client command, as
 //! `--listen :PORT` does for `tether serve`: `new`, `sessions`, `send`,
 //! `attach` and `hosts`, given as the flag or as `TETHER_URL`.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

@@ -13,6 +13,7 @@
 //! is skipped with one `SKIPPED:` line on stderr, unless
 //! `TETHER_REQUIRE_BROWSER=1` (CI) makes that a failure.
 //! `.ci/run` installs all three.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

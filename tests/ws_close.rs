@@ -5,6 +5,7 @@
 //!
 //! Raw TCP on purpose: a WebSocket library would refuse to send the broken
 //! frames, and would answer or hide the server's close on its own.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

@@ -5,6 +5,7 @@
 //! never parked: never lost (no reply, an internal error), never 4001, never
 //! run twice (one handoff announcement per transition), never on a second
 //! live actor (seqs stay one contiguous run).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -2,6 +2,7 @@
 //! close) executes nothing more: the frames its client still sends could
 //! only build answers nobody receives, and might change a session the
 //! client will never hear about (PROTOCOL.md, "Outbox accounting").
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 use std::time::Duration;
 

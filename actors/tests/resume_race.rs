@@ -1,6 +1,7 @@
 //! Attach + replay under a live stream: every peer that resumes while the
 //! session keeps emitting gets each durable event after its watermark
 //! exactly once, in order, and the reply before any live frame.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 use std::time::Duration;
 

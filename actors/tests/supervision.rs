@@ -1,5 +1,6 @@
 //! The root restarts core actors within their intensity and shuts the
 //! gateway down cleanly beyond it.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

@@ -1,7 +1,6 @@
 //! `tether-bench`: the benchmarks and load generators, a binary of their
 //! own so that the `tether` binary ships without the actor hooks they
 //! inject events through. `tether bench ARGS` runs this binary.
-#![forbid(unsafe_code)]
 
 use std::process::ExitCode;
 

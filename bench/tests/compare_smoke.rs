@@ -3,6 +3,7 @@
 //! limit baseline, and against Socket.IO when bench/socketio has its
 //! node_modules. The full comparison is run by hand (docs/BENCHMARKS.md);
 //! these keep the generator working and checking delivery on every target.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

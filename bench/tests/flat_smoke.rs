@@ -1,6 +1,7 @@
 //! `tether bench flat`, tiny: both stores filled through the store's
 //! write API, a real gateway started on each, and every figure reported.
-//! The full run is by hand (docs/BENCHMARKS.md, "A large store").
+//! The full run is by hand (docs/benchmarks/2026-12.md, "A large store").
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! Smoke runs of the `tether bench` generators that take seconds: the full
 //! benchmarks are run by hand (docs/BENCHMARKS.md), but the generators
 //! must keep working and keep checking delivery.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

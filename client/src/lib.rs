@@ -10,7 +10,6 @@
 //! are decided here once: 0 success, 1 the gateway answered but the request
 //! or the turn failed, 2 the command could not talk to the gateway at all
 //! (bad invocation, unreachable, refused token, connection lost).
-#![forbid(unsafe_code)]
 
 mod attach;
 mod conn;

@@ -54,8 +54,6 @@
 //! segment's index and the checkpoint), both in one directory. Formats: `codec.rs` and
 //! `index.rs`.
 
-#![forbid(unsafe_code)]
-
 mod codec;
 mod error;
 pub mod fs;

@@ -40,7 +40,7 @@ pub enum CommitPolicy {
 }
 
 impl Default for CommitPolicy {
-    /// Adaptive, gathering up to 4 ms or 256 KiB under load (docs/BENCHMARKS.md, "The event
+    /// Adaptive, gathering up to 4 ms or 256 KiB under load (docs/benchmarks/2026-12.md, "The event
     /// log": at 10,000 records/s of 280 bytes this makes commits of about 12 KiB).
     fn default() -> Self {
         CommitPolicy::Adaptive {

@@ -1,5 +1,6 @@
 //! The log's contract without crashes: appends, reads from any seq across sealed segments and
 //! the active one, reopening from the checkpoint, refusals, the catch-up scan.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

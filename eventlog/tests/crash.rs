@@ -9,6 +9,7 @@
 //!    acknowledged record is there after reopening, gap-free per session.
 //! 4. A failed fdatasync: the commit is refused, nothing of it is ever readable, the next
 //!    commit is good.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

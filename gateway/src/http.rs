@@ -210,16 +210,22 @@ fn too_large(max: usize) -> Response {
     )
 }
 
+/// The HTTP status of a JSON-RPC error code: its row of PROTOCOL 1.6's
+/// table (`tether_protocol::ERROR_CODES`), the one map every route that
+/// answers a code over HTTP uses.
+pub fn status_of(code: i64) -> StatusCode {
+    StatusCode::from_u16(tether_protocol::ErrorCode::of(code).http_status)
+        .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+}
+
 /// 429 with `Retry-After` (whole seconds, rounded up) and the JSON-RPC
 /// error a WebSocket peer would get, so a client can handle both alike.
 pub fn rate_limited(retry_after: Duration) -> Response {
     let ms = retry_after.as_millis().max(1) as u64;
-    let body = tether_protocol::encode_error(
-        &serde_json::Value::Null,
-        &tether_protocol::RpcError::rate_limited(ms),
-    );
+    let error = tether_protocol::RpcError::rate_limited(ms);
+    let body = tether_protocol::encode_error(&serde_json::Value::Null, &error);
     let mut resp = Response::new(Body::from(body));
-    *resp.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+    *resp.status_mut() = status_of(error.code);
     let headers = resp.headers_mut();
     headers.insert(
         header::CONTENT_TYPE,

@@ -9,7 +9,6 @@
 //!
 //! The binary wires it: [`bind`] a listener, build an [`AppState`] from
 //! the started gateway's context, and [`serve`] it (or [`serve_stdio`]).
-#![forbid(unsafe_code)]
 
 mod ag_ui;
 mod ai_sdk;

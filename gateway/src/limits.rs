@@ -4,7 +4,7 @@
 //! JSON-RPC 4290 body that names the limit.
 
 use axum::body::Body;
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderValue};
 use axum::response::Response;
 use tether_actors::{Hold, LimitReached};
 use tracing::info;
@@ -39,9 +39,10 @@ pub(crate) fn open_connection(
 
 /// The 429 that refuses a connection past `limit`.
 pub(crate) fn too_many(limit: &LimitReached) -> Response {
-    let body = tether_protocol::encode_error(&serde_json::Value::Null, &limit.to_rpc());
+    let error = limit.to_rpc();
+    let body = tether_protocol::encode_error(&serde_json::Value::Null, &error);
     let mut resp = Response::new(Body::from(body));
-    *resp.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+    *resp.status_mut() = crate::http::status_of(error.code);
     let headers = resp.headers_mut();
     headers.insert(
         header::CONTENT_TYPE,

@@ -12,10 +12,11 @@
 //!   watermark that is not a seq as tether writes one (decimal digits, no
 //!   sign, no leading zero: `event_id.rs`) is 400.
 //! - **Profile.** `?profile=NAME`, default `default`.
-//! - **Status.** An unknown session (4001) or a closed one (4002) is 404; a
-//!   malformed session id (-32602) is 400; any other failure of the resume
-//!   is 500; no resume answer within `call_timeout` + 5 s is 504. All of
-//!   these are decided before the stream starts.
+//! - **Status.** A failed resume answers its code's status in PROTOCOL
+//!   1.6's table (`http::status_of`, the map every route uses): an
+//!   unknown session (4001) is 404, a closed one (4002) 410, a malformed
+//!   session id (-32602) 400; no resume answer within `call_timeout` + 5 s
+//!   is 504. All of these are decided before the stream starts.
 //! - **Frames.** Each event is `id: SEQ` (durable events only; transient
 //!   ones carry no `id:` line), `event: TYPE` and `data: PARAMS` (the
 //!   event's `params` object, one line). A resume that answers
@@ -38,8 +39,8 @@
 //!   replay (SSE has no `active_turn`), so the deltas after it apply by
 //!   their offset.
 //! - **End.** The stream ends after `session.closed` or `session.deleted`
-//!   (nothing can follow either; a reconnecting `EventSource` then gets 404
-//!   and stops), when the
+//!   (nothing can follow either; a reconnecting `EventSource` then gets 410
+//!   or 404 and stops), when the
 //!   peer is closed as a slow consumer (the client reconnects with
 //!   `Last-Event-ID` and loses nothing), when the gateway drains, and at
 //!   the `exp` of the stream's token (or when a reload revoked it), after
@@ -258,12 +259,7 @@ async fn resume(
     if let Some(err) = reply.get("error") {
         let code = err["code"].as_i64().unwrap_or(0);
         let message = err["message"].as_str().unwrap_or("resume failed");
-        let status = match code {
-            4001 | 4002 => StatusCode::NOT_FOUND,
-            -32602 => StatusCode::BAD_REQUEST,
-            _ => StatusCode::INTERNAL_SERVER_ERROR,
-        };
-        return Err(status_text(status, message));
+        return Err(status_text(crate::http::status_of(code), message));
     }
     Ok(reply)
 }

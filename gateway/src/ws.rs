@@ -8,7 +8,7 @@
 //! reader and a writer over a split socket because an idle peer is what a
 //! gateway holds most of: the second task, the lock the split shares and
 //! the channel between the two were about 1.2 KiB of every idle connection
-//! (docs/BENCHMARKS.md).
+//! (docs/benchmarks/2026-12.md, "The frame path and the house").
 //!
 //! A few frames may be in flight to the peer at once (a semaphore permit
 //! travels with each), so a client that floods is slowed by TCP, not

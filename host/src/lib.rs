@@ -12,7 +12,6 @@
 //! It speaks only the host protocol of `tether-protocol`: nothing of the
 //! gateway's actors or store, so an engine can be read (or replaced) on its
 //! own.
-#![forbid(unsafe_code)]
 
 mod command;
 mod echo;

@@ -7,13 +7,12 @@
 //! of tokio, so every other crate (store, actors, bin, tests, clients) can
 //! share exactly one definition of the contract.
 
-#![forbid(unsafe_code)]
-
 #[macro_use]
 mod macros;
 
 pub mod envelope;
 pub mod error;
+pub mod error_table;
 pub mod events;
 pub mod host;
 pub mod ids;
@@ -23,6 +22,7 @@ pub mod time;
 
 pub use envelope::*;
 pub use error::*;
+pub use error_table::*;
 pub use events::*;
 pub use host::*;
 pub use ids::*;

@@ -17,6 +17,7 @@
 //!   path and the value path cannot drift apart;
 //! - every valid typed request, and every host frame, round-trips through
 //!   its encoding.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 use proptest::collection::{btree_map, vec};
 use proptest::option;

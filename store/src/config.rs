@@ -33,7 +33,7 @@ impl Synchronous {
 /// SQLite accepts). Only a new file takes it: an existing store keeps the size it was made with
 /// (SQLite can change it only outside WAL mode, with a VACUUM of the whole file).
 ///
-/// The trade, measured (docs/BENCHMARKS.md, "Bytes written per event"): events are clustered by
+/// The trade, measured (docs/benchmarks/2026-12.md, "Bytes written per event"): events are clustered by
 /// (session, seq), so a group commit writes one leaf page per session it touches, to the WAL and
 /// again at the checkpoint, however little each session appended; half the page writes a third
 /// fewer bytes per 100-byte event and a fifth fewer per 600-byte one (SQLite's 4,096 against

@@ -15,7 +15,6 @@
 //! one place that picks the backend. SQL lives only in `sqlite/` and `postgres/`.
 //!
 //! Errors are [`StoreError`]s whose [`code`](StoreError::code) is the wire code (5070/5071/5072).
-#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 mod api;

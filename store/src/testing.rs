@@ -6,6 +6,7 @@
 //! test ends. Without the variable those runs are skipped, loudly (one line on the terminal per
 //! test binary, past the test harness's capture), unless `TETHER_REQUIRE_POSTGRES=1` (CI) makes
 //! the absence a failure.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,4 +1,5 @@
 //! Appends: group commit, contiguity, per-op isolation, replay reads.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

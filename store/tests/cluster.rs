@@ -6,6 +6,7 @@
 //! own on the server `TETHER_TEST_POSTGRES` names, and is skipped (loudly) without one unless
 //! `TETHER_REQUIRE_POSTGRES=1`. Leases are short (1 s); every wait is bounded, and no test
 //! asserts how fast anything happened, only what happened and in which order.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

@@ -1,5 +1,6 @@
 //! Disk full (SQLITE_FULL, provoked with `PRAGMA max_page_count`): the op fails with 5070 and
 //! nothing of it is visible; the other ops of its batch are unaffected.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

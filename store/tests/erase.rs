@@ -2,6 +2,7 @@
 //! database (the nodes of a cluster), one holds the lease at a time, and a
 //! lease released (or whose connection ended) is free for the next.
 //! SQLite has one gateway, whose lease is always its own.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

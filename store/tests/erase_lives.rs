@@ -3,6 +3,7 @@
 //! session under the id is refused and writes nothing; once the erase is
 //! done the id is free; and an erase that names the life it decided on
 //! never takes a later one.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

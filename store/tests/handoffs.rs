@@ -1,4 +1,5 @@
 //! The handoff queue: its compare-and-set transitions, profile scoping, and claims that race.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

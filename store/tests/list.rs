@@ -1,4 +1,5 @@
 //! session.list: newest first, keyset cursor, include_closed.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

@@ -1,5 +1,6 @@
 //! Opening the store: directory creation, migrations, the epoch, a restarted writer; on
 //! PostgreSQL also the writer's lock, a newer schema and connection errors.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

@@ -5,6 +5,7 @@
 //!
 //! The connection-cutting test uses the shared `TETHER_TEST_POSTGRES` server; the restart test
 //! runs a server of its own (`PgServer`), so the other tests keep theirs.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

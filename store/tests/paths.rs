@@ -1,6 +1,7 @@
 //! The writer has three ways to commit a batch (a lone op, the bulk fast path, savepoint per op);
 //! which one runs must never show. The same ops give the same results and the same rows
 //! whichever way they are committed.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

@@ -1,4 +1,5 @@
 //! segment_events: the transcript of the history segment as of a seq.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

@@ -1,4 +1,5 @@
 //! Creating sessions and reading them back, profile-scoped.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

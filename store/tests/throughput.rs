@@ -2,6 +2,7 @@
 //!
 //! `cargo test -p tether-store --release --test throughput -- --ignored --nocapture` (the
 //! PostgreSQL run needs `TETHER_TEST_POSTGRES`, see `common`).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

@@ -1,5 +1,6 @@
 //! What turns need from the store: the latest todo snapshot and the
 //! sessions whose turn marker says turns were cut short.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 

@@ -465,7 +465,7 @@ pub fn seqs(events: &[Value]) -> Vec<u64> {
         .collect()
 }
 
-/// What the browser tests need, as the README names it.
+/// What the browser tests need, as docs/TESTING.md names it.
 pub const BROWSER_SETUP: &str =
     "apt-get install -y chromium nodejs npm && npm ci --prefix tests/browser";
 

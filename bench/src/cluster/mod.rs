@@ -1,6 +1,6 @@
 //! `tether bench cluster`: several gateways on one PostgreSQL
-//! (docs/ARCHITECTURE.md, "Cluster"; docs/BENCHMARKS.md, "Several
-//! gateways").
+//! (docs/ARCHITECTURE.md, "Cluster"; docs/benchmarks/2026-12.md,
+//! "Several gateways").
 //!
 //! Two `tether serve --cluster` processes (nodes) on a fresh database of
 //! the run's own, each pinned to its CPU with its compute hosts, and this

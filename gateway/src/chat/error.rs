@@ -10,9 +10,9 @@
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use tether_protocol::codes;
 
 use super::peer::CallError;
+pub use crate::http::status_of;
 use crate::http::status_text;
 
 /// A request refused before its work starts: the response that says why
@@ -47,26 +47,10 @@ pub fn refused(err: &CallError) -> Response {
     }
 }
 
-/// The HTTP status of a JSON-RPC error code (PROTOCOL 1.6).
-pub fn status_of(code: i64) -> StatusCode {
-    match code {
-        codes::INVALID_PARAMS => StatusCode::BAD_REQUEST,
-        codes::SESSION_NOT_FOUND => StatusCode::NOT_FOUND,
-        codes::SESSION_CLOSED => StatusCode::GONE,
-        codes::SESSION_BUSY => StatusCode::CONFLICT,
-        codes::FRAME_TOO_LARGE | codes::RESUME_TOO_LARGE => StatusCode::PAYLOAD_TOO_LARGE,
-        codes::RATE_LIMITED | codes::PROFILE_LIMIT => StatusCode::TOO_MANY_REQUESTS,
-        codes::HOST_UNAVAILABLE
-        | codes::STORAGE_FULL
-        | codes::STORAGE_WRITE_FAILED
-        | codes::STORAGE_UNAVAILABLE => StatusCode::SERVICE_UNAVAILABLE,
-        _ => StatusCode::INTERNAL_SERVER_ERROR,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tether_protocol::codes;
 
     #[test]
     fn client_errors_are_4xx() {
@@ -78,6 +62,7 @@ mod tests {
             codes::RATE_LIMITED,
             codes::PROFILE_LIMIT,
             codes::RESUME_TOO_LARGE,
+            codes::TURN_IN_PROGRESS,
         ] {
             assert!(status_of(code).is_client_error(), "{code}");
         }
@@ -85,5 +70,11 @@ mod tests {
             status_of(codes::HOST_UNAVAILABLE),
             StatusCode::SERVICE_UNAVAILABLE
         );
+        assert_eq!(status_of(codes::SESSION_CLOSED), StatusCode::GONE);
+        assert_eq!(
+            status_of(codes::RATE_LIMITED),
+            StatusCode::TOO_MANY_REQUESTS
+        );
+        assert_eq!(status_of(12345), StatusCode::INTERNAL_SERVER_ERROR);
     }
 }

@@ -65,7 +65,7 @@ const WAL_AUTOCHECKPOINT_BYTES: i64 = 64 << 20;
 /// leaf of each writing session's events, the interior pages above them and the sessions' rows,
 /// but the cache keeps every page it touched until it is full, so at 64 MiB it grew with the
 /// database itself (13 MiB more of the gateway's RSS by the end of the turn benchmark's ramp,
-/// docs/BENCHMARKS.md). A page pushed out is read back from the OS page cache: 5,000 sessions
+/// docs/benchmarks/2026-12.md, "The frame path and the house"). A page pushed out is read back from the OS page cache: 5,000 sessions
 /// appending at once, more hot pages than this holds, committed as fast as with 64 MiB.
 const WRITER_CACHE_KIB: i64 = -8192;
 
