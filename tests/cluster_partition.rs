@@ -14,6 +14,7 @@
 //!
 //! Without `TETHER_TEST_POSTGRES` these tests skip with one loud line; with
 //! `TETHER_REQUIRE_POSTGRES=1` they fail instead.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 #[path = "cluster/mod.rs"]

@@ -8,6 +8,7 @@
 //!
 //! Without `TETHER_TEST_POSTGRES` this skips with one loud line; with
 //! `TETHER_REQUIRE_POSTGRES=1` it fails instead.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure it reports
 
 mod common;
 #[path = "cluster/mod.rs"]
