@@ -154,6 +154,11 @@ pub enum RegistryMsg {
         attach: Option<PeerLink>,
         reply: RpcReplyPort<Result<CreatedSession, RpcError>>,
     },
+    /// Internal: a create that was not committed (refused, failed) ended:
+    /// the requests held for its id go on as if it never began.
+    CreateEnded {
+        key: SessionKey,
+    },
     /// Internal: a new session's first events are committed.
     Created {
         row: Box<SessionRow>,
@@ -256,6 +261,11 @@ pub struct RegistryState {
     by_id: HashMap<SessionId, SessionKey>,
     /// Loads in flight and the requests waiting for them, in order.
     loading: HashMap<SessionKey, Vec<Routed>>,
+    /// Creates in flight (how many) and the requests for their ids that
+    /// came meanwhile: held, not loaded, so that a session being created is
+    /// never brought live a second time from the row its create just wrote
+    /// (two actors of one session, the first with a stale generation).
+    creating: HashMap<SessionKey, (u32, Vec<Routed>)>,
     peers_by_profile: HashMap<String, u64>,
     /// On a cluster: the live sessions this node follows (`follow.rs`).
     followers: HashMap<SessionId, SessionKey>,
@@ -300,6 +310,7 @@ impl Actor for Registry {
             by_id: HashMap::new(),
             by_actor: HashMap::new(),
             loading: HashMap::new(),
+            creating: HashMap::new(),
             peers_by_profile: HashMap::new(),
             followers: HashMap::new(),
             _follow: follow,
@@ -329,6 +340,7 @@ impl Actor for Registry {
                 attach,
                 reply,
             } => state.commit_new(&myself, *new, initial, attach, reply),
+            RegistryMsg::CreateEnded { key } => state.create_ended(&myself, key),
             RegistryMsg::Created {
                 row,
                 append_gen,

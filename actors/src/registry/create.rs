@@ -10,7 +10,7 @@ use tether_protocol::{
 };
 use tether_store::{NewSession, SessionRow};
 
-use super::{storage_unavailable, CreatedSession, Loaded, RegistryMsg, RegistryState};
+use super::{storage_unavailable, CreatedSession, Loaded, RegistryMsg, RegistryState, SessionKey};
 use crate::event::EventRecord;
 use crate::info::info_from_row;
 use crate::session::{PeerLink, SessionMsg};
@@ -126,12 +126,15 @@ impl RegistryState {
         };
         let row = new_row(&new, &initial);
         let rows = initial.iter().map(EventRecord::to_row).collect();
+        let key = (new.profile.clone(), new.id.clone());
+        self.creating.entry(key.clone()).or_default().0 += 1;
         let myself = myself.clone();
         let cluster = self.ctx.cluster.clone();
         tokio::spawn(async move {
             if let Some(cluster) = &cluster {
                 if let Err(e) = claim_new(cluster, &new.id).await {
                     let _ = reply.send(Err(e));
+                    let _ = myself.cast(RegistryMsg::CreateEnded { key });
                     return;
                 }
             }
@@ -163,9 +166,11 @@ impl RegistryState {
                 }
                 Ok(ractor::rpc::CallResult::Success(Err(e))) => {
                     let _ = reply.send(Err(e.into()));
+                    let _ = myself.cast(RegistryMsg::CreateEnded { key });
                 }
                 _ => {
                     let _ = reply.send(Err(storage_unavailable()));
+                    let _ = myself.cast(RegistryMsg::CreateEnded { key });
                 }
             }
         });
@@ -193,10 +198,10 @@ impl RegistryState {
                 transport: peer.transport,
             })
             .collect();
-        match self
+        let spawned = self
             .spawn_session(
                 myself,
-                key,
+                key.clone(),
                 Loaded {
                     row,
                     barrier,
@@ -205,8 +210,8 @@ impl RegistryState {
                 },
                 initial,
             )
-            .await
-        {
+            .await;
+        match spawned {
             Ok(actor) => {
                 if let Some(peer) = attach {
                     let _ = actor.cast(SessionMsg::AttachFromStart { peer });
@@ -227,6 +232,24 @@ impl RegistryState {
             Err(e) => {
                 let _ = reply.send(Err(e));
             }
+        }
+        self.create_ended(myself, key);
+    }
+
+    /// One create of `key` ended (committed and live, or not written): once
+    /// none is left, the requests held for the id go on, to the new session
+    /// or, if there is none, as any request for a stored one.
+    pub(super) fn create_ended(&mut self, myself: &ActorRef<RegistryMsg>, key: SessionKey) {
+        let Some((count, _)) = self.creating.get_mut(&key) else {
+            return;
+        };
+        *count = count.saturating_sub(1);
+        if *count > 0 {
+            return;
+        }
+        let held = self.creating.remove(&key).map(|(_, held)| held);
+        for routed in held.into_iter().flatten() {
+            self.route(myself, key.clone(), routed);
         }
     }
 }

@@ -205,6 +205,20 @@ impl RegistryState {
         result: Result<Option<Loaded>, StoreError>,
     ) {
         let waiting = self.loading.remove(&key).unwrap_or_default();
+        // Live already (created while this load read the row): one actor
+        // per session, so the requests go to that one.
+        if let Some(live) = self.live.get_mut(&key) {
+            for routed in waiting {
+                live.take(routed);
+            }
+            return;
+        }
+        // Being created (the row this load read is that create's): the
+        // requests wait for the new session, whose generation is the newer.
+        if let Some((_, held)) = self.creating.get_mut(&key) {
+            held.extend(waiting);
+            return;
+        }
         let answer = match result {
             Err(e) => Err(e.into()),
             Ok(None) => Ok(Resolved::NotFound),

@@ -128,6 +128,9 @@ impl RegistryState {
         }
         if let Some(live) = self.live.get_mut(&key) {
             live.take(r);
+        } else if let Some((_, held)) = self.creating.get_mut(&key) {
+            // Being created: it goes to the new session (`create.rs`).
+            held.push(r);
         } else if r.load {
             self.load(myself, key, vec![r]);
         } else {
