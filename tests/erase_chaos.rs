@@ -198,34 +198,11 @@ async fn eraser(url: String, shared: Arc<Shared>, mut rng: Rng, until: tokio::ti
     }
 }
 
-/// The store's events of `id` from seq 1; `None` if it is not there.
-async fn stored(c: &mut Client, id: &str) -> Option<(Vec<Value>, u64)> {
-    let mut events = Vec::new();
-    let mut last = 0;
-    loop {
-        let page = c
-            .call(
-                "session.events.since",
-                json!({"session_id": id, "last_seen": last, "limit": 10000}),
-            )
-            .await;
-        let r = page.get("result")?;
-        events.extend(r["events"].as_array().expect("events").iter().cloned());
-        last = events
-            .last()
-            .and_then(|e| e["seq"].as_u64())
-            .unwrap_or(last);
-        if r["has_more"] != true {
-            return Some((events, r["latest_seq"].as_u64().expect("latest_seq")));
-        }
-    }
-}
-
 /// Every chat's session in the store: whole, each turn ended once.
 async fn check_store(c: &mut Client, ids: &[String], when: &str) -> Vec<String> {
     let mut problems = Vec::new();
     for id in ids {
-        let Some((events, latest)) = stored(c, id).await else {
+        let Some((events, latest)) = common::stored_events(c, id).await else {
             continue;
         };
         let seqs: Vec<u64> = events.iter().filter_map(|e| e["seq"].as_u64()).collect();

@@ -64,28 +64,16 @@ async fn post_chat(addr: &str, body: &[u8]) -> (u16, Option<String>, String) {
     (r.status, session, String::from_utf8_lossy(&r.body).into())
 }
 
-/// Every stored event of `id` from seq 1, paged; the last `latest_seq`.
+/// The seqs stored for `id` from seq 1, its `latest_seq`, and whether it
+/// is there at all.
 async fn stored(c: &mut Client, id: &str) -> (Vec<u64>, u64, bool) {
-    let mut seqs = Vec::new();
-    let mut last = 0;
-    loop {
-        let page = c
-            .call(
-                "session.events.since",
-                json!({"session_id": id, "last_seen": last, "limit": 10000}),
-            )
-            .await;
-        if page.get("error").is_some() {
-            return (seqs, 0, false);
-        }
-        let r = &page["result"];
-        for e in r["events"].as_array().expect("events") {
-            seqs.push(e["seq"].as_u64().expect("seq"));
-        }
-        last = seqs.last().copied().unwrap_or(last);
-        if r["has_more"] != true {
-            return (seqs, r["latest_seq"].as_u64().expect("latest_seq"), true);
-        }
+    match common::stored_events(c, id).await {
+        Some((events, latest)) => (
+            events.iter().filter_map(|e| e["seq"].as_u64()).collect(),
+            latest,
+            true,
+        ),
+        None => (Vec::new(), 0, false),
     }
 }
 

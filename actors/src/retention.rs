@@ -138,6 +138,18 @@ pub(crate) fn spawn(ctx: Ctx) {
             if !ctx.lifecycle.recovered() {
                 continue;
             }
+            if !config.enabled() {
+                // No rule: only the erases a crash cut short, and nothing
+                // else (no vacuum, no checkpoint) when there are none.
+                match finish_cut(&ctx, config.batch).await {
+                    Ok(0) => {}
+                    Ok(removed) => info!(events_removed = removed, "finished cut erases"),
+                    Err(e) => {
+                        warn!(error = %e, "finishing cut erases failed; next sweep tries again")
+                    }
+                }
+                continue;
+            }
             match sweep_led(&ctx, &config).await {
                 Ok(Some(swept)) if swept.any() => info!(
                     erased = swept.erased,
@@ -192,15 +204,24 @@ const RECLAIM_STEPS: u32 = 64;
 /// Pages a reclaim step gives back (16 MiB of 4 KiB pages).
 const RECLAIM_PAGES: u32 = 4096;
 
-async fn sweep(ctx: &Ctx, config: &RetentionConfig) -> Result<Swept, StoreError> {
-    let mut swept = Swept::default();
-    // Erases a crash cut short, first: they only hold space.
-    for _ in 0..config.batch {
+/// Finishes the erases a crash cut short, at most `steps` batches; the
+/// events removed. Until they are done their ids stay taken.
+async fn finish_cut(ctx: &Ctx, steps: u32) -> Result<u64, StoreError> {
+    let mut total = 0;
+    for _ in 0..steps {
         let removed = ctx.eraser.finish_erasing(ERASE_BATCH).await?;
         if removed == 0 {
             break;
         }
+        total += removed;
     }
+    Ok(total)
+}
+
+async fn sweep(ctx: &Ctx, config: &RetentionConfig) -> Result<Swept, StoreError> {
+    let mut swept = Swept::default();
+    // Erases a crash cut short, first: they only hold space.
+    finish_cut(ctx, config.batch).await?;
     let (own, names) = config.scopes();
     for (profile, rules) in &own {
         sweep_scope(ctx, config, Scope::Profile(profile), rules, &mut swept).await?;
@@ -292,23 +313,12 @@ async fn close_if_idle(
     idle_before_ms: i64,
     wait: Duration,
 ) -> Result<bool, tether_protocol::RpcError> {
-    let registry = ctx.registry()?;
     let (tx, closed) = tokio::sync::oneshot::channel();
     let msg = SessionMsg::CloseIfIdle {
         idle_before_ms,
         reply: tx.into(),
     };
-    ask(
-        &registry,
-        |reply| RegistryMsg::Forward {
-            key: (profile.to_string(), id.clone()),
-            load: true,
-            msg,
-            reply,
-        },
-        wait,
-    )
-    .await??;
+    delete::forward(ctx, profile, id, msg, wait).await?;
     match tokio::time::timeout(wait, closed).await {
         Ok(Ok(closed)) => Ok(closed),
         _ => Err(tether_protocol::RpcError::internal(

@@ -516,6 +516,31 @@ pub async fn all_events(c: &mut Client, id: &str) -> Vec<Value> {
     r["events"].as_array().expect("events").clone()
 }
 
+/// Every stored event of `id` from seq 1, paged as a client reads a long
+/// history, and the `latest_seq` of the last page; `None` if the session
+/// is not there (any error).
+pub async fn stored_events(c: &mut Client, id: &str) -> Option<(Vec<Value>, u64)> {
+    let mut events: Vec<Value> = Vec::new();
+    let mut last = 0;
+    loop {
+        let page = c
+            .call(
+                "session.events.since",
+                json!({"session_id": id, "last_seen": last, "limit": 10000}),
+            )
+            .await;
+        let r = page.get("result")?;
+        events.extend(r["events"].as_array()?.iter().cloned());
+        last = events
+            .last()
+            .and_then(|e| e["seq"].as_u64())
+            .unwrap_or(last);
+        if r["has_more"] != true {
+            return Some((events, r["latest_seq"].as_u64()?));
+        }
+    }
+}
+
 /// Every `message.complete` session `id` has on disk, oldest first.
 pub async fn completes_of(c: &mut Client, id: &str) -> Vec<Value> {
     all_events(c, id)

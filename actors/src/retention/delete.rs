@@ -79,13 +79,26 @@ pub(crate) async fn send_write(
     write: SessionWrite,
     wait: Duration,
 ) -> Result<(Resolved, Answer), RpcError> {
-    let registry = ctx.registry()?;
     let (tx, answered) = tokio::sync::oneshot::channel();
     let msg = SessionMsg::Write {
         write,
         reply: tx.into(),
     };
-    let routed = ask(
+    let routed = forward(ctx, profile, id, msg, wait).await?;
+    Ok((routed, answered))
+}
+
+/// Hands `msg` to session `id` of `profile` through the registry, bringing
+/// a stored one live for it; where the registry found the session.
+pub(crate) async fn forward(
+    ctx: &Ctx,
+    profile: &str,
+    id: &SessionId,
+    msg: SessionMsg,
+    wait: Duration,
+) -> Result<Resolved, RpcError> {
+    let registry = ctx.registry()?;
+    ask(
         &registry,
         |reply| RegistryMsg::Forward {
             key: (profile.to_string(), id.clone()),
@@ -95,8 +108,7 @@ pub(crate) async fn send_write(
         },
         wait,
     )
-    .await??;
-    Ok((routed, answered))
+    .await?
 }
 
 /// Branches of an erased session that are live learn that their parent is
